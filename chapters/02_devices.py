@@ -1,0 +1,209 @@
+# %% [markdown]
+# # Devices
+#
+# Data-parallel training needs several devices. Most readers have one: a laptop
+# CPU, or one Colab GPU. TensorFlow can *split* one physical device into several
+# logical ones, and every later chapter starts by doing so.
+#
+# **In this chapter you will**
+#
+# - tell physical devices from logical devices, and see where an operation runs;
+# - split the CPU (or one GPU) into four logical devices with
+#   `pargrad.logical_devices`;
+# - measure what a logical device is not: extra hardware;
+# - see why the split must happen before TensorFlow starts, and the error you
+#   get when it is too late;
+# - learn what changes on Colab's single GPU.
+#
+# Runs in a few seconds on a CPU.
+
+# %% tags=["colab"]
+# On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
+import sys
+
+if "google.colab" in sys.modules:
+    import subprocess
+
+    REPOSITORY = "https://github.com/pargrad/pargrad"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", f"pargrad @ git+{REPOSITORY}@main"],
+        check=True,
+    )
+
+# %%
+import os
+import time
+
+import pargrad
+import tensorflow as tf
+
+# %% [markdown]
+# ## Physical devices
+#
+# A *physical device* is hardware TensorFlow found: the CPU (TensorFlow counts
+# all its cores as one device) and each GPU. What you see depends on your
+# machine; on the machine that built this page there is no GPU:
+
+# %% tags=["nbval-ignore-output"]
+for device in tf.config.list_physical_devices():
+    print(device)
+print("CPU cores the operating system reports:", os.cpu_count())
+
+# %% [markdown]
+# ## Logical devices
+#
+# A *logical device* is what operations are placed on. By default each physical
+# device is one logical device. `tf.config.set_logical_device_configuration`
+# splits a physical device into several; on a GPU each part gets a memory limit.
+# `pargrad.logical_devices(n)` does this for the first GPU if there is one, else
+# for the CPU, and returns the names of the logical devices:
+
+# %%
+devices = pargrad.logical_devices(4)
+devices
+
+# %% [markdown]
+# Calling it again with the same number is harmless; it returns the same names.
+# Here is its code:
+
+# %%
+pargrad.show_source(pargrad.logical_devices)
+
+# %% [markdown]
+# ## Where an operation runs
+#
+# `tf.device` chooses the logical device for the operations created inside it.
+# Every tensor remembers where it was computed:
+
+# %%
+results = []
+for name in devices:
+    with tf.device(name):
+        results.append(tf.matmul(tf.ones((2, 3)), tf.ones((3, 2))))
+for result in results:
+    print(result.device)
+
+# %% [markdown]
+# Those four products were computed on four different devices, as far as
+# TensorFlow is concerned. `tf.distribute.MirroredStrategy` and the trainers of
+# this book use exactly this: one copy of the model per logical device.
+#
+# ## What a logical device is not
+#
+# Four logical CPUs share the same cores. Let us give each of them the same
+# work (a few large matrix products) and compare with one device doing all of it.
+# If the logical devices were real hardware, four would finish four times faster:
+
+# %%
+matrix = tf.random.stateless_normal((384, 384), seed=(1, 2))
+
+
+def products_on(names, repeats=24):
+    """Seconds for `repeats` different matrix products shared round-robin among `names`."""
+    @tf.function
+    def work(m):
+        outputs = []
+        for i in range(repeats):
+            with tf.device(names[i % len(names)]):
+                outputs.append(tf.reduce_sum(tf.matmul(m + float(i), m)))
+        return tf.add_n(outputs)
+    work(matrix)  # compile once
+    start = time.perf_counter()
+    for _ in range(5):
+        work(matrix)
+    return (time.perf_counter() - start) / 5
+
+
+# %% tags=["nbval-ignore-output"]
+one_device = products_on(devices[:1])
+four_devices = products_on(devices)
+speedup = one_device / four_devices
+print(f"one logical device:   {1e3 * one_device:6.1f} ms")
+print(f"four logical devices: {1e3 * four_devices:6.1f} ms  ({speedup:.2f}x)")
+assert speedup < 4, "four logical devices cannot be 4x faster than one on shared cores"
+
+# %% [markdown]
+# The speed-up, if any, is bounded by the cores the machine really has (two on
+# the machine that built this page), not by the number of logical devices.
+# TensorFlow already runs one device's operations on several cores, so the
+# gain is often small. Logical devices let us *run* multi-device programs
+# anywhere and check that they compute the right thing; they do not make a
+# program faster than the hardware allows. When a later chapter measures speed,
+# it says which hardware the numbers came from.
+#
+# ## Too late: the split happens before TensorFlow starts
+#
+# TensorFlow creates its devices the first time it needs one: at the first
+# operation, or when you list logical devices. After that the split is fixed
+# for the life of the process. Asking for another split now is too late.
+# TensorFlow's own message does not say what to do:
+
+# %%
+cpu = tf.config.list_physical_devices("CPU")[0]
+try:
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+except RuntimeError as error:
+    print(type(error).__name__ + ":", error)
+
+# %% [markdown]
+# `pargrad.logical_devices` says what happened and what to do:
+
+# %%
+try:
+    pargrad.logical_devices(2)
+except pargrad.DevicesAlreadyInitializedError as error:
+    print(type(error).__name__ + ":", error)
+
+# %% [markdown]
+# This is why every chapter calls `pargrad.logical_devices` in its first cells,
+# before anything else touches TensorFlow. In a notebook, *Restart kernel* and
+# run the chapter from the top.
+#
+# Wrong arguments are caught before TensorFlow is asked anything:
+
+# %%
+for bad in [0, 2.5]:
+    try:
+        pargrad.logical_devices(bad)
+    except ValueError as error:
+        print("ValueError:", error)
+
+# %% [markdown]
+# ## On Colab's single GPU
+#
+# On a Colab GPU runtime, `pargrad.logical_devices(4)` splits the GPU into four
+# logical GPUs, `/device:GPU:0` to `/device:GPU:3`, each limited to 90% of the
+# GPU's memory divided by four (read with `nvidia-smi`; pass `memory_limit_mb`
+# to choose). The CPU stays one device. Three things differ from real
+# multi-GPU machines:
+#
+# - the logical GPUs share one GPU's compute, so, as above, four are not four
+#   times faster than one;
+# - `MirroredStrategy`'s default all-reduce, NCCL, needs distinct physical GPUs;
+#   on logical GPUs TensorFlow falls back to another all-reduce implementation;
+# - the memory limits are hard: a model that fits the whole GPU may not fit a
+#   quarter of it.
+#
+# What the chapters *compute* is the same on a CPU, on logical GPUs and on real
+# ones; only the timings change.
+#
+# ## Summary
+#
+# - Physical devices are hardware; logical devices are where operations are
+#   placed. One physical device can be split into several logical ones.
+# - `pargrad.logical_devices(n)` splits the first GPU, or the CPU, into `n`
+#   logical devices and returns their names.
+# - The split must come before TensorFlow initialises its devices; afterwards
+#   restart the process.
+# - Logical devices share the hardware: they make multi-device programs
+#   runnable and checkable anywhere, not faster.
+#
+# ## Exercises
+#
+# 1. Restart the kernel and call `pargrad.logical_devices(8)`. Rerun the timing
+#    cell. Does the time with eight devices differ from four?
+# 2. Call `tf.config.threading.set_intra_op_parallelism_threads(1)` right after
+#    the split (before any operation) and rerun the timing. Explain the change.
+# 3. On Colab with a GPU, run `pargrad.logical_devices(2)` and then
+#    `tf.config.experimental.get_memory_info("GPU:0")` after creating a large
+#    tensor on `/device:GPU:0`. What limit do you hit?

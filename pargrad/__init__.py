@@ -1,0 +1,22 @@
+"""pargrad: the code of the book on synchronous and asynchronous parallel training.
+
+Importing pargrad imports TensorFlow without its native start-up messages.
+"""
+
+from pargrad._quiet import import_tensorflow_quietly
+
+import_tensorflow_quietly()
+
+from pargrad.book import show_source  # noqa: E402
+from pargrad.devices import DevicesAlreadyInitializedError, logical_devices  # noqa: E402
+from pargrad.parabola import (  # noqa: E402
+    add_layer,
+    fit_one_device,
+    initial_weights,
+    parabola_data,
+    parabola_forward,
+    parabola_model,
+    squared_error,
+)
+
+__version__ = "0.1.0"

@@ -1,0 +1,92 @@
+"""Text 3's problem: a 1-5-1 tanh network fitting y = x² on 50 points.
+
+Taught in the chapter "The training loop"; the synchronous and accumulation
+chapters reuse it, always starting from the same initial weights.
+"""
+
+import numpy as np
+
+from pargrad._quiet import import_tensorflow_quietly
+
+tf = import_tensorflow_quietly()
+import keras  # noqa: E402  (after the quiet TensorFlow import)
+
+LEARNING_RATE = 1e-2
+STEPS = 2000
+
+
+def parabola_data(n=50, low=-2.0, high=2.0):
+    """``n`` evenly spaced points x in [low, high] and y = x², as float32 columns."""
+    if n < 1:
+        raise ValueError(f"parabola_data needs n >= 1 points, got {n}.")
+    x = np.linspace(low, high, n, dtype=np.float32)[:, np.newaxis]
+    return x, np.square(x)
+
+
+def initial_weights(seed=0, hidden=5):
+    """Random-normal weights and 0.1 biases, as text 3's ``add_layer`` makes them.
+
+    Returned in Keras's order ``[W1 (1, hidden), b1 (hidden,), W2 (hidden, 1),
+    b2 (1,)]`` so that the TF1 graph, the TF2 loop and Keras start identically.
+    """
+    rng = np.random.default_rng(seed)
+    return [
+        rng.standard_normal((1, hidden)).astype(np.float32),
+        np.full((hidden,), 0.1, np.float32),
+        rng.standard_normal((hidden, 1)).astype(np.float32),
+        np.full((1,), 0.1, np.float32),
+    ]
+
+
+def add_layer(inputs, weights, biases, activation=None):
+    """One fully connected layer, as text 3 writes it: ``activation(x @ W + b)``."""
+    outputs = tf.matmul(inputs, weights) + biases
+    return outputs if activation is None else activation(outputs)
+
+
+def parabola_forward(x, variables):
+    """The 1-5-1 network: a tanh hidden layer, then a linear output."""
+    w1, b1, w2, b2 = variables
+    hidden = add_layer(x, w1, b1, activation=tf.tanh)
+    return add_layer(hidden, w2, b2)
+
+
+def squared_error(y, prediction):
+    """Text 3's loss: the mean over examples of the squared error."""
+    return tf.reduce_mean(tf.reduce_sum(tf.square(y - prediction), axis=1))
+
+
+def parabola_model(seed=0, hidden=5):
+    """The same network as a Keras model, holding :func:`initial_weights`."""
+    model = keras.Sequential([
+        keras.Input(shape=(1,)),
+        keras.layers.Dense(hidden, activation="tanh"),
+        keras.layers.Dense(1),
+    ])
+    model.set_weights(initial_weights(seed, hidden))
+    return model
+
+
+def fit_one_device(x, y, steps=STEPS, learning_rate=LEARNING_RATE, seed=0):
+    """Train the network on one device with full-batch gradient descent (TF2).
+
+    Each step is one training iteration: forward pass, loss, gradients by
+    backpropagation (``tf.GradientTape``), update ``w -= lr * grad``.
+    Returns ``(losses, weights)``: the loss before each update and the final
+    weights as NumPy arrays.  Taught in the chapter "The training loop".
+    """
+    variables = [tf.Variable(value) for value in initial_weights(seed)]
+    x, y = tf.constant(x), tf.constant(y)
+
+    @tf.function
+    def train_step():
+        with tf.GradientTape() as tape:
+            prediction = parabola_forward(x, variables)   # forward pass
+            loss = squared_error(y, prediction)            # loss
+        gradients = tape.gradient(loss, variables)         # backward pass
+        for variable, gradient in zip(variables, gradients):
+            variable.assign_sub(learning_rate * gradient)  # update
+        return loss
+
+    losses = np.array([train_step().numpy() for _ in range(steps)])
+    return losses, [variable.numpy() for variable in variables]

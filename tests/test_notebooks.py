@@ -1,0 +1,70 @@
+"""The chapters follow the book's conventions (CONTRIBUTING.md)."""
+
+import pathlib
+import re
+import sys
+
+import jupytext
+import nbformat
+import pytest
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+from book_config import repository, setup_cell_source  # noqa: E402
+
+NOTEBOOKS = sorted((ROOT / "chapters").glob("[0-9]*.ipynb"))
+TF_NOISE = re.compile(r"cuda|oneDNN|cudart|tensorflow/core|I0000|E0000|W0000|absl::")
+
+
+def test_there_are_chapters():
+    assert len(NOTEBOOKS) >= 2
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_chapter_has_a_text_twin_in_sync(notebook):
+    script = notebook.with_suffix(".py")
+    assert script.exists(), f"{script.name} is missing: run `make chapter NB={notebook.with_suffix('')}`"
+    expected = jupytext.writes(jupytext.read(notebook), fmt="py:percent")
+    assert script.read_text() == expected, (
+        f"{notebook.name} and {script.name} differ: edit the .py, then "
+        f"`make chapter NB=chapters/{notebook.stem}`")
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_first_code_cell_installs_pargrad_on_colab_from_the_configured_address(notebook):
+    cells = [c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
+    first = cells[0]
+    assert "colab" in first.metadata.get("tags", [])
+    assert first.source == setup_cell_source(), "run `make setup-cells`"
+    url, branch = repository()
+    assert f'REPOSITORY = "{url}"' in first.source and f"@{branch}" in first.source
+
+
+def test_the_address_lives_in_config_and_the_branch_is_main():
+    url, branch = repository()
+    assert url.startswith("https://github.com/") and branch == "main"
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    assert config["launch_buttons"]["colab_url"] == "https://colab.research.google.com"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_chapter_is_executed_without_errors_or_tensorflow_noise(notebook):
+    for cell in nbformat.read(notebook, as_version=4).cells:
+        if cell.cell_type != "code" or not cell.source.strip():
+            continue
+        assert cell.execution_count is not None, f"unexecuted cell: {cell.source[:60]!r}"
+        for output in cell.outputs:
+            assert output.output_type != "error", f"stored error in {cell.source[:60]!r}"
+            if output.output_type == "stream":
+                assert not TF_NOISE.search(output.text), f"TensorFlow log noise: {output.text[:120]!r}"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_chapter_is_in_the_table_of_contents_with_summary_and_exercises(notebook):
+    toc = (ROOT / "_toc.yml").read_text()
+    assert f"chapters/{notebook.stem}" in toc
+    text = "\n".join(c.source for c in nbformat.read(notebook, as_version=4).cells
+                     if c.cell_type == "markdown")
+    assert "## Summary" in text and "## Exercises" in text
+    assert "In this chapter you will" in text
