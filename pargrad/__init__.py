@@ -7,6 +7,8 @@ from pargrad._quiet import import_tensorflow_quietly
 
 import_tensorflow_quietly()
 
+from pargrad import tf1  # noqa: E402
+from pargrad.accumulate import GradientAccumulator, peak_memory  # noqa: E402
 from pargrad.book import show_source  # noqa: E402
 from pargrad.devices import DevicesAlreadyInitializedError, logical_devices  # noqa: E402
 from pargrad.parabola import (  # noqa: E402

@@ -1,0 +1,128 @@
+"""What gradient accumulation costs in time (chapter "Accumulation in TF2 and Keras 3").
+
+    .venv/bin/python benchmarks/accumulation.py [--micro-batch 64] [--steps 8] [--rounds 5]
+
+One run, one model (a 784-512-512-10 perceptron with softmax cross-entropy),
+one device, everything compiled with ``tf.function``.  Prints:
+
+1. one accumulate call of ``pargrad.GradientAccumulator`` (forward, backward,
+   add the weighted gradients to the sums) against one plain training step
+   (forward, backward, ``optimizer.apply_gradients``) on the same micro-batch
+   (target: at most 1.15x);
+2. a whole window (``--steps`` accumulate calls and one ``apply``) against one
+   plain step on the ``--steps``-times larger batch.
+
+Contenders are traced first, then timed in interleaved rounds so that a busy
+moment of a shared machine hits all of them; the best round counts.
+"""
+
+import argparse
+import time
+
+import pargrad  # first: it imports TensorFlow quietly
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from pargrad.accumulate import GradientAccumulator
+
+INPUTS, HIDDEN, CLASSES = 784, 512, 10
+
+
+def perceptron(seed=0):
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential([
+        keras.Input(shape=(INPUTS,)),
+        keras.layers.Dense(HIDDEN, activation="relu"),
+        keras.layers.Dense(HIDDEN, activation="relu"),
+        keras.layers.Dense(CLASSES),
+    ])
+
+
+def loss_of(model, x, y):
+    logits = model(x, training=True)
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(y, logits))
+
+
+def time_round(function, repeats, rounds_results):
+    start = time.perf_counter()
+    for _ in range(repeats):
+        function()
+    rounds_results.append((time.perf_counter() - start) / repeats)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--micro-batch", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=40)
+    args = parser.parse_args()
+    k, b = args.steps, args.micro_batch
+
+    rng = np.random.default_rng(0)
+    x_big = tf.constant(rng.standard_normal((k * b, INPUTS)).astype(np.float32))
+    y_big = tf.constant(rng.integers(0, CLASSES, k * b).astype(np.int32))
+    micro = [(x_big[i * b:(i + 1) * b], y_big[i * b:(i + 1) * b]) for i in range(k)]
+
+    plain_model, plain_optimizer = perceptron(), keras.optimizers.SGD(1e-3)
+    plain_optimizer.build(plain_model.trainable_variables)
+    acc_model = perceptron()
+    accumulator = GradientAccumulator(acc_model.trainable_variables, k,
+                                      keras.optimizers.SGD(1e-3))
+
+    @tf.function
+    def plain_step(x, y):
+        with tf.GradientTape() as tape:
+            loss = loss_of(plain_model, x, y)
+        variables = plain_model.trainable_variables
+        plain_optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+
+    @tf.function
+    def accumulate_step(x, y):
+        with tf.GradientTape() as tape:
+            loss = loss_of(acc_model, x, y)
+        accumulator.accumulate(tape.gradient(loss, acc_model.trainable_variables), tf.shape(x)[0])
+
+    apply = tf.function(accumulator.apply)
+
+    def window():
+        for x, y in micro:
+            accumulate_step(x, y)
+        apply()
+
+    x0, y0 = micro[0]
+    contenders = {
+        "plain step, micro-batch": lambda: plain_step(x0, y0),
+        "accumulate, micro-batch": lambda: accumulate_step(x0, y0),
+        f"window of {k} micro-batches": window,
+        f"plain step, batch {k}x": lambda: plain_step(x_big, y_big),
+    }
+    repeats = {name: args.repeats if "micro-batch" in name and "window" not in name
+               else max(1, args.repeats // k) for name in contenders}
+    for function in contenders.values():  # trace every shape first
+        function()
+        function()
+    accumulator.reset()
+    results = {name: [] for name in contenders}
+    for _ in range(args.rounds):
+        for name, function in contenders.items():
+            time_round(function, repeats[name], results[name])
+            if name.startswith("accumulate"):
+                accumulator.reset()
+    best = {name: min(times) for name, times in results.items()}
+
+    print(f"model {INPUTS}-{HIDDEN}-{HIDDEN}-{CLASSES}, micro-batch {b}, {k} steps, "
+          f"best of {args.rounds} rounds, TensorFlow {tf.__version__}")
+    for name, seconds in best.items():
+        print(f"  {name:28s} {1000 * seconds:8.2f} ms")
+    ratio = best["accumulate, micro-batch"] / best["plain step, micro-batch"]
+    print(f"accumulate / plain step on the same micro-batch: {ratio:.2f}x "
+          f"(target <= 1.15x: {'met' if ratio <= 1.15 else 'NOT met'})")
+    window_ratio = best[f"window of {k} micro-batches"] / best[f"plain step, batch {k}x"]
+    print(f"window of {k} micro-batches / one step on the {k}x batch: {window_ratio:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

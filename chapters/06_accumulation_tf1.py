@@ -1,0 +1,668 @@
+# %% [markdown]
+# # Accumulating gradients in TF1 graphs
+#
+# A batch that does not fit in memory can still be trained on: split it into
+# $k$ *micro-batches*, compute their gradients one after the other, add them
+# up, and update the weights once. This is *gradient accumulation*. Done
+# right, the update is exactly the one the big batch would have given; done
+# wrong, it is $k$ times too large, or it silently re-runs part of the graph.
+#
+# Our guide is a Russian Q&A thread, "how to update parameters with
+# accumulated gradients", written for TensorFlow 1's graph mode. Its five
+# answers contain one recipe that sums, one that works but is slow, one that
+# is right, one trap, and a remark about PyTorch. We run every one of them.
+#
+# **In this chapter you will**
+#
+# - build the accumulation recipe of answer 1 and measure that its step is
+#   $k$ times the big batch's step, and what that does to training;
+# - keep gradients in Python and feed them back (answer 2), and measure what
+#   that costs;
+# - add a counter (answer 3) and check that $k$ micro-batches then give the
+#   big batch's step, for SGD and for Adam;
+# - fall into answer 4's trap (2.4 instead of 2.0), explain it from the ops the
+#   graph runs, fix it, and see why a `tf.cond` does not;
+# - compare with PyTorch, which accumulates into `.grad` by itself (answer 5);
+# - use `pargrad.tf1.accumulation_ops`, the recipe with all of this fixed.
+#
+# Runs in about 20 seconds on a CPU; no GPU needed.
+
+# %% tags=["colab"]
+# On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
+import sys
+
+if "google.colab" in sys.modules:
+    import subprocess
+
+    REPOSITORY = "https://github.com/pargrad/pargrad"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", f"pargrad @ git+{REPOSITORY}@main"],
+        check=True,
+    )
+
+# %% [markdown]
+# As everywhere in the book, `pargrad` comes first (it imports TensorFlow
+# quietly). This chapter runs TF1-style graphs through `tf.compat.v1`, which
+# TensorFlow 2.21 still ships. One device is enough: accumulation is about
+# doing $k$ pieces of work *one after the other* on the same device.
+
+# %%
+import inspect
+import time
+
+import numpy as np
+import pargrad
+import tensorflow as tf
+from pargrad import plots, tf1
+
+v1 = tf.compat.v1
+print("TensorFlow", tf.__version__)
+
+# %% [markdown]
+# ## The setting: text 3's network, one batch, five micro-batches
+#
+# We reuse the 1-5-1 `tanh` network fitting $y = x^2$ from the chapter "The
+# training loop": 50 points, mean squared error, learning rate $10^{-2}$, the
+# same initial weights every time. The helper below builds it as a TF1 graph:
+# placeholders for the inputs, variables for the weights, a loss tensor.
+
+# %%
+LEARNING_RATE = 1e-2
+x_all, y_all = pargrad.parabola_data()
+NAMES = ["W1", "b1", "W2", "b2"]
+
+
+def parabola_graph():
+    """Text 3's network in the current graph: placeholders, variables, mean loss."""
+    x = v1.placeholder(tf.float32, [None, 1], name="x")
+    y = v1.placeholder(tf.float32, [None, 1], name="y")
+    variables = [tf.Variable(w, name=n) for w, n in zip(pargrad.initial_weights(), NAMES)]
+    loss = pargrad.squared_error(y, pargrad.parabola_forward(x, variables))
+    return x, y, variables, loss
+
+
+def micro_batches(k):
+    """The 50 points cut into k equal micro-batches, in order."""
+    return list(zip(np.split(x_all, k), np.split(y_all, k)))
+
+
+def max_difference(a, b):
+    return max(float(np.abs(p - q).max()) for p, q in zip(a, b))
+
+
+# %% [markdown]
+# The loss is a *mean* over the batch, so the gradient of the big batch is the
+# mean of the per-example gradients. With $k$ equal micro-batches of $n$
+# examples each,
+#
+# $$\nabla L_{\text{big}} = \frac{1}{kn}\sum_{j=1}^{kn} \nabla \ell_j
+#   = \frac{1}{k}\sum_{i=1}^{k} \underbrace{\frac{1}{n}\sum_{j \in B_i} \nabla \ell_j}_{\nabla L_i} .$$
+#
+# Accumulation must therefore apply the **mean** of the micro-batch gradients,
+# not their sum. Our yardstick in every section: one plain step on all 50
+# points.
+
+# %%
+def big_batch_step(make_optimizer, updates=1):
+    """Weights after `updates` plain steps on the whole batch."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x, y, variables, loss = parabola_graph()
+        step = make_optimizer().minimize(loss)
+        init = v1.global_variables_initializer()
+    with v1.Session(graph=graph) as session:
+        session.run(init)
+        for _ in range(updates):
+            session.run(step, {x: x_all, y: y_all})
+        return session.run(variables)
+
+
+initial = pargrad.initial_weights()
+sgd = lambda: v1.train.GradientDescentOptimizer(LEARNING_RATE)  # noqa: E731
+big_sgd = big_batch_step(sgd)
+print("W2 before:      ", initial[2][:, 0].round(6))
+print("W2 after a step:", big_sgd[2][:, 0].round(6))
+
+# %% [markdown]
+# ## Answer 1: accumulator variables, which sum
+#
+# The first answer adds one non-trainable variable per trainable variable,
+# an op list that zeroes them (`zero_ops`), an op list that adds a
+# micro-batch's gradients to them (`accum_ops`), and a training step that
+# applies the accumulators. Written as in the answer, it fails before it
+# starts on TensorFlow 2: `initialized_value()` belonged to the old reference
+# variables, and TF 2's variables are resource variables.
+
+# %%
+graph = tf.Graph()
+with graph.as_default():
+    x, y, variables, loss = parabola_graph()
+    tvs = v1.trainable_variables()
+    try:
+        accum_vars = [tf.Variable(tf.zeros_like(tv.initialized_value()), trainable=False)
+                      for tv in tvs]
+    except NotImplementedError as error:
+        print(f"{type(error).__name__} from {type(tvs[0]).__name__}.initialized_value()")
+
+# %% [markdown]
+# Creating the accumulators from the variables' shapes instead, the rest of the
+# answer runs as written:
+
+# %%
+def answer1_graph(make_optimizer):
+    """Answer 1's recipe: accumulators, zero_ops, accum_ops, apply the accumulators."""
+    x, y, variables, loss = parabola_graph()
+    optimizer = make_optimizer()
+    tvs = v1.trainable_variables()
+    accum_vars = [tf.Variable(tf.zeros(tv.shape), trainable=False) for tv in tvs]
+    zero_ops = [av.assign(tf.zeros_like(av)) for av in accum_vars]
+    gvs = optimizer.compute_gradients(loss, tvs)
+    accum_ops = [accum_vars[i].assign_add(gv[0]) for i, gv in enumerate(gvs)]
+    train_step = optimizer.apply_gradients([(accum_vars[i], gv[1]) for i, gv in enumerate(gvs)])
+    return x, y, variables, loss, zero_ops, accum_ops, train_step
+
+
+def run_answer1(make_optimizer, k):
+    """One update from k micro-batches with answer 1's recipe; returns the weights."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x, y, variables, loss, zero_ops, accum_ops, train_step = answer1_graph(make_optimizer)
+        init = v1.global_variables_initializer()
+    with v1.Session(graph=graph) as session:
+        session.run(init)
+        session.run(zero_ops)
+        for xb, yb in micro_batches(k):
+            session.run(accum_ops, {x: xb, y: yb})
+        session.run(train_step)
+        return session.run(variables)
+
+
+def step_ratio(after, big_after):
+    """Length of a step over the length of the big batch's step, all weights together."""
+    step = np.concatenate([(a - w).ravel() for a, w in zip(after, initial)])
+    big_step = np.concatenate([(b - w).ravel() for b, w in zip(big_after, initial)])
+    return np.linalg.norm(step) / np.linalg.norm(big_step), float(
+        np.dot(step, big_step) / np.linalg.norm(step) / np.linalg.norm(big_step))
+
+
+K = 5
+summed = run_answer1(sgd, K)
+length, cosine = step_ratio(summed, big_sgd)
+print(f"SGD:  answer 1's step is {length:.3f} x the big batch's, same direction: {cosine:.3f}")
+
+# %% [markdown]
+# The step points the right way but is $k = 5$ times as long: the
+# accumulators hold the *sum* $\sum_i \nabla L_i = k\,\nabla L_{\text{big}}$,
+# and SGD's step is proportional to the gradient. Answer 1 trains with a
+# learning rate of $k\eta$ without saying so.
+#
+# Adam is different: it divides the gradient by a running estimate of its own
+# magnitude, so multiplying every gradient by $k$ changes almost nothing:
+
+# %%
+adam = lambda: v1.train.AdamOptimizer(LEARNING_RATE)  # noqa: E731
+summed_adam = run_answer1(adam, K)
+big_adam = big_batch_step(adam)
+length, cosine = step_ratio(summed_adam, big_adam)
+print(f"Adam: answer 1's step is {length:.3f} x the big batch's, same direction: {cosine:.3f}")
+
+# %% [markdown]
+# So with Adam the bug hides (up to Adam's $\epsilon$), and with SGD or momentum
+# it changes the learning rate. What does that do to training? Here is text 3's
+# network trained for 200 updates of 50 examples each: plainly, with answer 1
+# and 5 micro-batches of 10, and with answer 1 and 50 micro-batches of one
+# example.
+
+# %%
+def train_answer1(k, updates=200):
+    """Full-batch loss before each of `updates` answer-1 updates of k micro-batches."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x, y, variables, loss, zero_ops, accum_ops, train_step = answer1_graph(sgd)
+        init = v1.global_variables_initializer()
+    losses = []
+    with v1.Session(graph=graph) as session:
+        session.run(init)
+        batches = micro_batches(k)
+        for _ in range(updates):
+            losses.append(session.run(loss, {x: x_all, y: y_all}))
+            if not np.isfinite(losses[-1]):
+                break
+            session.run(zero_ops)
+            for xb, yb in batches:
+                session.run(accum_ops, {x: xb, y: yb})
+            session.run(train_step)
+    return np.array(losses)
+
+
+curves = {"big batch (k = 1)": train_answer1(1),
+          "answer 1, k = 5": train_answer1(5),
+          "answer 1, k = 50": train_answer1(50)}
+for label, losses in curves.items():
+    print(f"{label:18s} loss after {len(losses):3d} updates: {losses[-1]:.4g}")
+
+# %%
+figure = None
+for label, losses in curves.items():
+    figure = plots.loss_curve(losses, ax=figure.axes[0] if figure else None, label=label,
+                              title="Answer 1 scales the learning rate by k")
+_ = figure.axes[0].set_xlabel("update")
+# k = 50 leaves the plot upwards on its way to inf
+_ = figure.axes[0].set_ylim(1e-2, 1e3)
+
+# %% [markdown]
+# With $k = 5$ the summed step is a learning rate of 0.05, which happens to
+# suit this small problem: training looks *better*. With $k = 50$ it is 0.5,
+# and training blows up to NaN within a few dozen updates. The real damage
+# is that the learning rate now depends on how the batch was cut: change $k$
+# to fit a different GPU and the training changes. Accumulation must not
+# change the training at all.
+#
+# ## Answer 2: fetch the gradients, keep them, feed them back
+#
+# The second answer keeps the graph plain: `compute_gradients` for the
+# micro-batches, the gradient *values* fetched into Python and kept, and
+# `apply_gradients` fed from placeholders. We average the kept values in NumPy,
+# so the step is the big batch's:
+
+# %%
+def answer2_graph(make_optimizer):
+    x, y, variables, loss = parabola_graph()
+    optimizer = make_optimizer()
+    gvs = optimizer.compute_gradients(loss, variables)
+    gradients = [g for g, _ in gvs]
+    fed = [v1.placeholder(tf.float32, v.shape) for v in variables]
+    train_step = optimizer.apply_gradients(zip(fed, variables))
+    return x, y, variables, gradients, fed, train_step
+
+
+graph = tf.Graph()
+with graph.as_default():
+    x, y, variables, gradients, fed, train_step = answer2_graph(sgd)
+    init = v1.global_variables_initializer()
+with v1.Session(graph=graph) as session:
+    session.run(init)
+    kept = [session.run(gradients, {x: xb, y: yb}) for xb, yb in micro_batches(K)]
+    mean = [np.mean(values, axis=0) for values in zip(*kept)]
+    session.run(train_step, dict(zip(fed, mean)))
+    answer2 = session.run(variables)
+print(f"answer 2 vs big batch, max |difference|: {max_difference(answer2, big_sgd):.6f}")
+
+# %% [markdown]
+# It works, and it is flexible (any arithmetic on the kept gradients is plain
+# NumPy). The price: every gradient of every micro-batch travels from the
+# device into Python, and the mean travels back. For our 16 weights that is
+# nothing; for a model of a million weights it is 4 MB per micro-batch each
+# way, and on a GPU each trip crosses the PCIe bus. A layer of 1024 × 1024
+# weights makes the cost visible:
+
+# %%
+def wide_graph(width=1024):
+    """A single 1024 x 1024 layer: big gradients, little arithmetic."""
+    x = v1.placeholder(tf.float32, [None, width])
+    weights = tf.Variable(tf.random.stateless_normal([width, width], seed=[0, 1]) * 0.01)
+    loss = tf.reduce_mean(tf.square(tf.matmul(x, weights)))
+    return x, weights, loss
+
+
+WIDE_K, WIDE_BATCH, WINDOWS = 8, 32, 4
+wide_data = np.random.default_rng(0).standard_normal(
+    (WIDE_K, WIDE_BATCH, 1024)).astype(np.float32)
+graph = tf.Graph()
+with graph.as_default():
+    x, weights, loss = wide_graph()
+    in_graph = tf1.accumulation_ops(loss, sgd())
+    gradient = v1.gradients(loss, weights)[0]
+    fed = v1.placeholder(tf.float32, weights.shape)
+    feed_step = sgd().apply_gradients([(fed, weights)])
+    init = v1.global_variables_initializer()
+
+moved = WIDE_K * weights.shape.num_elements() * 4 + weights.shape.num_elements() * 4
+print(f"answer 2 moves {moved / 2**20:.1f} MiB through Python per update "
+      f"(k = {WIDE_K}); the in-graph recipe moves none")
+
+# %% tags=["nbval-ignore-output"]
+with v1.Session(graph=graph) as session:
+    session.run(init)
+
+    def window_in_graph():
+        session.run(in_graph.zero_ops)
+        for xb in wide_data:
+            session.run(in_graph.accum_ops, {x: xb})
+        session.run(in_graph.train_step)
+
+    def window_through_python():
+        kept = [session.run(gradient, {x: xb}) for xb in wide_data]
+        session.run(feed_step, {fed: np.mean(kept, axis=0)})
+
+    windows = {"in graph": window_in_graph, "through Python": window_through_python}
+    timings = {name: float("inf") for name in windows}
+    for _ in range(3):  # interleaved rounds, best round counts: fair on a busy machine
+        for name, window in windows.items():
+            window()  # warm up
+            start = time.perf_counter()
+            for _ in range(WINDOWS):
+                window()
+            timings[name] = min(timings[name], (time.perf_counter() - start) / WINDOWS)
+for name, seconds in timings.items():
+    print(f"{name:15s} {1000 * seconds:6.1f} ms per update of {WIDE_K} micro-batches")
+print(f"through Python / in graph: {timings['through Python'] / timings['in graph']:.2f}x")
+assert timings["through Python"] > timings["in graph"]
+
+# %% [markdown]
+# On a two-core CPU the round trips typically add a noticeable share to every
+# update (the numbers above are from the machine that built this page, so
+# they vary); on a GPU the gap widens, since the arithmetic gets faster and
+# the copies do not. Answer 3 keeps everything in the graph.
+#
+# ## Answer 3: a counter, and apply the mean
+#
+# The third answer fixes answer 1 with one more variable: a counter that
+# `accum_ops` increments, and a training step that applies
+# `accumulator / counter`. The division must read the *variables*, a point
+# we return to in answer 4.
+
+# %%
+def answer3_graph(make_optimizer):
+    """Answer 1 plus a counter: apply accumulator / counter."""
+    x, y, variables, loss = parabola_graph()
+    optimizer = make_optimizer()
+    accum_vars = [tf.Variable(tf.zeros(v.shape), trainable=False) for v in variables]
+    counter = tf.Variable(0.0, trainable=False)
+    zero_ops = [av.assign(tf.zeros_like(av)) for av in accum_vars] + [counter.assign(0.0)]
+    gvs = optimizer.compute_gradients(loss, variables)
+    accum_ops = [av.assign_add(g) for av, (g, _) in zip(accum_vars, gvs)]
+    accum_ops.append(counter.assign_add(1.0))
+    train_step = optimizer.apply_gradients(
+        [(av.read_value() / counter.read_value(), v) for av, (_, v) in zip(accum_vars, gvs)])
+    return x, y, variables, zero_ops, accum_ops, train_step
+
+
+def run_answer3(make_optimizer, k, updates=3):
+    graph = tf.Graph()
+    with graph.as_default():
+        x, y, variables, zero_ops, accum_ops, train_step = answer3_graph(make_optimizer)
+        init = v1.global_variables_initializer()
+    with v1.Session(graph=graph) as session:
+        session.run(init)
+        for _ in range(updates):
+            session.run(zero_ops)
+            for xb, yb in micro_batches(k):
+                session.run(accum_ops, {x: xb, y: yb})
+            session.run(train_step)
+        return session.run(variables)
+
+
+for name, make_optimizer in [("SGD", sgd), ("Adam", adam)]:
+    accumulated = run_answer3(make_optimizer, K)
+    big = big_batch_step(make_optimizer, updates=3)
+    difference = max_difference(accumulated, big)
+    print(f"{name:4s}: 3 updates of {K} micro-batches vs 3 big-batch steps, "
+          f"max |difference| = {difference:.6f}")
+    assert difference < 1e-6
+
+# %% [markdown]
+# Within float32 rounding (differences of order $10^{-8}$ on weights of
+# order 1, printed as 0.000000), the accumulated updates *are* the big batch's
+# updates, and stay so over several updates, with Adam's moment estimates
+# included: Adam sees one gradient per update, the mean, exactly as with the
+# big batch.
+#
+# Two caveats that answer 3 does not mention. The counter counts
+# micro-batches, so the equality needs micro-batches of equal size (the next
+# chapter weights by examples instead). And anything computed per batch
+# other than the gradient, such as BatchNorm's statistics, still sees
+# micro-batches; the next chapter measures that too.
+#
+# ## Answer 4: the trap of `accum_op / batchsize`
+#
+# The fourth answer normalises in a different place: it divides the result
+# of the accumulate op by the number of micro-batches. Its author tested it
+# with a placeholder fed 2.0 five times, so the mean should be 2.0:
+
+# %%
+graph = tf.Graph()
+with graph.as_default():
+    value = v1.placeholder(tf.float32, [], name="value")
+    acum = tf.Variable(0.0, name="acum")
+    accum_op = acum.assign_add(value)
+    divide = accum_op / 5.0
+    init = v1.global_variables_initializer()
+
+with v1.Session(graph=graph) as session:
+    session.run(init)
+    for _ in range(5):
+        session.run(accum_op, {value: 2.0})
+    print("accumulator after 5 runs:     ", session.run(acum))
+    print("divide (fed 2.0 once more):   ", session.run(divide, {value: 2.0}))
+    print("accumulator after divide:     ", session.run(acum))
+    try:
+        session.run(divide)
+    except tf.errors.InvalidArgumentError as error:
+        first = next(line for line in error.message.splitlines() if "must feed" in line)
+        print("divide without a feed:        ", type(error).__name__, first.strip())
+
+# %% [markdown]
+# 2.4, not 2.0, and the accumulator now holds 12. `divide` is not "the
+# accumulator divided by 5"; it is "the value returned by `accum_op`, divided
+# by 5". Fetching a tensor makes the session run *every op that tensor
+# depends on*, and the value of `accum_op` depends on the `assign_add` that
+# produces it. So fetching `divide` adds the fed value once more
+# ($10 + 2 = 12$) and then divides ($12 / 5 = 2.4$); without a feed it cannot
+# even run. `pargrad.tf1.ops_run_by` lists the ops a fetch executes, inputs
+# first:
+
+# %%
+for name, kind in tf1.ops_run_by(divide):
+    print(f"{kind:20s} {name}")
+
+# %% [markdown]
+# There it is: `AssignAddVariableOp`, fed by the placeholder, sits upstream of
+# the division. The fix is to divide something that does *not* depend on the
+# accumulate op (the variable's current value, `acum.read_value()`) and to
+# run accumulating and applying in **separate** `session.run` calls (within one
+# call, TensorFlow does not order a read and an unrelated write of the same
+# variable):
+
+# %%
+with graph.as_default():
+    mean_value = acum.read_value() / 5.0
+
+print([kind for _, kind in tf1.ops_run_by(mean_value)])
+with v1.Session(graph=graph) as session:
+    session.run(init)
+    for _ in range(5):
+        session.run(accum_op, {value: 2.0})
+    print("mean:", session.run(mean_value), " accumulator after:", session.run(acum))
+
+# %% [markdown]
+# ### The `tf.cond` attempt
+#
+# The answer then tries to do both jobs with one fetch: a counter, and a
+# `tf.cond` that returns the accumulate op while fewer than five values are
+# in, and the division once five are. The hope: five runs accumulate, the
+# sixth divides, giving 2.0.
+
+# %%
+graph = tf.Graph()
+with graph.as_default():
+    value = v1.placeholder(tf.float32, [], name="value")
+    acum = tf.Variable(0.0, name="acum")
+    counter = tf.Variable(0.0, name="counter")
+    accum_op = acum.assign_add(value)
+    divide = accum_op / 5.0
+    count_op = counter.assign_add(1.0)
+    result = tf.cond(counter.read_value() < 5.0, lambda: accum_op, lambda: divide)
+    init = v1.global_variables_initializer()
+
+with v1.Session(graph=graph) as session:
+    session.run(init)
+    for run in range(1, 7):
+        got = session.run(result, {value: 2.0})
+        session.run(count_op)
+        print(f"run {run}: result {got:.1f}, accumulator {session.run(acum):.1f}")
+
+# %% [markdown]
+# The sixth run takes the "divide" branch, and still gives 2.4 with 12 in
+# the accumulator. `tf.cond` chooses which of two *already computed* tensors to
+# return: `accum_op` and `divide` were created outside the branch functions,
+# so they are inputs of the cond and run on every call, whichever branch wins.
+# Only ops created *inside* the lambdas are conditional:
+
+# %%
+conditional = {kind for _, kind in tf1.ops_run_by(result)}
+print("the cond's inputs include AssignAddVariableOp:", "AssignAddVariableOp" in conditional)
+
+# %% [markdown]
+# Even moved inside the lambdas, the cond would still be the wrong tool:
+# accumulating and applying are different jobs, run at different times, and
+# the plain way to say that in TF1 is two ops and two `session.run` calls.
+#
+# ## Answer 5: PyTorch accumulates by itself
+#
+# The last answer points out that PyTorch needs none of this: `backward()`
+# *adds* into each parameter's `.grad`, which is why PyTorch loops call
+# `optimizer.zero_grad()`. Accumulating $k$ micro-batches is just not zeroing
+# for $k$ calls, and the mean comes from dividing each micro-batch's loss by
+# $k$ {cite}`li2020pytorch`. Side by side:
+#
+# | TF1 recipe (answer 3) | PyTorch |
+# | --- | --- |
+# | `session.run(zero_ops)` | `optimizer.zero_grad()` |
+# | `session.run(accum_ops, feed)` | `(loss(model(x), y) / k).backward()` |
+# | `session.run(train_step)` (applies `accumulator / counter`) | `optimizer.step()` |
+#
+# The same toy as answer 4 in PyTorch: a weight $w$, a "loss" $2w$ whose
+# gradient is 2, five backward passes. This book does not install PyTorch,
+# so the cell runs the PyTorch code when PyTorch is there and otherwise
+# computes the same two numbers with TensorFlow; the output is the same
+# either way.
+
+# %%
+def pytorch_accumulation(k=5, value=2.0):
+    import torch
+
+    w = torch.zeros((), requires_grad=True)
+    for _ in range(k):
+        (w * value).backward()          # .grad += 2.0
+    summed = w.grad.item()
+    w.grad = None                       # what optimizer.zero_grad() does
+    for _ in range(k):
+        (w * value / k).backward()      # .grad += 2.0 / k
+    return summed, w.grad.item()
+
+
+def tensorflow_accumulation(k=5, value=2.0):
+    w = tf.Variable(0.0)
+    summed, averaged = tf.Variable(0.0), tf.Variable(0.0)
+    for _ in range(k):
+        with tf.GradientTape(persistent=True) as tape:
+            loss = w * value
+            scaled = loss / k
+        summed.assign_add(tape.gradient(loss, w))
+        averaged.assign_add(tape.gradient(scaled, w))
+    return float(summed.numpy()), float(averaged.numpy())
+
+
+try:
+    import torch  # noqa: F401
+    accumulate = pytorch_accumulation
+except ImportError:
+    accumulate = tensorflow_accumulation
+summed, averaged = accumulate()
+print(f".grad after 5 backward passes of 2*w:       {summed:.1f}  (the sum, answer 1)")
+print(f".grad after 5 backward passes of 2*w / 5:   {averaged:.1f}  (the mean, answer 3)")
+
+# %% [markdown]
+# PyTorch's default is answer 1's behaviour: a sum. Forgetting `zero_grad()`
+# accumulates by accident; forgetting to divide by $k$ scales the learning
+# rate. The trap of answer 4 has no PyTorch twin, because PyTorch runs each
+# line once, when Python reaches it: there is no graph to re-run.
+#
+# ## The clean version: `pargrad.tf1.accumulation_ops`
+#
+# Everything above, fixed, as one function in the package: it works with
+# resource variables and any `tf.compat.v1.train` optimizer, counts the
+# micro-batches, reads the variables in `train_step` (so fetching it never
+# re-runs `accum_ops` and needs no feed), and refuses to divide by a counter
+# of 0. Its source:
+
+# %%
+print(inspect.getsource(tf1.accumulation_ops))
+
+# %% [markdown]
+# Fetching `train_step` runs no accumulate op, whatever is fed:
+
+# %%
+graph = tf.Graph()
+with graph.as_default():
+    x, y, variables, loss = parabola_graph()
+    ops = tf1.accumulation_ops(loss, sgd())
+    init = v1.global_variables_initializer()
+print("AssignAddVariableOp in train_step's ops:",
+      "AssignAddVariableOp" in {kind for _, kind in tf1.ops_run_by(ops.train_step)})
+
+with v1.Session(graph=graph) as session:
+    session.run(init)
+    try:
+        session.run(ops.train_step)
+    except tf.errors.InvalidArgumentError as error:
+        print(type(error).__name__, error.message.splitlines()[2].split("]")[0] + "]")
+
+# %% [markdown]
+# And it trains text 3's network exactly as the big batch does. We train 200
+# updates with 5 micro-batches of 10 and compare with the plain big-batch
+# loss curve from answer 1's experiment ($k = 1$ there is plain training):
+
+# %%
+losses = []
+with v1.Session(graph=graph) as session:
+    session.run(init)
+    for _ in range(200):
+        losses.append(session.run(loss, {x: x_all, y: y_all}))
+        session.run(ops.zero_ops)
+        for xb, yb in micro_batches(K):
+            session.run(ops.accum_ops, {x: xb, y: yb})
+        session.run(ops.train_step)
+losses = np.array(losses)
+big_losses = curves["big batch (k = 1)"]
+print(f"loss after 200 updates: accumulated {losses[-1]:.6f}, big batch {big_losses[-1]:.6f}")
+print(f"largest gap between the two curves: {np.abs(losses - big_losses).max():.6f}")
+
+# %% [markdown]
+# ## Summary
+#
+# - Gradient accumulation replaces one big batch by $k$ micro-batches run one
+#   after the other; the update must use the **mean** of their gradients.
+# - Answer 1 applies the **sum**: with SGD or momentum the step is exactly $k$
+#   times too large (a hidden learning rate of $k\eta$, here stable for $k=5$
+#   and divergent for $k=50$); Adam hides it.
+# - Answer 2 (gradients kept in Python and fed back) is correct but moves
+#   every gradient through Python twice per update.
+# - Answer 3 adds a counter and applies `accumulator / counter`: equal to the
+#   big batch within float32 rounding, for SGD and Adam, over many updates.
+# - Answer 4's trap: a tensor returned by `assign_add` re-runs the
+#   `assign_add` whenever it is fetched, so `accum_op / 5` gives 2.4 and leaves
+#   12. Read the variable instead, and accumulate and apply in separate
+#   `run` calls. A `tf.cond` over tensors created outside it runs both.
+# - PyTorch accumulates into `.grad` by itself; divide the loss by $k$.
+# - `pargrad.tf1.accumulation_ops(loss, optimizer)` packages the fixed recipe.
+#
+# ## Exercises
+#
+# 1. Change answer 1's experiment to a momentum optimizer
+#    (`v1.train.MomentumOptimizer(LEARNING_RATE, 0.9)`). For which $k$ does
+#    training diverge now? Why earlier than with SGD?
+# 2. Answer 3 divides by the number of micro-batches. Cut the 50 points into
+#    micro-batches of 16, 16, 16 and 2, and measure how far the step lands
+#    from the big batch's. Then pass `num_examples=tf.shape(x)[0]` to
+#    `accumulation_ops` and measure again.
+# 3. Fetch `ops.accum_ops` and `ops.train_step` in the *same*
+#    `session.run` call several times. Is the result always the same? Use
+#    `tf1.ops_run_by` to explain.
+# 4. Rewrite the `tf.cond` attempt so that the ops are created inside the
+#    branch functions. Does it give 2.0 now? What does the sixth run do to
+#    the accumulator?
+# 5. With $k$ micro-batches of $n$ examples, answer 2 moves $(k+1)$ copies of
+#    the gradients through Python per update. Estimate the time this takes
+#    for a 100-million-parameter model over a 16 GB/s PCIe link, per update.

@@ -1,0 +1,185 @@
+"""Gradient accumulation in a TF1 graph, the recipe of text 2 with its bugs fixed.
+
+Taught in the chapter "Accumulating gradients in TF1 graphs".  The graph gets
+one accumulator variable per trained variable and a counter; ``zero_ops``
+clears them, ``accum_ops`` adds one micro-batch's gradients and 1 to the
+counter, and ``train_step`` applies ``accumulator / counter``, the mean
+gradient of the micro-batches, exactly what one step on the big batch would
+apply.
+"""
+
+import dataclasses
+
+from pargrad._quiet import import_tensorflow_quietly
+
+tf = import_tensorflow_quietly()
+
+EMPTY_WINDOW_MESSAGE = (
+    "train_step ran with nothing accumulated (counter = 0): run zero_ops, then "
+    "accum_ops once per micro-batch, and only then train_step"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class AccumulationOps:
+    """The variables and ops that :func:`accumulation_ops` adds to a graph.
+
+    ``accumulators``: one variable per trained variable, holding the sum of
+    the gradients since the last ``zero_ops``.  ``counter``: how many
+    micro-batches (or, with ``num_examples``, examples) were added.  ``zero_ops``: zero both.  ``accum_ops``: add
+    one micro-batch's gradients (needs the loss's ``feed_dict``).
+    ``train_step``: apply the mean gradient; it reads the variables only, so
+    it needs no ``feed_dict`` and never re-runs ``accum_ops``.
+    ``grads_and_vars``: the optimizer's ``(gradient, variable)`` pairs.
+    """
+
+    accumulators: list
+    counter: tf.Variable
+    zero_ops: list
+    accum_ops: list
+    train_step: tf.Operation
+    grads_and_vars: list
+
+
+def accumulation_ops(loss, optimizer, var_list=None, num_examples=None, global_step=None):
+    """Build the ops that accumulate gradients over micro-batches and apply their mean.
+
+    ``loss`` is a scalar tensor of a ``tf.Graph`` (graph mode, run by a
+    ``tf.compat.v1.Session``); ``optimizer`` a ``tf.compat.v1.train``
+    optimizer (``GradientDescentOptimizer``, ``MomentumOptimizer``,
+    ``AdamOptimizer``, ...); ``var_list`` the variables to train (default: the
+    graph's trainable variables).  Run ``global_variables_initializer()``
+    after calling it, then for each update::
+
+        session.run(ops.zero_ops)
+        for x, y in micro_batches:
+            session.run(ops.accum_ops, feed_dict={inputs: x, targets: y})
+        session.run(ops.train_step)       # one step with the mean gradient
+
+    By default each micro-batch counts once (answer 3's counter), so the
+    result equals one step on the concatenated batch when the micro-batches
+    are equally large and the loss is a mean over the micro-batch.  Pass
+    ``num_examples`` (the micro-batch's size as a tensor, for example
+    ``tf.shape(inputs)[0]``) to weight each micro-batch by its size
+    instead: then micro-batches of any sizes give the big batch's step.
+    Running ``train_step`` with a counter of 0 raises
+    ``tf.errors.InvalidArgumentError`` instead of applying 0 / 0.  Returns
+    an :class:`AccumulationOps`.
+
+    Taught in the chapter "Accumulating gradients in TF1 graphs".
+    """
+    if tf.executing_eagerly():
+        raise RuntimeError(
+            "accumulation_ops builds a TF1 graph: call it inside "
+            "`with tf.Graph().as_default():` and run the ops with "
+            "tf.compat.v1.Session; in eager code use pargrad.GradientAccumulator."
+        )
+    if not isinstance(optimizer, tf.compat.v1.train.Optimizer):
+        raise TypeError(
+            f"accumulation_ops needs a tf.compat.v1.train optimizer, got "
+            f"{type(optimizer).__name__}; pass for example "
+            "tf.compat.v1.train.GradientDescentOptimizer(0.01) (Keras optimizers "
+            "belong with pargrad.GradientAccumulator)."
+        )
+    if not isinstance(loss, tf.Tensor) or loss.shape.rank not in (0, None):
+        raise ValueError(
+            f"accumulation_ops needs the scalar loss tensor of a graph, got {loss!r}; "
+            "reduce it with tf.reduce_mean first."
+        )
+
+    grads_and_vars = [
+        (gradient, variable)
+        for gradient, variable in optimizer.compute_gradients(loss, var_list=var_list)
+        if gradient is not None
+    ]
+    if not grads_and_vars:
+        raise ValueError(
+            "the loss depends on none of the variables in var_list; pass the "
+            "variables the loss is computed from."
+        )
+
+    with tf.name_scope("accumulation"):
+        accumulators = [
+            tf.Variable(
+                tf.zeros(variable.shape, dtype=variable.dtype.base_dtype),
+                trainable=False,
+                name=variable.name.split(":")[0].replace("/", "_") + "_accumulator",
+            )
+            for _, variable in grads_and_vars
+        ]
+        counter = tf.Variable(0.0, trainable=False, name="counter")
+
+        zero_ops = [accumulator.assign(tf.zeros_like(accumulator)) for accumulator in accumulators]
+        zero_ops.append(counter.assign(0.0))
+
+        if num_examples is None:
+            accum_ops = [
+                _add_gradient(accumulator, gradient)
+                for accumulator, (gradient, _) in zip(accumulators, grads_and_vars)
+            ]
+            accum_ops.append(counter.assign_add(1.0))
+        else:
+            weight = tf.cast(num_examples, tf.float32)
+            accum_ops = [
+                accumulator.assign_add(
+                    tf.convert_to_tensor(gradient) * tf.cast(weight, accumulator.dtype.base_dtype))
+                for accumulator, (gradient, _) in zip(accumulators, grads_and_vars)
+            ]
+            accum_ops.append(counter.assign_add(weight))
+
+        # Read the variables, never the tensors that accum_ops return: a tensor
+        # returned by assign_add re-runs the assign_add when fetched (answer 4's trap).
+        count = counter.read_value()
+        check = tf.debugging.assert_positive(count, message=EMPTY_WINDOW_MESSAGE)
+        with tf.control_dependencies([check]):
+            mean_gradients = [
+                accumulator.read_value() / tf.cast(count, accumulator.dtype.base_dtype)
+                for accumulator in accumulators
+            ]
+        train_step = optimizer.apply_gradients(
+            [(mean, variable) for mean, (_, variable) in zip(mean_gradients, grads_and_vars)],
+            global_step=global_step,
+        )
+
+    return AccumulationOps(
+        accumulators=accumulators,
+        counter=counter,
+        zero_ops=zero_ops,
+        accum_ops=accum_ops,
+        train_step=train_step,
+        grads_and_vars=grads_and_vars,
+    )
+
+
+def _add_gradient(accumulator, gradient):
+    """``accumulator += gradient``, also for the sparse gradients of embeddings."""
+    if isinstance(gradient, tf.IndexedSlices):
+        return accumulator.scatter_add(gradient)
+    return accumulator.assign_add(gradient)
+
+
+def ops_run_by(fetch):
+    """The ops a ``Session.run(fetch)`` executes, inputs first, as ``(name, type)`` pairs.
+
+    Follows data inputs and control inputs back from ``fetch`` (a tensor,
+    operation or variable of a graph).  The chapter "Accumulating gradients in
+    TF1 graphs" uses it to show that fetching ``accum_op / 5`` runs the
+    ``AssignAddVariableOp`` again.
+    """
+    start = fetch.op if hasattr(fetch, "op") else fetch
+    order, seen = [], set()
+    stack = [(start, False)]
+    while stack:
+        op, inputs_done = stack.pop()
+        if inputs_done:
+            order.append((op.name, op.type))
+            continue
+        if op in seen:
+            continue
+        seen.add(op)
+        stack.append((op, True))
+        parents = [tensor.op for tensor in op.inputs] + list(op.control_inputs)
+        for parent in reversed(parents):
+            if parent not in seen:
+                stack.append((parent, False))
+    return order
