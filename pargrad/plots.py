@@ -36,3 +36,295 @@ def parabola_fit(x, y, predictions, ax=None, title="Fitting y = x²"):
     ax.set_title(title)
     ax.legend()
     return ax.figure
+
+
+# -- chapter "Asynchronous training" -------------------------------------------
+
+
+def stale_gradient(weights, losses, async_path, sync_path, async_workers=("d0", "d1")):
+    """Text 1's figure: a stale gradient overshoots, the synchronous step does not.
+
+    ``weights`` and ``losses`` trace the loss curve of a one-parameter model.
+    ``async_path`` holds the parameter at t0 (both workers read it), t1 (the
+    first worker's update landed) and t2 (the second worker's stale update
+    landed), as an asynchronous run recorded it; ``sync_path`` holds the
+    start and the parameter after one synchronous step from the same start.
+    Drawn in the chapter "Asynchronous training".
+    """
+    weights, losses = np.asarray(weights, float), np.asarray(losses, float)
+    figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6), sharey=True)
+    lowest = weights[np.argmin(losses)]
+    fills = ["black", "0.6", "white"]
+
+    def draw(ax, path, title, step_labels, readers):
+        """The curve, the balls at t0, t1, ..., the gradients at t0 and the steps."""
+        height = np.interp(path, weights, losses)
+        lift = 0.03 * (losses.max() - losses.min())
+        ax.plot(weights, losses, color="black", lw=1.5, zorder=1)
+        ax.axvline(lowest, color="0.5", ls=":", lw=1)
+        ax.text(lowest, losses.max(), " minimum", color="0.4", va="top", fontsize=8)
+        # At t0 every reader's gradient points the same way: downhill.
+        direction = np.sign(path[1] - path[0])
+        span = 0.12 * (weights.max() - weights.min())
+        for k, reader in enumerate(readers):
+            y = height[0] + (4 + 3 * k) * lift
+            ax.annotate("", xy=(path[0] + direction * span, y), xytext=(path[0], y),
+                        arrowprops=dict(arrowstyle="-|>", color="0.3", lw=1.2))
+            ax.text(path[0] + direction * 1.08 * span, y, reader, va="center", fontsize=8,
+                    ha="right" if direction < 0 else "left")
+        for i, label in enumerate(step_labels):
+            bend = 0.4 if path[i + 1] < path[i] else -0.4
+            ax.annotate(
+                "", xy=(path[i + 1], height[i + 1] + lift), xytext=(path[i], height[i] + lift),
+                arrowprops=dict(arrowstyle="-|>", color="C3", lw=1.5,
+                                connectionstyle=f"arc3,rad={bend}", shrinkA=7, shrinkB=7),
+            )
+            middle = (path[i] + path[i + 1]) / 2
+            ax.text(middle, np.interp(middle, weights, losses) + 0.2 * abs(path[i + 1] - path[i])
+                    * (losses.max() - losses.min()) / (weights.max() - weights.min()) + 6 * lift,
+                    label, ha="center", color="C3", fontsize=8)
+        for i, (w, h) in enumerate(zip(path, height)):
+            ax.scatter([w], [h + lift], s=150, color=fills[i], edgecolors="black",
+                       zorder=3, linewidths=1.2)
+            ax.text(w + 0.04 * (weights.max() - weights.min()), h - lift, f"t{i}",
+                    ha="left", va="top", fontsize=9)
+        ax.set_title(title)
+        ax.set_xlabel("parameter w")
+
+    first, second = async_workers
+    draw(left, np.asarray(async_path, float), "asynchronous",
+         [f"{first}'s update", f"{second}'s stale update\n(gradient read at t0)"],
+         [f"{first}'s gradient", f"{second}'s gradient"])
+    draw(right, np.asarray(sync_path, float), "synchronous",
+         [f"one step, average of\n{first}'s and {second}'s gradients"],
+         [f"{first}'s gradient", f"{second}'s gradient"])
+    left.set_ylabel("loss")
+    figure.tight_layout()
+    return figure
+
+
+def async_timeline(history, ax=None, title="Who read and applied when"):
+    """Each update as a bar from its read to its apply, one row a worker.
+
+    ``history`` is what :meth:`pargrad.AsyncTrainer.fit` returned; the number
+    in a bar is that update's staleness.  Drawn in the chapter
+    "Asynchronous training".
+    """
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * (int(np.max(history["worker"])) + 1)))
+    workers = np.asarray(history["worker"])
+    for worker, start, end, staleness in zip(workers, history["read_time"], history["time"],
+                                             history["staleness"]):
+        ax.barh(worker, end - start, left=start, height=0.6, color=f"C{worker % 10}",
+                alpha=0.75, edgecolor="black")
+        ax.text((start + end) / 2, worker, str(staleness), ha="center", va="center", fontsize=8)
+    ax.set_yticks(range(int(workers.max()) + 1),
+                  [f"d{w}" for w in range(int(workers.max()) + 1)])
+    ax.invert_yaxis()
+    ax.set_xlabel("time (read → apply); number = staleness")
+    ax.set_title(title)
+    ax.figure.tight_layout()
+    return ax.figure
+
+
+def staleness_histograms(stalenesses, title="Staleness of each update"):
+    """One histogram per run: the share of updates with each staleness.
+
+    ``stalenesses`` maps a label (such as "4 workers") to the recorded
+    staleness of every update.  Drawn in the chapter "Asynchronous training".
+    """
+    figure, axes = plt.subplots(1, len(stalenesses), figsize=(2.4 * len(stalenesses), 2.6),
+                                sharey=True, squeeze=False)
+    for ax, (label, staleness) in zip(axes[0], stalenesses.items()):
+        staleness = np.asarray(staleness, int)
+        counts = np.bincount(staleness)
+        ax.bar(np.arange(len(counts)), counts / counts.sum(), color="C0", width=0.8)
+        ax.axvline(staleness.mean(), color="C3", lw=1.5)
+        ax.set_title(f"{label}\nmean {staleness.mean():.2f}", fontsize=9)
+        ax.set_xlabel("staleness")
+        ax.set_xlim(-0.8, max(len(counts), 3) - 0.2)
+        ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
+    axes[0][0].set_ylabel("share of updates")
+    figure.suptitle(title)
+    figure.tight_layout()
+    return figure
+
+
+def loss_against_updates(runs, title="Loss against updates", window=1, ax=None):
+    """Loss against update number on a log scale, one line per run.
+
+    ``runs`` maps a label to the loss of each update (as recorded by the
+    asynchronous trainer); ``window`` > 1 draws a running mean over that many
+    updates, which evens out the different shards of the workers.  Values
+    that overflowed are cut at the top of the plot.  Drawn in the chapter
+    "Asynchronous training".
+    """
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 3.2))
+    top = 0.0
+    for label, losses in runs.items():
+        losses = np.asarray(losses, float)
+        if window > 1:
+            losses = np.convolve(losses, np.ones(window) / window, mode="valid")
+        finite = losses[np.isfinite(losses)]
+        top = max(top, finite[: max(1, len(finite) // 10)].max() if len(finite) else 0)
+        ax.plot(np.arange(window, window + len(losses)), losses, label=label)
+    ax.set_yscale("log")
+    ax.set_ylim(top=10 * top)
+    ax.set_xlabel("update")
+    ax.set_ylabel("loss" if window == 1 else f"loss (mean of {window} updates)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return ax.figure
+
+
+def peak_memory_against_batch(batch_sizes, big_batch_mb, accumulated_mb, micro_batch_size,
+                              device="CPU", title="Peak memory of one update"):
+    """Peak memory against batch size: one big batch vs accumulated micro-batches.
+
+    Chapter "Accumulation in TF2 and Keras 3".  ``big_batch_mb`` and
+    ``accumulated_mb`` are the peaks (MB) that ``pargrad.accumulate.peak_memory``
+    measured for the same ``batch_sizes``.
+    """
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    ax.plot(batch_sizes, big_batch_mb, "o-", label="whole batch at once")
+    ax.plot(batch_sizes, accumulated_mb, "s-",
+            label=f"accumulated, micro-batches of {micro_batch_size}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("examples per update (batch size)")
+    ax.set_ylabel("peak memory (MB)" if device == "GPU" else "peak resident memory (MB)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return fig
+
+
+# -- chapter "Synchronous training" ---------------------------------------------
+
+def ring_all_reduce_steps(states, sent, counts, title="Ring all-reduce, step by step"):
+    """Each step of a ring all-reduce: replicas as rows, chunks as columns.
+
+    ``states``, ``sent``: from :func:`pargrad.sync.ring_all_reduce` run on the
+    replicas' vectors (one element a chunk); ``counts``: the states of the same
+    run on vectors of ones, i.e. how many replicas each cell already holds.
+    Arrows mark the chunk each replica sends to its neighbour in that step.
+    (Chapter "Synchronous training".)
+    """
+    n = len(states[0])
+    panels = len(states)
+    fig, axes = plt.subplots(1, panels, figsize=(1.9 * panels, 0.55 * n + 1.2), squeeze=False)
+    cmap = plt.get_cmap("Blues")
+    for p, ax in enumerate(axes[0]):
+        grid = np.asarray(counts[p])
+        ax.imshow(grid, cmap=cmap, vmin=0, vmax=n + 1.5, aspect="equal")
+        for r in range(n):
+            for c in range(grid.shape[1]):
+                full = grid[r, c] == n
+                ax.text(c, r, f"{states[p][r, c]:g}", ha="center", va="center", fontsize=8,
+                        color="white" if full else "black", fontweight="bold" if full else None)
+        if p > 0:
+            for sender, receiver, chunk in sent[p - 1]:
+                ax.add_patch(plt.Rectangle((chunk - 0.5, sender - 0.5), 1, 1, fill=False,
+                                           edgecolor="tab:orange", linewidth=2))
+        ax.set_xticks(range(grid.shape[1]))
+        ax.set_xticklabels([f"c{c}" for c in range(grid.shape[1])], fontsize=7)
+        ax.set_yticks(range(n))
+        ax.set_yticklabels([f"r{r}" for r in range(n)] if p == 0 else [], fontsize=7)
+        if p == 0:
+            ax.set_title("start", fontsize=8)
+        elif p < n:
+            ax.set_title(f"reduce-scatter {p}", fontsize=8)
+        else:
+            ax.set_title(f"all-gather {p - n + 1}", fontsize=8)
+    fig.suptitle(title + " (orange: the chunk each replica sends to the next)", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def device_timeline(history, steps=range(4), ax=None, title="What each replica did, step by step"):
+    """Per replica: launch, compute and waiting (all-reduce) bars for a few steps.
+
+    ``history``: a :class:`pargrad.SyncHistory`; times are shown in ms from
+    the start of the first step drawn; dotted lines end the steps.
+    (Chapter "Synchronous training".)
+    """
+    steps = list(steps)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 0.6 * history.compute.shape[1] + 1.6))
+    origin = history.start[steps[0]]
+    ms = lambda t: (t - origin) * 1e3  # noqa: E731
+    replicas = history.compute.shape[1]
+    colors = {"launch": "0.85", "compute": "tab:blue", "straggler": "tab:orange", "wait": "tab:red"}
+    for step in steps:
+        for r in range(replicas):
+            kind = "straggler" if r in history.stragglers else "compute"
+            spans = [
+                (history.start[step], history.compute_start[step, r], "launch"),
+                (history.compute_start[step, r], history.compute_end[step, r], kind),
+                (history.compute_end[step, r], history.update_end[step, r], "wait"),
+            ]
+            for begin, end, part in spans:
+                ax.barh(r, ms(end) - ms(begin), left=ms(begin), height=0.6,
+                        color=colors[part], alpha=0.45 if part == "wait" else 1.0,
+                        edgecolor="none")
+        ax.axvline(ms(history.start[step] + history.step_time[step]), color="0.3",
+                   linestyle=":", linewidth=1)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[k], alpha=0.45 if k == "wait" else 1.0)
+               for k in ("launch", "compute", "wait")]
+    labels = ["launch (before the replica starts)", "compute (forward + backward)",
+              "wait (all-reduce + update)"]
+    if history.stragglers:
+        handles.insert(2, plt.Rectangle((0, 0), 1, 1, color=colors["straggler"]))
+        labels.insert(2, "compute, straggler")
+    ax.legend(handles, labels, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0),
+              ncol=len(labels), frameon=False)
+    ax.set_yticks(range(replicas))
+    ax.set_yticklabels([f"replica {r}" for r in range(replicas)])
+    ax.invert_yaxis()
+    ax.set_xlabel("time since the first step started (ms)")
+    ax.set_title(title, pad=24)
+    ax.figure.tight_layout()
+    return ax.figure
+
+
+def step_time_against_slowest(runs, ax=None, title="A step lasts as long as its slowest replica"):
+    """Scatter of step time against the slowest replica's launch + compute, in ms.
+
+    ``runs``: ``{label: history}``; the dashed line is step time = slowest
+    replica.  (Chapter "Synchronous training".)
+    """
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 3.6))
+    top = 0.0
+    for label, history in runs.items():
+        slowest = (history.launch + history.compute).max(axis=1) * 1e3
+        step = history.step_time * 1e3
+        ax.scatter(slowest, step, s=12, alpha=0.7, label=label)
+        top = max(top, slowest.max(), step.max())
+    ax.plot([0, top], [0, top], "k--", linewidth=1, label="step = slowest replica")
+    ax.set_xlabel("slowest replica: launch + compute (ms)")
+    ax.set_ylabel("step time (ms)")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    return ax.figure
+
+
+def throughput_against_replicas(replicas, examples_per_second, ax=None,
+                                title="Throughput against replicas on this machine"):
+    """Measured examples per second against replicas, beside perfect scaling.
+
+    (Chapter "Synchronous training".)
+    """
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 3.4))
+    replicas = np.asarray(replicas)
+    rate = np.asarray(examples_per_second, dtype=float)
+    ax.plot(replicas, rate, "o-", label="measured")
+    ax.plot(replicas, rate[0] * replicas / replicas[0], "k--", linewidth=1,
+            label="perfect scaling (a core or GPU per replica)")
+    ax.set_xticks(replicas)
+    ax.set_xlabel("replicas")
+    ax.set_ylabel("examples per second")
+    ax.set_ylim(bottom=0)
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    return ax.figure
