@@ -9,6 +9,7 @@ import_tensorflow_quietly()
 
 from pargrad import tf1  # noqa: E402
 from pargrad.accumulate import GradientAccumulator, peak_memory  # noqa: E402
+from pargrad.asynchronous import AsyncTrainer, lost_updates  # noqa: E402
 from pargrad.book import show_source  # noqa: E402
 from pargrad.devices import DevicesAlreadyInitializedError, logical_devices  # noqa: E402
 from pargrad.parabola import (  # noqa: E402

@@ -1,0 +1,469 @@
+# %% [markdown]
+# # Asynchronous training
+#
+# The simplest way to train on several devices is to not coordinate them at
+# all: every device runs the single-device training loop on its own data, on
+# parameters they all share. This is *asynchronous* data-parallel training,
+# the mode of the first large-scale systems {cite}`dean2012large`.
+#
+# Two texts that started this book guide the chapter. *Text 1*, an article on
+# TensorFlow's two modes of parallel training, describes asynchronous mode and
+# draws its weakness in one picture, which we reproduce from a real run.
+# *Text 3* is the Q&A question of the chapter "The training loop": its 1-5-1
+# `tanh` network fitting $y = x^2$ is our test problem again.
+#
+# **In this chapter you will**
+#
+# - see asynchronous training in words and in code: the single-device loop,
+#   copied once per device;
+# - draw the famous stale-gradient picture from a real two-device run: one
+#   device's gradient, computed for parameters that have moved since, pushes
+#   them past the minimum;
+# - measure staleness, the number of updates that land while a device computes,
+#   for 1, 2, 4 and 8 devices and with one slow device;
+# - watch asynchronous training break as staleness and learning rate grow, and
+#   repair it with a staleness-aware learning rate;
+# - see why updates to shared parameters must be atomic, by losing some.
+#
+# Runs in about half a minute on a CPU.
+
+# %% tags=["colab"]
+# On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
+import sys
+
+if "google.colab" in sys.modules:
+    import subprocess
+
+    REPOSITORY = "https://github.com/pargrad/pargrad"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", f"pargrad @ git+{REPOSITORY}@main"],
+        check=True,
+    )
+
+# %% [markdown]
+# We import `pargrad` first (it silences TensorFlow's start-up lines), split the
+# CPU into eight logical devices before anything else touches TensorFlow, and
+# seed everything.
+
+# %%
+import pargrad  # first: it imports TensorFlow quietly
+
+import keras
+import matplotlib.pyplot as plt
+import numpy as np
+import tensorflow as tf
+from pargrad import plots
+from pargrad.asynchronous import AsyncTrainer, lost_updates
+
+devices = pargrad.logical_devices(8)
+keras.utils.set_random_seed(0)
+print(devices)
+
+# %% [markdown]
+# ## The single-device loop, copied several times
+#
+# One training iteration is a forward pass on a small batch, the loss, a
+# backward pass and an update. In asynchronous mode each device:
+#
+# 1. **reads** the latest shared parameters, whenever it is ready to start;
+# 2. computes the loss and the **gradients on its own data**;
+# 3. **applies** its update to the shared parameters, on its own, without
+#    waiting for any other device.
+#
+# Then it starts again. Nobody waits for anybody, so a fast device is never
+# held up by a slow one. The price: while a device computes, the others keep
+# updating the parameters, so by the time its gradient is applied, it was
+# computed for parameters that no longer exist. It is *stale*. We call the
+# number of updates that landed between a device's read and its apply the
+# update's **staleness**.
+#
+# `pargrad.AsyncTrainer` does exactly this. The shared parameters live on one
+# *parameter device* (the first device); one worker runs on each device. Here
+# is a worker's loop, as each worker's thread runs it:
+
+# %%
+pargrad.show_source(AsyncTrainer._work)
+
+# %% [markdown]
+# Apart from claiming one of the requested updates and pretending to be a slow
+# device, it is the single-device loop: read, compute, apply. Reading and
+# applying happen under a lock, so that a read sees a whole version of the
+# parameters and an update is applied in one piece. Applying records the
+# staleness, and divides the learning rate by `staleness + 1` when we ask for
+# the staleness-aware rate (more on that below):
+
+# %%
+pargrad.show_source(AsyncTrainer._apply)
+
+# %% [markdown]
+# ## Two ways to run: real threads and a virtual clock
+#
+# `fit(..., mode="free-running")` starts one real thread per worker; that is
+# what you would use for speed, and its order of events depends on the
+# operating system. A book needs figures that come out the same on every
+# machine, so `fit(..., mode="scheduled")` (the default) runs the same workers
+# in one thread and lets a *seeded virtual clock* decide who reads and who
+# applies when: a step on a device takes `1 / speed` time units, plus an
+# optional random delay (`jitter`). Same seed, same run, same numbers.
+#
+# Here are three workers training text 3's network for 12 updates; device 2 is half as fast, and small random
+# delays shuffle the order. Each bar runs from a worker's read to its apply;
+# the number is the staleness of that update.
+
+# %%
+x, y = pargrad.parabola_data()
+trainer = AsyncTrainer(pargrad.parabola_model(seed=0), pargrad.squared_error, devices[:3],
+                       learning_rate=0.01, progress=False)
+history = trainer.fit(x, y, updates=12, speeds=[1.0, 1.0, 0.5], jitter=0.2, seed=1)
+print("worker   :", history["worker"])
+print("read v   :", history["read_version"])
+print("applied v:", history["applied_version"])
+print("staleness:", history["staleness"])
+print("version counter:", trainer.version)
+figure = plots.async_timeline(history)
+
+# %% [markdown]
+# Every update is recorded: the worker, the version of the parameters it read,
+# the version it was applied to, their difference (the staleness), its loss
+# and its time. The version counter counts the applied updates, so nothing
+# was lost: 12 requested, 12 applied. The slow device's updates are the stalest:
+# while it computes once, the two others each update about twice.
+#
+# (`AsyncTrainer` shows a progress bar while it trains; we switch it off with
+# `progress=False` so that the stored page stays the same from run to run.)
+#
+# ## The stale gradient, drawn from a run
+#
+# Text 1 explains asynchronous training with one picture. A loss curve; a
+# black ball is the parameter at time t0, when devices d0 and d1 both read it.
+# Both gradients point left, downhill. At t1 d0 applies its update: the gray
+# ball. At t2 d1 applies its gradient, computed at t0, to the parameter that d0
+# has already moved: the white ball shoots past the minimum.
+#
+# We produce the picture with a real run. The model has one parameter $w$ and
+# predicts $\hat y = w x$; the data are the 50 points $x$ of text 3 with
+# targets $y = 0.5\,x$, so the loss $L(w) = \mathrm{mean}((w x - y)^2)$ is a
+# parabola with its minimum at $w^* = 0.5$ and curvature
+# $L''(w) = 2\,\mathrm{mean}(x^2)$. Change the three numbers in the next cell to
+# redraw the figure: the learning rate is set as a multiple of one over the
+# curvature.
+
+# %%
+START = 3.0  # w at t0
+STEP_TIMES_CURVATURE = 0.6  # learning rate x curvature; try 0.4 and 1.2
+SPEEDS = [1.0, 0.8]  # d1 a little slower, so that d0's update lands first
+
+targets = 0.5 * x
+
+
+def one_parameter_model(w):
+    model = keras.Sequential([keras.Input(shape=(1,)), keras.layers.Dense(1, use_bias=False)])
+    model.set_weights([np.array([[w]], np.float32)])
+    return model
+
+
+def mean_squared_error(y, predictions):
+    return tf.reduce_mean(tf.square(y - predictions))
+
+
+curvature = 2 * float(np.mean(x**2))
+learning_rate = STEP_TIMES_CURVATURE / curvature
+print(f"curvature {curvature:.4f}, learning rate {learning_rate:.4f}")
+
+# %% [markdown]
+# Two workers, on devices d0 and d1, each with its own half of the data (the
+# trainer deals the examples out: worker $i$ gets every second example
+# starting at $i$). We record the parameter after every update with the
+# `on_update` hook, and run two updates:
+
+# %%
+stale_run = AsyncTrainer(one_parameter_model(START), mean_squared_error, devices[:2],
+                         learning_rate=learning_rate, progress=False)
+async_path = [START]
+stale_history = stale_run.fit(
+    x, targets, updates=2, speeds=SPEEDS,
+    on_update=lambda record: async_path.append(float(stale_run.get_weights()[0][0, 0])))
+for key in ("worker", "read_version", "applied_version", "staleness", "time"):
+    print(f"{key:>15}: {stale_history[key]}")
+print("w at t0, t1, t2:", np.round(async_path, 4))
+
+# %% [markdown]
+# Both updates read version 0; d0's lands at time 1, d1's at time 1.25 on
+# top of d0's, with staleness 1. The synchronous step from the same start
+# averages the same two gradients, both taken at $w = $ `START`, and applies
+# them once:
+
+# %%
+w0 = tf.Variable(START)
+gradients = []
+for worker in range(2):
+    with tf.GradientTape() as tape:
+        loss = mean_squared_error(targets[worker::2], w0 * x[worker::2])
+    gradients.append(float(tape.gradient(loss, w0)))
+sync_path = [START, START - learning_rate * np.mean(gradients)]
+print("gradients of d0 and d1 at t0:", np.round(gradients, 4))
+print("w after the synchronous step:", round(sync_path[1], 4))
+
+# %%
+grid = np.linspace(-0.5, 3.5, 161)
+curve = [float(mean_squared_error(targets, w * x)) for w in grid]
+figure = plots.stale_gradient(grid, curve, async_path, sync_path)
+
+# %% [markdown]
+# Why does the white ball overshoot? Write $a_0, a_1$ for the curvatures of the
+# two halves of the data (they average to the curvature $a$). Then
+# $w_1 - w^* = (1 - \eta a_0)(w_0 - w^*)$, and d1's stale update subtracts
+# $\eta a_1 (w_0 - w^*)$, its gradient *at $w_0$*:
+#
+# $$w_2 - w^* = \bigl(1 - \eta\,(a_0 + a_1)\bigr)\,(w_0 - w^*) \approx (1 - 2\eta a)\,(w_0 - w^*).$$
+#
+# Both updates were sized for the distance from $w_0$; applied one after the
+# other they cover it twice. The ball passes the minimum as soon as
+# $\eta a > 1/2$. The synchronous step averages the two gradients,
+# $w - w^* = (1 - \eta a)(w_0 - w^*)$, and overshoots only when $\eta a > 1$.
+# With `STEP_TIMES_CURVATURE = 0.6`, async overshoots and sync does not; with
+# 0.4 neither does; with 1.2 both do. With $k$ workers that all read $w_0$ the
+# factor is $1 - k\eta a$: the more workers, the smaller the learning rate
+# that is safe.
+
+# %%
+overshoots = (async_path[2] - 0.5) * (START - 0.5) < 0
+sync_overshoots = (sync_path[1] - 0.5) * (START - 0.5) < 0
+print(f"eta * a = {learning_rate * curvature:.2f}: async overshoots: {overshoots}, "
+      f"sync overshoots: {sync_overshoots}")
+
+# %% [markdown]
+# ## Staleness, measured
+#
+# How stale are the updates? If all $n$ devices are equally fast, each takes
+# one time unit a step and they take turns: while one computes, each of the
+# $n - 1$ others applies one update. So the staleness should be $n - 1$. We
+# measure it for 1, 2, 4 and 8 workers with small random delays
+# (`jitter=0.3`: each step takes 30% longer on average, at random), 400 updates
+# each, on text 3's network:
+
+# %%
+stalenesses = {}
+for workers in (1, 2, 4, 8):
+    trainer = AsyncTrainer(pargrad.parabola_model(seed=0), pargrad.squared_error,
+                           devices[:workers], learning_rate=0.01, progress=False)
+    run = trainer.fit(x, y, updates=400, jitter=0.3, seed=0)
+    stalenesses[f"{workers} worker{'s' * (workers > 1)}"] = run["staleness"]
+    print(f"{workers} workers: mean staleness {run['staleness'].mean():.3f}, "
+          f"max {run['staleness'].max()}, histogram sums to {np.bincount(run['staleness']).sum()}")
+
+# %% [markdown]
+# Now four workers, one of them four times slower than the others:
+
+# %%
+trainer = AsyncTrainer(pargrad.parabola_model(seed=0), pargrad.squared_error, devices[:4],
+                       learning_rate=0.01, progress=False)
+run = trainer.fit(x, y, updates=400, jitter=0.3, seed=0, speeds=[1, 1, 1, 0.25])
+slow = run["worker"] == 3
+stalenesses["4 workers, one 4x slower"] = run["staleness"]
+print(f"slow worker: {slow.mean():.1%} of the updates, mean staleness "
+      f"{run['staleness'][slow].mean():.2f}")
+print(f"the others : {1 - slow.mean():.1%} of the updates, mean staleness "
+      f"{run['staleness'][~slow].mean():.2f}")
+figure = plots.staleness_histograms(stalenesses)
+
+# %% [markdown]
+# The mean staleness is close to $n - 1$ for $n$ equal workers, spread a little
+# by the random delays. A slow worker changes the picture twice over: it
+# contributes few updates, and each of them is very stale (the other three
+# apply about four updates each while it computes one), while the fast workers'
+# updates become a little *fresher*, because the slow one rarely gets in
+# between. Asynchronous training does not wait for stragglers; it lets them
+# apply old news.
+#
+# Notice that the mean over *all* updates is still 2.98. That is no accident:
+# every worker always has exactly one computation in flight, so every update
+# lands inside the computations of the $n - 1$ other workers and adds one to
+# the staleness of each of them. Whatever the speeds, the mean staleness is
+# $n - 1$ (up to the computations still in flight when the run stops); what
+# speeds change is how it is shared out.
+#
+# With real threads the staleness depends on the machine and the moment, so
+# the next cell's numbers change from run to run (nbval ignores its output
+# and checks only what must hold):
+
+# %% tags=["nbval-ignore-output"]
+trainer = AsyncTrainer(pargrad.parabola_model(seed=0), pargrad.squared_error, devices[:2],
+                       learning_rate=0.01, progress=False)
+free = trainer.fit(x, y, updates=300, mode="free-running")
+print("staleness histogram with 2 threads:", np.bincount(free["staleness"]))
+print(f"{len(free['loss'])} updates applied, version counter {trainer.version}")
+assert trainer.version == len(free["loss"]) == 300
+assert free["staleness"].max() >= 1
+
+# %% [markdown]
+# ## Where asynchronous training breaks
+#
+# Stale gradients are gradients of the wrong point. With a small learning rate
+# the parameters move little between a read and an apply, and the staleness
+# hardly matters. With a larger one, the overshoot of the figure above repeats
+# at every step, and it grows with the staleness. We train text 3's network
+# with 1, 4 and 8 equally fast workers (staleness 0, 3 and 7) at two learning
+# rates, 400 updates each. Each worker computes on its own share of the 50
+# points, so the recorded losses jump from worker to worker; the plots show
+# the mean over 8 consecutive updates.
+
+# %%
+def train(workers, learning_rate, staleness_aware=False, updates=400):
+    trainer = AsyncTrainer(pargrad.parabola_model(seed=0), pargrad.squared_error,
+                           devices[:workers], learning_rate=learning_rate,
+                           staleness_aware=staleness_aware, progress=False)
+    return trainer.fit(x, y, updates=updates)["loss"]
+
+
+runs = {(workers, rate): train(workers, rate) for rate in (0.03, 0.1) for workers in (1, 4, 8)}
+for (workers, rate), losses in runs.items():
+    print(f"learning rate {rate}, {workers} workers: loss of the last 8 updates "
+          f"{np.mean(losses[-8:]):.4g}")
+
+# %% [markdown]
+# The remedy of Zhang et al. {cite}`zhang2016staleness`: divide the learning
+# rate of each update by its staleness plus one. A fresh gradient gets the
+# full step, a gradient that is seven updates old an eighth of it.
+
+# %%
+aware = {workers: train(workers, 0.1, staleness_aware=True) for workers in (4, 8)}
+for workers, losses in aware.items():
+    print(f"learning rate 0.1 / (staleness + 1), {workers} workers: loss of the last 8 updates "
+          f"{np.mean(losses[-8:]):.4g}")
+
+# %%
+figure, axes = plt.subplots(1, 3, figsize=(13, 3.4))
+names = {1: "1 worker", 4: "4 workers", 8: "8 workers"}
+for ax, rate in zip(axes, (0.03, 0.1)):
+    plots.loss_against_updates({names[w]: runs[(w, rate)] for w in (1, 4, 8)}, window=8,
+                               ax=ax, title=f"learning rate {rate}")
+plots.loss_against_updates({"1 worker": runs[(1, 0.1)],
+                            **{names[w]: losses for w, losses in aware.items()}},
+                           window=8, ax=axes[2], title="0.1 / (staleness + 1)")
+figure.tight_layout()
+
+# %% [markdown]
+# At learning rate 0.03 staleness costs little: per update, 4 workers train
+# as well as one (each update sees fewer examples, but there is no waiting
+# between them), and 8 workers keep up until, near the end, their stale
+# updates start to wobble. At 0.1 the single worker trains fastest of all, 4
+# workers bounce up and down, and 8 workers diverge: their loss leaves the
+# plot within fifty updates and ends as `nan`. The staleness-aware rate
+# brings 4 and 8 workers back to a steady descent, at a price: the steps are
+# smaller, so per update it learns more slowly than one worker at full rate.
+#
+# Other remedies bound the staleness instead (stale synchronous parallel:
+# a worker more than $s$ updates ahead waits {cite}`ho2013more`) or correct the
+# stale gradient with a first-order estimate of how it has changed
+# {cite}`zheng2017asynchronous`.
+#
+# ## Lost updates
+#
+# There is one more way for asynchronous training to go wrong, and it has
+# nothing to do with staleness. An update is a *read-modify-write*: read the
+# parameter, add the step, write the result. If two workers do this at the
+# same time, both can read the same value, and the second write wipes out the
+# first. Keras 3's variables implement `assign_add` exactly that way:
+
+# %%
+pargrad.show_source(keras.Variable.assign_add)
+
+# %% [markdown]
+# Here is the unlucky interleaving, step by step: d0 and d1 both read the
+# counter, then both write back what they read plus one.
+
+# %%
+counter = keras.Variable(0.0)
+read_by_d0 = counter + 0.0  # d0 reads 0
+read_by_d1 = counter + 0.0  # d1 reads 0, before d0 has written
+counter.assign(read_by_d0 + 1.0)  # d0 writes 1
+counter.assign(read_by_d1 + 1.0)  # d1 writes 1, over d0's 1
+print("two additions of 1 give", float(counter.numpy()))
+
+# %% [markdown]
+# With real threads, the interleaving is up to the operating system, but it
+# happens all the time. `pargrad.asynchronous.lost_updates` lets two threads add
+# 1 to a variable 2000 times each and counts what is missing. With a Keras
+# variable (the count differs from run to run):
+
+# %% tags=["nbval-ignore-output"]
+lost = lost_updates(keras.Variable(0.0), threads=2, increments=2000)
+print(f"Keras variable: {lost} of 4000 additions lost")
+assert lost > 0
+
+# %% [markdown]
+# A native `tf.Variable` adds in one kernel, `AssignAddVariableOp`, which
+# TensorFlow runs while holding the variable's lock, so the read and the write
+# cannot be torn apart:
+
+# %%
+print("tf.Variable: lost", lost_updates(tf.Variable(0.0), threads=2, increments=2000))
+
+# %% [markdown]
+# `AsyncTrainer` is safe twice over: its shared parameters are native
+# `tf.Variable`s, and it applies each update, together with the version
+# counter and the record, under one lock. That is why its version counter
+# always equals the number of applied updates, as every run above checked.
+#
+# A lock serialises the updates. Hogwild! {cite}`niu2011hogwild` goes the other
+# way and drops the lock altogether: for sparse problems, where each update
+# touches only a few parameters, collisions are rare, and the occasional lost
+# or mixed update costs less than the waiting a lock would cause. For dense
+# networks like ours every update touches every parameter, so a lock (or an
+# atomic kernel) is the safe default.
+#
+# ## Is asynchronous worse?
+#
+# Text 1 concludes that, for the same wall-clock time, asynchronous training
+# is not necessarily worse than synchronous, and that both are used. Per
+# update, asynchronous training loses (stale gradients, smaller safe learning
+# rates); per second, it gains whenever devices are uneven, because nobody
+# waits for the slowest. The benchmark `benchmarks/async.py` measures both on
+# two devices, one made twice as slow. The fair measure is the one text 1
+# points to, DAWNBench's: the time to reach a target accuracy
+# {cite}`coleman2017dawnbench`. Text 3's answer went further and claimed
+# that synchronous training "was mostly abandoned". The field went the other
+# way: Chen et al. {cite}`chen2016revisiting` showed that synchronous training
+# with a few backup workers beats asynchronous training, large-batch
+# synchronous SGD trained ImageNet in an hour {cite}`goyal2017accurate`, and
+# the DAWNBench entries that reached the target fastest were synchronous,
+# all-reduce-based runs {cite}`coleman2019analysis`. The chapter after the
+# next one measures sync against async on the same clock.
+#
+# ## Summary
+#
+# - Asynchronous data parallelism is the single-device loop run by every
+#   device on shared parameters: read, compute on its own data, apply, with no
+#   waiting.
+# - An update's staleness is the number of updates that landed between its
+#   read and its apply. With $n$ devices it is $n - 1$ on average, whatever
+#   their speeds; a slow device applies few, very stale updates.
+# - A stale gradient was computed for a point the parameters have left. Two
+#   updates sized for the same point cover the distance twice: with two
+#   workers the parameter overshoots the minimum of a parabola when
+#   $\eta a > 1/2$, where the synchronous step needs $\eta a > 1$.
+# - With a large learning rate, growing staleness makes training diverge; a
+#   learning rate divided by staleness + 1 restores it, at the cost of smaller
+#   steps.
+# - Updates to shared parameters must be atomic. Keras 3's `assign_add` is a
+#   read-modify-write and loses updates under threads; native
+#   `tf.Variable.assign_add` does not; `AsyncTrainer` applies under a lock.
+#
+# ## Exercises
+#
+# 1. Redraw the stale-gradient figure with `STEP_TIMES_CURVATURE` 0.4, 0.5 and
+#    1.2. Then add a third worker (`devices[:3]`, `speeds=[1, 0.9, 0.8]`,
+#    `updates=3`): from which value of $\eta a$ on does the third update
+#    overshoot? Compare with $1 - k\eta a$.
+# 2. Set `SPEEDS = [0.8, 1.0]` in the figure's cell. Which worker applies
+#    first now, and does the picture change? Why?
+# 3. In the staleness measurements, make one of 8 workers ten times slower.
+#    Predict the mean staleness of its updates before you run it.
+# 4. Find the largest learning rate at which 8 equal workers still converge
+#    on text 3's network in 400 updates, with and without the staleness-aware
+#    rate. How do the two compare with $1/8$ of the single worker's largest
+#    rate?
+# 5. Run `lost_updates` with 1, 2 and 4 threads on a Keras variable. Why is
+#    nothing lost with one thread? Wrap the `assign_add` in a
+#    `threading.Lock` and check that nothing is lost with four.

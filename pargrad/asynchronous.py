@@ -1,0 +1,351 @@
+"""Asynchronous data-parallel training: one worker per device, shared parameters.
+
+Taught in the chapter "Asynchronous training".  Each worker is the
+single-device training loop copied once per device: it reads the latest
+shared parameters, computes the loss and the gradients on its own data, and
+applies its update without waiting for anyone.  While it computes, other
+workers may update the parameters, so its gradient is *stale*: the number of
+updates that landed between its read and its apply is its staleness, and the
+trainer records it for every update.
+"""
+
+import heapq
+import numbers
+import threading
+import time
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from pargrad._quiet import import_tensorflow_quietly
+
+tf = import_tensorflow_quietly()
+import keras  # noqa: E402  (after the quiet TensorFlow import)
+
+MODES = ("scheduled", "free-running")
+HISTORY_KEYS = (
+    "worker", "read_version", "applied_version", "staleness",
+    "learning_rate", "loss", "read_time", "time",
+)
+
+
+class AsyncTrainer:
+    """Asynchronous SGD: every device trains on its own, on shared parameters.
+
+    Usage::
+
+        devices = pargrad.logical_devices(4)      # before anything else
+        trainer = AsyncTrainer(pargrad.parabola_model(), pargrad.squared_error,
+                               devices, learning_rate=0.01)
+        history = trainer.fit(x, y, updates=400)  # scheduled: repeatable
+        history["staleness"]                      # one entry per update
+
+    ``model`` is a built Keras model; its trainable weights are copied into
+    plain ``tf.Variable`` objects on ``parameter_device`` (default: the first
+    of ``devices``), the parameters every worker reads and updates.  One
+    worker runs on each of ``devices``; ``loss(y, predictions)`` returns a
+    scalar.  An update is ``parameter -= learning_rate * gradient``, or, with
+    ``staleness_aware=True``, ``learning_rate / (staleness + 1)`` (Zhang et
+    al. 2016).  Updates are applied one at a time under a lock, so none is
+    lost and the version counter equals the number of applied updates.
+
+    :meth:`fit` runs either *scheduled* (one thread; a seeded virtual clock
+    decides who reads and applies when, so a run repeats exactly) or
+    *free-running* (one real thread per worker, for measured throughput; on
+    a CPU set ``tf.config.threading.set_intra_op_parallelism_threads(1)``
+    before TensorFlow starts, or the threads fight over the cores).
+    Non-trainable state such as BatchNorm statistics is read but never
+    updated.
+
+    Explained in the chapter "Asynchronous training".
+    """
+
+    def __init__(self, model, loss, devices, learning_rate=0.01,
+                 staleness_aware=False, parameter_device=None, progress=True):
+        if not isinstance(model, keras.Model) or not model.built:
+            raise ValueError(
+                f"AsyncTrainer needs a built keras.Model, got {type(model).__name__}; "
+                "build it first, for example keras.Sequential([keras.Input(shape=(1,)), ...])."
+            )
+        if not model.trainable_variables:
+            raise ValueError("AsyncTrainer needs a model with trainable weights; this one has none.")
+        if not callable(loss):
+            raise ValueError(
+                f"loss must be a function loss(y, predictions), got {loss!r}; "
+                "pass for example pargrad.squared_error or keras.losses.MeanSquaredError()."
+            )
+        if isinstance(devices, str) or not devices or not all(isinstance(d, str) for d in devices):
+            raise ValueError(
+                f"devices must be a non-empty list of device names, got {devices!r}; "
+                "pass for example pargrad.logical_devices(2)."
+            )
+        if not isinstance(learning_rate, numbers.Real) or not learning_rate > 0:
+            raise ValueError(f"learning_rate must be a positive number, got {learning_rate!r}.")
+
+        self.model = model
+        self.loss = loss
+        self.devices = list(devices)
+        self.learning_rate = float(learning_rate)
+        self.staleness_aware = bool(staleness_aware)
+        self.parameter_device = parameter_device or self.devices[0]
+        self.progress = progress
+        # Plain tf.Variables: their assign_sub is one atomic kernel (a Keras
+        # variable's is assign(self - value), which can lose updates).
+        with tf.device(self.parameter_device):
+            self.parameters = [
+                tf.Variable(v.numpy(), name=v.path.replace("/", "_"), trainable=False)
+                for v in model.trainable_variables
+            ]
+        self.version = 0  # number of updates applied so far
+        self.history = {key: np.array([]) for key in HISTORY_KEYS}
+        self._lock = threading.Lock()
+        self._gradient_fns = [self._compile_gradients(device) for device in self.devices]
+        self._apply_fn = tf.function(self._apply_update)
+
+    # -- the three steps of one worker's iteration -------------------------
+
+    def _read(self):
+        """The latest parameters and their version, read together."""
+        with self._lock:
+            return [p.read_value() for p in self.parameters], self.version
+
+    def _compile_gradients(self, device):
+        """Forward, loss and backward on ``device``, as one tf.function."""
+        model, loss_fn = self.model, self.loss
+        non_trainable = [v.value for v in model.non_trainable_variables]
+
+        @tf.function
+        def gradients(parameters, x, y, batch):
+            with tf.device(device):
+                x, y = tf.gather(x, batch), tf.gather(y, batch)
+                with tf.GradientTape() as tape:
+                    tape.watch(parameters)
+                    predictions, _ = model.stateless_call(parameters, non_trainable, x)
+                    loss = loss_fn(y, predictions)
+                return loss, tape.gradient(loss, parameters)
+
+        return gradients
+
+    def _apply_update(self, gradients, learning_rate):
+        for parameter, gradient in zip(self.parameters, gradients):
+            parameter.assign_sub(tf.cast(learning_rate, gradient.dtype) * gradient)
+
+    def _apply(self, worker, gradients, read_version, loss, read_time, now):
+        """Apply one worker's update atomically and record it."""
+        with self._lock:
+            staleness = self.version - read_version
+            rate = self.learning_rate / (staleness + 1) if self.staleness_aware else self.learning_rate
+            with tf.device(self.parameter_device):
+                self._apply_fn(gradients, tf.constant(rate, tf.float32))
+            self._records.append((worker, read_version, self.version, staleness,
+                                  rate, float(loss), read_time, now))
+            self.version += 1
+            if self._on_update is not None:
+                self._on_update(dict(zip(HISTORY_KEYS, self._records[-1])))
+
+    def _gradients(self, worker, parameters):
+        """Loss and gradients of ``worker`` on its next batch of its own data."""
+        x, y, everything = self._shards[worker]
+        if self._batch_size is None:
+            batch = everything
+        else:
+            batch = self._batch_rngs[worker].choice(len(everything), self._batch_size, replace=False)
+            batch = tf.constant(np.sort(batch), tf.int32)
+        with tf.device(self.devices[worker]):
+            return self._gradient_fns[worker](parameters, x, y, batch)
+
+    # -- running the workers ------------------------------------------------
+
+    def fit(self, x, y, updates, batch_size=None, mode="scheduled", speeds=None,
+            jitter=0.0, seed=0, time_limit=None, on_update=None):
+        """Run ``updates`` asynchronous updates; return the history of this run.
+
+        The examples are dealt out to the workers (worker ``i`` gets
+        ``x[i::workers]``); each step a worker uses ``batch_size`` random
+        examples of its shard (all of them when ``None``).  ``speeds`` gives
+        each device's relative speed (``[1, 0.5]``: device 1 takes twice as
+        long); ``jitter`` adds a random delay, exponential with mean
+        ``jitter`` times a step.  In ``mode="scheduled"`` these define a
+        virtual clock (a step takes ``1 / speed`` time units) that orders
+        reads and applies; in ``mode="free-running"`` they make the real
+        threads sleep.  ``time_limit`` (seconds) stops the run early.
+        ``on_update(record)`` is called after each update, under the lock.
+
+        Returns a dict of arrays, one entry per applied update, in the order
+        they were applied: ``worker``, ``read_version``, ``applied_version``,
+        ``staleness`` (= applied - read), ``learning_rate``, ``loss`` (of the
+        worker's batch, at the parameters it read),
+        ``read_time`` and ``time`` (seconds since the start, or virtual time
+        units when scheduled).  The model's weights are set to the trained
+        parameters.
+        """
+        workers = len(self.devices)
+        x, y = (np.asarray(a) for a in (x, y))
+        x, y = (a.astype(keras.backend.floatx()) if a.dtype.kind == "f" else a for a in (x, y))
+        if isinstance(updates, bool) or not isinstance(updates, numbers.Integral) or updates < 1:
+            raise ValueError(f"updates must be a whole number >= 1, got {updates!r}.")
+        if len(x) != len(y) or len(x) < workers:
+            raise ValueError(
+                f"x and y need the same length, at least one example per worker ({workers}); "
+                f"got {len(x)} and {len(y)}."
+            )
+        smallest_shard = len(x) // workers
+        if batch_size is not None and not 1 <= batch_size <= smallest_shard:
+            raise ValueError(
+                f"batch_size must be None (whole shard) or between 1 and {smallest_shard} "
+                f"(the smallest worker's shard), got {batch_size!r}."
+            )
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}.")
+        speeds = [1.0] * workers if speeds is None else [float(s) for s in speeds]
+        if len(speeds) != workers or min(speeds) <= 0:
+            raise ValueError(
+                f"speeds needs one positive number per worker ({workers}), got {speeds!r}; "
+                "for example [1.0, 0.5] makes device 1 twice as slow."
+            )
+        if jitter < 0:
+            raise ValueError(f"jitter must be >= 0 (0 for no random delays), got {jitter!r}.")
+        if time_limit is not None and not time_limit > 0:
+            raise ValueError(f"time_limit must be None or a positive number of seconds, got {time_limit!r}.")
+
+        self._shards = []
+        for worker, device in enumerate(self.devices):
+            with tf.device(device):
+                shard = x[worker::workers], y[worker::workers]
+                self._shards.append((tf.constant(shard[0]), tf.constant(shard[1]),
+                                     tf.range(len(shard[0]))))
+        self._batch_size = batch_size
+        self._batch_rngs = [np.random.default_rng([seed, w]) for w in range(workers)]
+        self._records = []
+        self._on_update = on_update
+        self._stop = threading.Event()
+        run = self._run_scheduled if mode == "scheduled" else self._run_free
+        with tqdm(total=updates, unit="update", disable=not self.progress, mininterval=0.5,
+                  desc=f"async, {workers} worker{'s' * (workers > 1)}") as bar:
+            run(updates, speeds, jitter, seed, time_limit, bar)
+        for variable, parameter in zip(self.model.trainable_variables, self.parameters):
+            variable.assign(parameter)
+        columns = list(zip(*self._records)) or [[] for _ in HISTORY_KEYS]
+        self.history = {key: np.array(column) for key, column in zip(HISTORY_KEYS, columns)}
+        return self.history
+
+    def _run_scheduled(self, updates, speeds, jitter, seed, time_limit, bar):
+        """One thread; a virtual clock decides the order of reads and applies."""
+        clock_rng = np.random.default_rng(seed)
+
+        def step_time(worker):
+            delay = clock_rng.exponential(jitter) if jitter else 0.0
+            return (1.0 + delay) / speeds[worker]
+
+        started = time.perf_counter()
+        finishing = []  # heap of (virtual time the worker's gradient is ready, worker)
+        reads = {}
+        for worker in range(len(self.devices)):
+            reads[worker] = (*self._read(), 0.0)
+            heapq.heappush(finishing, (step_time(worker), worker))
+        for _ in range(updates):
+            if time_limit is not None and time.perf_counter() - started > time_limit:
+                break
+            now, worker = heapq.heappop(finishing)
+            parameters, version, read_time = reads[worker]
+            loss, gradients = self._gradients(worker, parameters)
+            self._apply(worker, gradients, version, loss, read_time, now)
+            reads[worker] = (*self._read(), now)  # read again right away
+            heapq.heappush(finishing, (now + step_time(worker), worker))
+            bar.update(1)
+
+    def _trace_gradients(self):
+        """Compile every worker's gradient function before the threads start."""
+        parameters, _ = self._read()
+        for function, (x, y, everything) in zip(self._gradient_fns, self._shards):
+            if isinstance(function, tf.types.experimental.PolymorphicFunction):
+                batch = everything if self._batch_size is None else tf.range(self._batch_size)
+                function.get_concrete_function(parameters, x, y, batch)
+
+    def _run_free(self, updates, speeds, jitter, seed, time_limit, bar):
+        """One real thread per worker; any failure stops all and is re-raised."""
+        self._claimed = 0
+        self._errors = []
+        self._trace_gradients()  # here, not in several threads at once
+        started = time.perf_counter()
+        threads = [
+            threading.Thread(target=self._work, name=f"pargrad-async-worker-{w}",
+                             args=(w, updates, speeds[w], jitter, seed, started))
+            for w in range(len(self.devices))
+        ]
+        try:
+            for thread in threads:
+                thread.start()
+            while any(thread.is_alive() for thread in threads):
+                self._stop.wait(0.02)
+                bar.update(len(self._records) - bar.n)
+                if self._errors:
+                    break
+                if time_limit is not None and time.perf_counter() - started > time_limit:
+                    break
+        finally:
+            self._stop.set()
+            for thread in threads:
+                thread.join()
+        bar.update(len(self._records) - bar.n)
+        if self._errors:
+            worker, error = self._errors[0]
+            error.add_note(f"(raised by async worker {worker} on {self.devices[worker]})")
+            raise error
+
+    def _work(self, worker, updates, speed, jitter, seed, started):
+        """The single-device training loop, run by one worker's thread."""
+        delays = np.random.default_rng([seed, worker, 1])
+        try:
+            while not self._stop.is_set():
+                with self._lock:  # claim one of the requested updates
+                    if self._claimed == updates:
+                        return
+                    self._claimed += 1
+                began = time.perf_counter()
+                parameters, version = self._read()
+                loss, gradients = self._gradients(worker, parameters)
+                # A slower device (speed < 1) or a random delay: wait the extra time.
+                busy = time.perf_counter() - began
+                delay = delays.exponential(jitter) if jitter else 0.0
+                if self._stop.wait(max(0.0, busy * ((1.0 + delay) / speed - 1.0))):
+                    return
+                self._apply(worker, gradients, version, loss,
+                            began - started, time.perf_counter() - started)
+        except BaseException as error:  # noqa: BLE001 - handed to fit, which re-raises it
+            self._errors.append((worker, error))
+            self._stop.set()
+
+    def get_weights(self):
+        """The shared parameters as a list of NumPy arrays."""
+        return [p.numpy() for p in self.parameters]
+
+
+def lost_updates(variable, threads=2, increments=2000):
+    """Add 1 to ``variable`` from several threads at once; return how many adds were lost.
+
+    Each thread calls ``variable.assign_add(1.0)`` ``increments`` times.  A
+    native ``tf.Variable`` adds in one kernel and loses none; a Keras
+    variable's ``assign_add`` is ``assign(self + value)``, a read, an add and
+    a write, and two threads that read the same value both write it back
+    plus one.  Every thread is joined before the count is returned.
+
+    Shown in the chapter "Asynchronous training".
+    """
+    if threads < 1 or increments < 1:
+        raise ValueError(f"threads and increments must be >= 1, got {threads} and {increments}.")
+    variable.assign(0.0)
+
+    def add_ones():
+        for _ in range(increments):
+            variable.assign_add(1.0)
+
+    workers = [threading.Thread(target=add_ones, name=f"pargrad-adder-{i}") for i in range(threads)]
+    try:
+        for worker in workers:
+            worker.start()
+    finally:
+        for worker in workers:
+            if worker.is_alive():
+                worker.join()
+    return threads * increments - int(round(float(variable.numpy())))
