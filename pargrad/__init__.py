@@ -11,6 +11,7 @@ from pargrad import tf1  # noqa: E402
 from pargrad.accumulate import GradientAccumulator, peak_memory  # noqa: E402
 from pargrad.asynchronous import AsyncTrainer, lost_updates  # noqa: E402
 from pargrad.book import show_source  # noqa: E402
+from pargrad.cluster import ClusterError, ClusterTimeoutError, LocalCluster, run_cluster  # noqa: E402
 from pargrad.devices import DevicesAlreadyInitializedError, logical_devices  # noqa: E402
 from pargrad.parabola import (  # noqa: E402
     add_layer,
@@ -20,6 +21,15 @@ from pargrad.parabola import (  # noqa: E402
     parabola_forward,
     parabola_model,
     squared_error,
+)
+from pargrad.sync import (  # noqa: E402
+    DevicesNotReadyError,
+    SyncHistory,
+    SyncTrainer,
+    ring_all_reduce,
+    squared_error_per_example,
+    sync_strategy,
+    train_parabola,
 )
 
 __version__ = "0.1.0"

@@ -328,3 +328,141 @@ def throughput_against_replicas(replicas, examples_per_second, ax=None,
     ax.set_title(title)
     ax.legend(fontsize=7)
     return ax.figure
+
+
+# -- chapter "Sync vs async in the same time" ----------------------------------
+
+
+def race_curves(results, key="accuracy", ax=None, title=None, target=None, xlabel="time",
+                ylim=None):
+    """Test accuracy (or ``key="loss"``) against time, one line a method.
+
+    ``results`` are :func:`pargrad.race.race` results of one scenario,
+    several seeds a method: the line is the median over the seeds of the
+    value at each moment (a checkpoint's value holds until the next), the
+    band spans the lowest and the highest seed.  ``target`` draws the
+    time-to-target line.  Drawn in the chapter "Sync vs async in the same time".
+    """
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 3.4))
+    methods = {}
+    for result in results:
+        methods.setdefault(result["method"], []).append(result)
+    end = max(float(r["time"][-1]) for r in results)
+    grid = np.linspace(0.0, end, 400)
+    for index, (method, runs) in enumerate(methods.items()):
+        values = np.array([
+            np.asarray(r[key], float)[np.clip(np.searchsorted(r["time"], grid, side="right") - 1,
+                                              0, len(r["time"]) - 1)]
+            for r in runs])
+        style = "-" if method.startswith("sync") else "--"
+        ax.plot(grid, np.median(values, axis=0), style, color=f"C{index}",
+                label=f"{method} ({len(runs)} seeds)")
+        if len(runs) > 1:
+            ax.fill_between(grid, values.min(axis=0), values.max(axis=0), color=f"C{index}",
+                            alpha=0.15, linewidth=0)
+    if target is not None:
+        ax.axhline(target, color="black", linewidth=0.8, linestyle=":")
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("test accuracy" if key == "accuracy" else f"test {key}")
+    if title:
+        ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7)
+    return ax.figure
+
+
+def time_to_target_chart(table, ax=None, title="Time to the target accuracy", unit="time"):
+    """DAWNBench's measure as a chart: one row a (scenario, method).
+
+    ``table`` is :func:`pargrad.race.time_to_target_table`'s result; a dot
+    marks each seed's time, a bar the median; a seed that never reached the
+    target is drawn at the right edge as an ×.  Drawn in the chapter
+    "Sync vs async in the same time".
+    """
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 0.32 * len(table) + 1.0))
+    finite = [t for row in table for t in row["times"] if np.isfinite(t)]
+    edge = 1.08 * max(finite) if finite else 1.0
+    scenarios = list(dict.fromkeys(row["scenario"] for row in table))
+    labels = []
+    for i, row in enumerate(table):
+        color = f"C{scenarios.index(row['scenario'])}"
+        if np.isfinite(row["median"]):
+            ax.barh(i, row["median"], color=color, alpha=0.35, height=0.7)
+        times = np.asarray(row["times"], float)
+        ax.plot(times[np.isfinite(times)], [i] * int(np.isfinite(times).sum()), "o",
+                color=color, markersize=3)
+        ax.plot([edge] * int((~np.isfinite(times)).sum()), [i] * int((~np.isfinite(times)).sum()),
+                "x", color="black", markersize=5)
+        labels.append(f"{row['scenario']}: {row['method']}")
+    ax.set_yticks(range(len(table)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlim(0, edge * 1.03)
+    ax.set_xlabel(f"{unit} to the target (× : never, within the budget)")
+    ax.set_title(title)
+    ax.figure.tight_layout()
+    return ax.figure
+
+
+def parameter_server_updates(result, kill_time=None, reference_loss=None,
+                             title="Parameter-server training across processes"):
+    """When each worker applied an update, and the loss per update (chapter "Beyond one machine").
+
+    ``result``: what :func:`pargrad.parameter_server.train_parameter_server`
+    returned (its ``finished`` times, ``worker`` and ``loss``);
+    ``kill_time``: when a worker was killed, on the same clock
+    (``time.time()``); ``reference_loss``: the loss of the same number of
+    updates on one device, for comparison.
+    """
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
+    finished = np.asarray(result["finished"], dtype=float)
+    worker = np.asarray(result["worker"])
+    start = finished.min()
+    workers = [int(w) for w in np.unique(worker)]
+    left.eventplot([finished[worker == w] - start for w in workers], lineoffsets=workers,
+                   linelengths=0.7, linewidths=0.6, colors=[f"C{w}" for w in workers])
+    if kill_time is not None:
+        left.axvline(kill_time - start, color="k", linestyle="--", linewidth=1,
+                     label="worker 1 killed")
+        left.legend(fontsize=7, loc="center right")
+    left.set_yticks(workers, [f"worker {w}" for w in workers])
+    left.set_xlabel("seconds since the first update")
+    left.set_title("Each tick: one update applied")
+    right.plot(np.arange(1, len(result["loss"]) + 1), result["loss"], label="parameter servers")
+    if reference_loss is not None:
+        right.plot(np.arange(1, len(reference_loss) + 1), reference_loss, "k--", linewidth=1,
+                   label="one device")
+    right.set_xlabel("update")
+    right.set_ylabel("loss read by the update")
+    right.set_title("Loss")
+    right.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def recovery_timeline(interrupted, resumed, kill_time, checkpoints,
+                      title="A synchronous run killed, then resumed from its checkpoint"):
+    """Steps done against wall-clock time for a killed run and its restart.
+
+    ``interrupted`` and ``resumed``: ``(seconds, step)`` pairs of the two
+    runs on one clock; ``kill_time``: when the worker was killed;
+    ``checkpoints``: the steps at which checkpoints were saved before the
+    kill.  (Chapter "Beyond one machine".)
+    """
+    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    for label, points, style in (("first run", interrupted, "o-"),
+                                 ("after the restart", resumed, "s-")):
+        points = np.asarray(points, dtype=float).reshape(-1, 2)
+        ax.plot(points[:, 0], points[:, 1], style, markersize=3, label=label)
+    ax.axvline(kill_time, color="k", linestyle="--", linewidth=1, label="worker 1 killed")
+    for i, step in enumerate(checkpoints):
+        ax.axhline(step, color="gray", linestyle=":", linewidth=1,
+                   label="checkpoints" if i == 0 else None)
+    ax.set_xlabel("seconds since the first run started")
+    ax.set_ylabel("steps done")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    return fig

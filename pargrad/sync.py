@@ -1,0 +1,759 @@
+"""Synchronous data-parallel training on ``tf.distribute``.
+
+Taught in the chapter "Synchronous training".  Every replica reads the same
+parameters, computes the gradient of its shard of the global batch, the
+gradients are summed by one all-reduce, and one update is applied
+everywhere.  In one process the replicas are the devices of a
+``tf.distribute.MirroredStrategy``; across processes (``TF_CONFIG`` set, see
+:mod:`pargrad.cluster`) they are the workers of a
+``tf.distribute.MultiWorkerMirroredStrategy``.
+
+The trainer is a custom training loop, not Keras ``fit``: Keras 3's ``fit``
+fails under ``MultiWorkerMirroredStrategy`` and its gradient accumulation
+fails under ``MirroredStrategy`` (see the book's design notes).
+"""
+
+import dataclasses
+import json
+import numbers
+import os
+import time
+
+import numpy as np
+
+from pargrad._quiet import import_tensorflow_quietly
+
+tf = import_tensorflow_quietly()
+import keras  # noqa: E402  (after the quiet TensorFlow import)
+
+
+# ----------------------------------------------------------------------------
+# The strategy
+# ----------------------------------------------------------------------------
+
+class DevicesNotReadyError(RuntimeError):
+    """Fewer logical devices exist than the synchronous run asks for."""
+
+
+def sync_strategy(replicas=None, cross_device_ops=None):
+    """The strategy for synchronous training in this process.
+
+    With ``TF_CONFIG`` naming a cluster of workers (as :mod:`pargrad.cluster`
+    sets it) this is a ``MultiWorkerMirroredStrategy``: one replica a worker
+    process, gradients all-reduced over gRPC.  Otherwise it is a
+    ``MirroredStrategy`` over the first ``replicas`` logical devices (GPUs if
+    there are any, else CPUs; all of them when ``replicas`` is None), so call
+    :func:`pargrad.logical_devices` first.
+
+    On logical CPUs the gradients are summed with
+    ``tf.distribute.ReductionToOneDevice`` unless ``cross_device_ops`` says
+    otherwise: TensorFlow's default for CPUs (collective ops) gives every
+    strategy in a process the same collective keys, so a second strategy
+    with another number of replicas fails ("is joining a group with size
+    5, but that group has size 2"); a chapter compares several.  On GPUs
+    TensorFlow's own choice (NCCL where available) is kept.
+
+    Taught in the chapter "Synchronous training".
+    """
+    if _tf_config_names_workers():
+        if replicas not in (None, 1):
+            raise ValueError(
+                "With TF_CONFIG set, each worker process holds one replica; "
+                f"got replicas={replicas!r}. Pass replicas=None and choose the "
+                "number of workers in pargrad.cluster instead."
+            )
+        return tf.distribute.MultiWorkerMirroredStrategy()
+
+    kind = "GPU" if tf.config.list_physical_devices("GPU") else "CPU"
+    names = [device.name for device in tf.config.list_logical_devices(kind)]
+    if replicas is None:
+        replicas = len(names)
+    if isinstance(replicas, bool) or not isinstance(replicas, numbers.Integral) or replicas < 1:
+        raise ValueError(f"sync_strategy(replicas) needs a whole number >= 1, got {replicas!r}.")
+    if replicas > len(names):
+        raise DevicesNotReadyError(
+            f"A synchronous run on {replicas} replicas needs {replicas} logical "
+            f"{kind}s, but TensorFlow has {len(names)}: {names}. Call "
+            f"pargrad.logical_devices({replicas}) (or more) before any other "
+            "TensorFlow code runs; if TensorFlow has already started, restart "
+            "the kernel first."
+        )
+    if cross_device_ops is None and kind == "CPU":
+        cross_device_ops = tf.distribute.ReductionToOneDevice()
+    return tf.distribute.MirroredStrategy(names[:replicas], cross_device_ops=cross_device_ops)
+
+
+def _tf_config_names_workers():
+    config = os.environ.get("TF_CONFIG")
+    if not config:
+        return False
+    try:
+        cluster = json.loads(config).get("cluster", {})
+    except ValueError:
+        raise ValueError(f"TF_CONFIG is not valid JSON: {config!r}") from None
+    return bool(cluster.get("worker"))
+
+
+# ----------------------------------------------------------------------------
+# What a run records
+# ----------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class SyncHistory:
+    """What :meth:`SyncTrainer.fit` measured, one row per step (update).
+
+    Times are seconds on the wall clock of this process (``time.time()`` and
+    ``tf.timestamp()`` read the same clock).  For each local replica ``r`` and
+    step ``i``:
+
+    * ``compute_start[i, r]``: the replica's input is on its device; its
+      forward pass waits for this timestamp (without that tie the runtime
+      may run the timestamp after the pass; on a busy machine the replica
+      may still queue for a core, which then counts as compute);
+    * ``compute_end[i, r]``: its gradients are computed (for a straggler:
+      after its extra delay);
+    * ``update_end[i, r]``: the all-reduced update has been applied to its
+      copy of the parameters.
+
+    ``launch = compute_start - start`` is the time before the replica began,
+    ``compute = compute_end - compute_start`` the time it worked,
+    ``wait = update_end - compute_end`` the time it spent in the all-reduce:
+    waiting for the slowest replica, the communication itself, and the
+    (small) update.  ``launch + compute + wait <= step_time``; with
+    ``steps_per_call=1`` the step is timed in Python, so the rest is
+    fetching the results, and with more steps a call, the step ends with
+    the last replica's update and the three add up to ``step_time`` for
+    that replica.
+    Under ``MultiWorkerMirroredStrategy`` only this process's replicas are
+    recorded; with ``SyncTrainer(record_times=False)`` none are (NaN).
+
+    When ``fit`` was given ``replica_times`` (the virtual clock, backup
+    workers): ``used[i, r]`` tells whether replica ``r``'s gradient counted in
+    step ``i``, and ``virtual_step_time[i]`` is the step's length on that
+    clock (:func:`sync_step_times`); otherwise both are None.
+    """
+
+    loss: np.ndarray
+    start: np.ndarray
+    step_time: np.ndarray
+    compute_start: np.ndarray
+    compute_end: np.ndarray
+    update_end: np.ndarray
+    replicas: int
+    accumulation_steps: int
+    micro_batch_size: int
+    stragglers: dict
+    used: np.ndarray = None
+    virtual_step_time: np.ndarray = None
+
+    @property
+    def effective_batch_size(self):
+        """Examples per update: micro-batch x accumulation steps x replicas."""
+        return self.micro_batch_size * self.accumulation_steps * self.replicas
+
+    @property
+    def launch(self):
+        """Seconds from the step's start until each replica began computing.
+
+        It covers launching the step and handing each replica its input; on
+        few cores the replicas also queue for a core here.
+        """
+        return self.compute_start - self.start[:, None]
+
+    @property
+    def compute(self):
+        """Seconds each replica computed, shape (steps, local replicas)."""
+        return self.compute_end - self.compute_start
+
+    @property
+    def wait(self):
+        """Seconds each replica spent in the all-reduce and update."""
+        return self.update_end - self.compute_end
+
+    @property
+    def steps_per_second(self):
+        """Updates per second over the whole run."""
+        return len(self.step_time) / float(np.sum(self.step_time))
+
+    def __len__(self):
+        return len(self.loss)
+
+
+# ----------------------------------------------------------------------------
+# The trainer
+# ----------------------------------------------------------------------------
+
+def squared_error_per_example(y, prediction):
+    """Text 3's loss for each example: the squared error summed over outputs."""
+    return tf.reduce_sum(tf.square(y - prediction), axis=-1)
+
+
+def backup_worker_mask(replica_times, backup_workers):
+    """Which gradients a step with ``backup_workers`` backups uses (Chen et al. 2016).
+
+    ``replica_times[i, r]`` is how long replica ``r`` takes in step ``i``.
+    With N replicas the step uses the first N - b gradients to arrive and
+    drops the b slowest; a tie goes to the lower replica index.  Returns a
+    boolean array shaped like ``replica_times``.  Taught in the chapter
+    "Sync vs async in the same time".
+    """
+    times = np.asarray(replica_times, float)
+    if times.ndim != 2:
+        raise ValueError(f"replica_times needs one row a step and one column a replica, "
+                         f"got shape {times.shape}.")
+    if (isinstance(backup_workers, bool) or not isinstance(backup_workers, numbers.Integral)
+            or not 0 <= backup_workers < times.shape[1]):
+        raise ValueError(f"backup_workers must be a whole number from 0 to {times.shape[1] - 1} "
+                         f"(fewer than the replicas), got {backup_workers!r}.")
+    order = np.argsort(times, axis=1, kind="stable")
+    used = np.zeros(times.shape, bool)
+    np.put_along_axis(used, order[:, :times.shape[1] - backup_workers], True, axis=1)
+    return used
+
+
+def sync_step_times(replica_times, backup_workers=0):
+    """How long each synchronous step lasts: until its (N - b)-th gradient arrives.
+
+    Without backup workers, the slowest replica's time; with ``b``, the
+    (N - b)-th smallest of the step's ``replica_times``.  Taught in the
+    chapter "Sync vs async in the same time".
+    """
+    times = np.asarray(replica_times, float)
+    used = backup_worker_mask(times, backup_workers)
+    return np.where(used, times, -np.inf).max(axis=1)
+
+
+class SyncTrainer:
+    """Synchronous data-parallel training: one all-reduce and one update a step.
+
+    Usage::
+
+        strategy = pargrad.sync_strategy(2)        # after pargrad.logical_devices
+        with strategy.scope():
+            model = pargrad.parabola_model(seed=0)
+        trainer = pargrad.SyncTrainer(model, strategy, learning_rate=1e-2)
+        history = trainer.fit(x, y, steps=2000)    # full batch every step
+
+    Each step every replica reads the same parameters, computes the gradient
+    of its shard of the global batch with the loss scaled by the *global*
+    batch size (as ``tf.nn.compute_average_loss`` does), the optimizer
+    all-reduces (sums) the gradients once, and applies one update on every
+    replica.  The result equals a single device's step on the whole batch,
+    up to the order of floating-point additions.
+
+    Arguments:
+
+    * ``model``: a built Keras model whose variables were created inside
+      ``strategy.scope()``; otherwise ``ValueError``.
+    * ``strategy``: a ``MirroredStrategy`` or ``MultiWorkerMirroredStrategy``
+      (:func:`sync_strategy` makes the right one).
+    * ``loss``: ``loss(y, prediction)`` returning one loss per example
+      (default: squared error summed over outputs, text 3's loss).
+    * ``optimizer``: a Keras optimizer created inside ``strategy.scope()``;
+      default plain gradient descent (``keras.optimizers.SGD``) with
+      ``learning_rate``.
+    * ``accumulation_steps``: ``k`` micro-batches per replica per update;
+      their gradients are summed on the replica and all-reduced once, so an
+      update sees ``micro-batch x k x replicas`` examples
+      (``SyncHistory.effective_batch_size``).
+    * ``stragglers``: ``{replica: factor}``, makes these replicas ``factor``
+      times slower: after computing its gradients, a straggler sleeps
+      ``(factor - 1)`` times the time it just computed, inside the step.  A
+      sleep, not repeated work, so that on a machine with few cores the
+      straggler does not also slow the others down by taking their cores.
+    * ``record_times``: record each replica's times (below).  The forward
+      pass then waits for a timestamp, which costs about a tenth of a step
+      as small as the book's (0.4 ms on two CPU cores); with False the step
+      is the plain ``strategy.run`` loop and the per-replica times are NaN.
+    * ``progress``: show a progress bar (tqdm, notebook-aware) during fit.
+
+    How the times are measured: the step is one ``tf.function``; inside each
+    replica's part, ``tf.timestamp()`` ops tied by control dependencies run
+    when the replica's input is ready, when its gradients exist and when
+    the update has been applied to its parameters (see :class:`SyncHistory`).  Those are the times the
+    runtime executed those ops on the host.  On a GPU, kernels are launched
+    asynchronously, so there the timestamps tell when work was issued and
+    the waiting shows up wherever the runtime synchronises.
+
+    Bad input: a global batch that the replicas (times ``accumulation_steps``)
+    cannot split evenly raises ``ValueError`` and names the nearest sizes
+    that work; there is no silent padding or dropping, because either would
+    change the update that the book compares with the single-device one.
+
+    Taught in the chapter "Synchronous training".
+    """
+
+    def __init__(self, model, strategy, loss=None, optimizer=None, learning_rate=1e-2,
+                 accumulation_steps=1, stragglers=None, record_times=True, progress=True,
+                 backup_workers=0, step_seconds=None):
+        if not isinstance(strategy, tf.distribute.Strategy):
+            raise TypeError(
+                f"SyncTrainer needs a tf.distribute strategy, got {strategy!r}; "
+                "make one with pargrad.sync_strategy(replicas)."
+            )
+        if not isinstance(model, keras.Model):
+            raise TypeError(f"SyncTrainer needs a Keras model, got {type(model).__name__}.")
+        variables = model.trainable_variables
+        if not variables:
+            raise ValueError(
+                "The model has no trainable variables yet; build it (give it a "
+                "keras.Input) inside `with strategy.scope():`."
+            )
+        outside = [v.path for v in variables
+                   if not strategy.extended.variable_created_in_scope(_tf_variable(v))]
+        if outside:
+            raise ValueError(
+                f"The model's variables {outside} were created outside this "
+                "strategy's scope, so they are not mirrored on its replicas. "
+                "Build the model inside `with strategy.scope():` and pass that "
+                "model."
+            )
+        if (isinstance(accumulation_steps, bool) or not isinstance(accumulation_steps, numbers.Integral)
+                or accumulation_steps < 1):
+            raise ValueError(
+                f"accumulation_steps must be a whole number >= 1, got {accumulation_steps!r}; "
+                "pass 1 for no accumulation."
+            )
+        replicas = strategy.num_replicas_in_sync
+        stragglers = dict(stragglers or {})
+        for replica, factor in stragglers.items():
+            if not isinstance(replica, numbers.Integral) or not 0 <= replica < replicas:
+                raise ValueError(
+                    f"stragglers names replica {replica!r}, but the replicas are "
+                    f"0..{replicas - 1}."
+                )
+            if not isinstance(factor, numbers.Real) or factor < 1:
+                raise ValueError(
+                    f"A straggler's slow-down factor must be a number >= 1, got "
+                    f"{factor!r} for replica {replica}; 1 means no slow-down."
+                )
+
+        if stragglers and not record_times:
+            raise ValueError(
+                "Stragglers sleep in proportion to the time they computed, which "
+                "needs record_times=True; pass record_times=True or no stragglers."
+            )
+        if (isinstance(backup_workers, bool) or not isinstance(backup_workers, numbers.Integral)
+                or not 0 <= backup_workers < replicas):
+            raise ValueError(
+                f"backup_workers must be a whole number from 0 to {replicas - 1} (a step "
+                f"needs at least one of the {replicas} replicas), got {backup_workers!r}."
+            )
+        if step_seconds is not None and (not isinstance(step_seconds, numbers.Real)
+                                         or not step_seconds > 0 or stragglers
+                                         or not record_times):
+            raise ValueError(
+                "step_seconds (emulated devices) must be a positive number of seconds, "
+                "with record_times=True and without stragglers (give slow replicas "
+                f"larger replica_times instead); got {step_seconds!r}."
+            )
+
+        self.model = model
+        self.strategy = strategy
+        self.record_times = bool(record_times)
+        self.loss = loss or squared_error_per_example
+        self.accumulation_steps = int(accumulation_steps)
+        self.stragglers = {int(r): float(f) for r, f in stragglers.items()}
+        self.progress = progress
+        self.backup_workers = int(backup_workers)
+        self.step_seconds = None if step_seconds is None else float(step_seconds)
+        if self.backup_workers or self.step_seconds:
+            # The plan of the next step, set by fit from replica_times: each
+            # replica's gradient weight and its emulated seconds.
+            self._gradient_weights = tf.Variable(tf.ones([replicas]), trainable=False)
+            self._planned_seconds = tf.Variable(tf.zeros([replicas], tf.float64), trainable=False)
+        with strategy.scope():
+            if optimizer is None:
+                optimizer = keras.optimizers.SGD(learning_rate)
+            if getattr(optimizer, "_distribution_strategy", strategy) is not strategy:
+                raise ValueError(
+                    "The optimizer was created outside this strategy's scope; "
+                    "create it inside `with strategy.scope():` or leave "
+                    "optimizer=None for plain gradient descent."
+                )
+            optimizer.build(variables)
+        self.optimizer = optimizer
+        # No AutoGraph: the step is plain TensorFlow, so nothing depends on
+        # source transformation (and its caches) of this class's methods.
+        self._step_function = tf.function(self._distributed_step, autograph=False)
+        self._steps_function = tf.function(self._distributed_steps, autograph=False)
+
+    @property
+    def replicas(self):
+        """Replicas taking part in every update, over all processes."""
+        return self.strategy.num_replicas_in_sync
+
+    # -- one step --------------------------------------------------------------
+
+    def _replica_step(self, x, y, global_batch_size):
+        """One replica's part of a step (runs in replica context)."""
+        variables = self.model.trainable_variables
+        if self.record_times:
+            with tf.control_dependencies([x, y]):
+                compute_start = tf.timestamp()       # the input is here
+            with tf.control_dependencies([compute_start]):
+                x, y = tf.identity(x), tf.identity(y)  # work starts after the stamp
+
+        if self.accumulation_steps == 1:
+            loss, grads = self._gradients(x, y, variables, global_batch_size)
+        else:
+            loss, grads = self._accumulated_gradients(x, y, variables, global_batch_size)
+
+        if self.record_times:
+            with tf.control_dependencies(grads):
+                compute_end = tf.timestamp()
+            factor = self._straggler_factor()
+            if factor is not None:                   # sleep (factor - 1) x compute
+                with tf.control_dependencies([compute_end]):
+                    slept = tf.py_function(
+                        _sleep, [(factor - 1.0) * (compute_end - compute_start)], tf.float64)
+                with tf.control_dependencies([slept]):
+                    compute_end = tf.timestamp()
+                    grads = [tf.identity(g) for g in grads]
+            if self.step_seconds is not None:        # an emulated device: sleep until
+                with tf.control_dependencies([compute_end]):  # its planned time is up
+                    # Not stateful: tf.function would chain stateful ops in program
+                    # order, and the replicas would sleep one after the other.
+                    slept = tf.numpy_function(
+                        _sleep, [self._replica_value(self._planned_seconds)
+                                 - (compute_end - compute_start)], tf.float64, stateful=False)
+                grads = [g + 0 * tf.cast(slept, g.dtype) for g in grads]  # after the sleep
+                with tf.control_dependencies(grads):
+                    compute_end = tf.timestamp()
+
+        if self.backup_workers:  # backup workers: a late gradient counts zero times
+            grads = [g * self._replica_value(self._gradient_weights) for g in grads]
+        # One all-reduce (a sum over replicas) and one update, inside Keras.
+        self.optimizer.apply_gradients(zip(grads, variables))
+
+        if not self.record_times:
+            return loss, tf.fill([3], tf.constant(np.nan, tf.float64))
+        with tf.control_dependencies([tf.identity(_tf_variable(v)) for v in variables]):
+            update_end = tf.timestamp()
+        return loss, tf.stack([compute_start, compute_end, update_end])
+
+    def _gradients(self, x, y, variables, global_batch_size):
+        with tf.GradientTape() as tape:
+            prediction = self.model(x, training=True)
+            loss = tf.nn.compute_average_loss(
+                self.loss(y, prediction), global_batch_size=global_batch_size
+            )
+        return loss, tape.gradient(loss, variables)
+
+    def _accumulated_gradients(self, x, y, variables, global_batch_size):
+        """Sum the gradients of k micro-batches on this replica, no communication."""
+        loss, grads = self._gradients(x[0], y[0], variables, global_batch_size)
+        for i in range(1, self.accumulation_steps):     # unrolled: k is a Python int
+            micro_loss, micro_grads = self._gradients(x[i], y[i], variables, global_batch_size)
+            loss += micro_loss
+            grads = [g + m for g, m in zip(grads, micro_grads)]
+        return loss, grads
+
+    def _straggler_factor(self):
+        if not self.stragglers:
+            return None
+        context = tf.distribute.get_replica_context()
+        replica = tf.get_static_value(context.replica_id_in_sync_group)
+        if replica is not None:
+            factor = self.stragglers.get(int(replica))
+            return None if factor is None else tf.constant(factor, tf.float64)
+        table = [self.stragglers.get(r, 1.0) for r in range(self.replicas)]
+        return tf.gather(tf.constant(table, tf.float64), context.replica_id_in_sync_group)
+
+    def _replica_value(self, plan):
+        """This replica's entry of a per-replica plan variable (backup workers)."""
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        return tf.gather(plan, replica)
+
+    def _set_plan(self, used, replica_times):
+        """Before a step: weights N / (N - b) for the used replicas and 0 for the
+        dropped ones (so the sum over replicas is the mean over the used
+        examples), and each used replica's emulated seconds (0: cut off)."""
+        if self.backup_workers:
+            self._gradient_weights.assign(
+                used.astype(np.float32) * self.replicas / (self.replicas - self.backup_workers))
+        if self.step_seconds is not None:
+            self._planned_seconds.assign(np.where(used, replica_times * self.step_seconds, 0.0))
+
+    def _distributed_step(self, iterator, global_batch_size):
+        x, y = next(iterator)
+        losses, times = self.strategy.run(
+            self._replica_step, args=(x, y, global_batch_size)
+        )
+        loss = self.strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+        return loss, tf.stack(self.strategy.experimental_local_results(times))
+
+    def _distributed_steps(self, iterator, global_batch_size, steps):
+        """``steps`` synchronous steps in one call (a graph loop, no Python between)."""
+        def body(i, losses, times):
+            loss, step_times = self._distributed_step(iterator, global_batch_size)
+            return i + 1, losses.write(i, loss), times.write(i, step_times)
+
+        _, losses, times = tf.while_loop(
+            lambda i, *_: i < steps, body,
+            (tf.constant(0), tf.TensorArray(tf.float32, size=steps),
+             tf.TensorArray(tf.float64, size=steps)))
+        return losses.stack(), times.stack()
+
+    # -- the loop --------------------------------------------------------------
+
+    def fit(self, x, y, steps, batch_size=None, steps_per_call=1, progress=None,
+            replica_times=None):
+        """Train for ``steps`` updates on ``(x, y)``; return a :class:`SyncHistory`.
+
+        ``batch_size`` is the global batch of one update, over all replicas
+        and micro-batches (default: all of ``x``, full-batch gradient descent
+        as in text 3).  Batches are taken from ``x`` in order, wrapping
+        around at the end; each is cut into equal contiguous shards, one a
+        replica (and ``accumulation_steps`` micro-batches within a shard).
+        Calling ``fit`` again with the same arrays and batch size continues
+        with the next batch, so ``fit(x, y, 10)`` twice equals ``fit(x, y, 20)``.
+
+        ``steps_per_call`` runs that many steps in one ``tf.function`` call
+        (like Keras's ``steps_per_execution``): every step is still one
+        all-reduce and one update, but Python launches the graph once per
+        call.  With 1, ``step_time`` is measured in Python around each step
+        (launch and fetching included); with more, a step lasts from the end
+        of the previous update (or the call's start) to the end of its own
+        update, read from the same in-graph timestamps.
+
+        ``replica_times`` (shape ``(steps, replicas)``) says how long each
+        replica takes in each step, in units of a normal step: the virtual
+        clock of the chapter "Sync vs async in the same time".  The history
+        then records each step's ``virtual_step_time`` (the slowest replica,
+        or with ``backup_workers=b`` the (N - b)-th fastest) and which
+        replicas' gradients were ``used``.  What is real and what is not:
+        every replica really computes its gradient, and the update really is
+        one all-reduce, in which a dropped replica's gradient is multiplied
+        by 0 and the others by N / (N - b), so the update is the mean
+        gradient over the examples of the replicas that arrived first.  Who
+        arrives first is decided from ``replica_times`` before the step, not
+        by a race inside the all-reduce: ``MirroredStrategy``'s all-reduce
+        waits for every replica.  With ``SyncTrainer(step_seconds=...)`` the
+        used replicas also sleep until ``step_seconds`` times their time is
+        up and the dropped ones are cut off (no sleep), so the measured step
+        lasts about as long as the (N - b)-th fastest.  Needs
+        ``steps_per_call=1`` when the plan changes the graph (backup workers
+        or ``step_seconds``); the reported loss is the whole batch's.
+        """
+        x = np.asarray(x)
+        y = np.asarray(y)
+        if len(x) != len(y):
+            raise ValueError(f"x has {len(x)} examples but y has {len(y)}.")
+        for name, value in (("steps", steps), ("steps_per_call", steps_per_call)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}.")
+        batch_size = len(x) if batch_size is None else batch_size
+        if not 1 <= batch_size <= len(x):
+            raise ValueError(f"batch_size must be between 1 and len(x) = {len(x)}, got {batch_size}.")
+        parts = self.replicas * self.accumulation_steps
+        if batch_size % parts:
+            lower = batch_size // parts * parts
+            hint = (f"{lower} or {lower + parts}" if lower else f"{parts}")
+            raise ValueError(
+                f"A global batch of {batch_size} examples does not split evenly over "
+                f"{self.replicas} replicas x {self.accumulation_steps} micro-batches; "
+                f"pass a batch_size that is a multiple of {parts} (such as {hint}). "
+                "SyncTrainer neither pads nor drops examples, so that an update "
+                "stays equal to the single-device one."
+            )
+        micro_batch_size = batch_size // parts
+        used = virtual_step_time = None
+        if replica_times is None and self.step_seconds is not None:
+            replica_times = np.ones((steps, self.replicas))
+        if replica_times is None and self.backup_workers:
+            raise ValueError(
+                "Backup workers need to know who finishes first: pass replica_times, "
+                f"shape (steps, replicas) = ({steps}, {self.replicas}), how long each "
+                "replica takes in each step (for example pargrad.race.replica_times)."
+            )
+        if replica_times is not None:
+            replica_times = np.asarray(replica_times, float)
+            if replica_times.shape != (steps, self.replicas) or not (replica_times > 0).all():
+                raise ValueError(
+                    f"replica_times needs shape (steps, replicas) = ({steps}, {self.replicas}) "
+                    f"and positive times, got shape {replica_times.shape}."
+                )
+            if (self.backup_workers or self.step_seconds) and steps_per_call != 1:
+                raise ValueError("With backup workers or step_seconds, pass steps_per_call=1: "
+                                 "the plan is set before every step.")
+            used = backup_worker_mask(replica_times, self.backup_workers)
+            virtual_step_time = sync_step_times(replica_times, self.backup_workers)
+
+        iterator = self._iterator(x, y, batch_size)
+        local = len(self.strategy.extended.worker_devices)
+        history = SyncHistory(
+            loss=np.empty(steps), start=np.empty(steps), step_time=np.empty(steps),
+            compute_start=np.empty((steps, local)), compute_end=np.empty((steps, local)),
+            update_end=np.empty((steps, local)), replicas=self.replicas,
+            accumulation_steps=self.accumulation_steps, micro_batch_size=micro_batch_size,
+            stragglers=dict(self.stragglers), used=used, virtual_step_time=virtual_step_time,
+        )
+        show = self.progress if progress is None else progress
+        global_batch = tf.constant(batch_size, tf.int32)
+        bar = _progress_bar(steps, show, f"sync x{self.replicas}")
+        done = 0
+        try:
+            while done < steps:
+                n = min(steps_per_call, steps - done)
+                rows = slice(done, done + n)
+                if used is not None and (self.backup_workers or self.step_seconds):
+                    self._set_plan(used[done], replica_times[done])  # steps_per_call is 1
+                start = time.time()
+                if steps_per_call == 1:
+                    loss, times = self._step_function(iterator, global_batch)
+                    loss, times = loss.numpy()[None], times.numpy()[None]
+                    history.step_time[rows] = time.time() - start
+                    history.start[rows] = start
+                else:
+                    loss, times = self._steps_function(iterator, global_batch, tf.constant(n))
+                    loss, times = loss.numpy(), times.numpy()
+                    if self.record_times:
+                        ends = times[:, :, 2].max(axis=1)
+                    else:                    # no timestamps: the call's mean step
+                        ends = start + (time.time() - start) * np.arange(1, n + 1) / n
+                    starts = np.concatenate([[start], ends[:-1]])
+                    history.start[rows] = starts
+                    history.step_time[rows] = ends - starts
+                history.loss[rows] = loss
+                history.compute_start[rows] = times[:, :, 0]
+                history.compute_end[rows] = times[:, :, 1]
+                history.update_end[rows] = times[:, :, 2]
+                done += n
+                if bar is not None:
+                    bar.update(n)
+                    bar.set_postfix(loss=f"{loss[-1]:.4g}", refresh=False)
+        finally:
+            if bar is not None:
+                bar.close()
+        return history
+
+    def _iterator(self, x, y, batch_size):
+        """The data's distributed iterator; the same arrays again continue it."""
+        cached = getattr(self, "_data", None)
+        if cached is None or cached[0] is not x or cached[1] is not y or cached[2] != batch_size:
+            iterator = iter(self._distributed_dataset(x, y, batch_size))
+            self._data = (x, y, batch_size, iterator)
+        return self._data[3]
+
+    def _distributed_dataset(self, x, y, batch_size):
+        """Global batches in order, each cut into contiguous per-replica shards."""
+        k = self.accumulation_steps
+        replicas = self.replicas
+
+        def dataset_fn(context):
+            workers = context.num_input_pipelines
+            worker = context.input_pipeline_id
+            local = replicas // workers
+            per_worker = batch_size // workers
+            per_replica = per_worker // local
+
+            def shards(xb, yb):
+                def cut(t):
+                    t = t[worker * per_worker:(worker + 1) * per_worker]
+                    shape = [local, per_replica] if k == 1 else [local, k, per_replica // k]
+                    return tf.reshape(t, shape + list(t.shape[1:]))
+                return cut(xb), cut(yb)
+
+            dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat()
+            dataset = dataset.batch(batch_size, drop_remainder=True).map(shards)
+            return dataset.unbatch().prefetch(tf.data.AUTOTUNE)
+
+        return self.strategy.distribute_datasets_from_function(dataset_fn)
+
+
+def _tf_variable(variable):
+    """The tf.Variable behind a Keras variable (or the variable itself)."""
+    return getattr(variable, "value", variable) if isinstance(variable, keras.Variable) else variable
+
+
+def _sleep(seconds):
+    time.sleep(max(0.0, float(seconds)))
+    return seconds
+
+
+def _progress_bar(total, show, description):
+    if not show:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=description, mininterval=0.5, leave=True)
+
+
+# ----------------------------------------------------------------------------
+# Text 3's network, trained synchronously
+# ----------------------------------------------------------------------------
+
+def train_parabola(replicas=None, steps=2000, learning_rate=1e-2, seed=0, steps_per_call=100,
+                   progress=False):
+    """Train text 3's y = x² network synchronously on the full batch of 50 points.
+
+    In one process the batch is split over ``replicas`` logical devices
+    (:func:`sync_strategy`); in a worker of :class:`pargrad.LocalCluster`
+    (``TF_CONFIG`` set) over the worker processes.  Every run starts from
+    :func:`pargrad.initial_weights` with ``seed``.  Returns a dict with the
+    final ``weights`` (NumPy arrays), the ``loss`` before every update, the
+    number of ``replicas`` and the ``seconds`` the steps took; it is JSON
+    friendly so that worker processes can hand it back.
+
+    Taught in the chapter "Synchronous training".
+    """
+    from pargrad.parabola import parabola_data, parabola_model
+
+    strategy = sync_strategy(replicas)
+    with strategy.scope():
+        model = parabola_model(seed=seed)
+    trainer = SyncTrainer(model, strategy, learning_rate=learning_rate, progress=progress)
+    x, y = parabola_data()
+    history = trainer.fit(x, y, steps=steps, steps_per_call=steps_per_call)
+    return {
+        "weights": [np.asarray(w) for w in model.get_weights()],
+        "loss": history.loss.astype(np.float32),
+        "replicas": trainer.replicas,
+        "seconds": float(np.sum(history.step_time)),
+    }
+
+
+# ----------------------------------------------------------------------------
+# All-reduce, step by step (for the picture)
+# ----------------------------------------------------------------------------
+
+def ring_all_reduce(vectors):
+    """Sum ``vectors`` (one row per replica) with the ring algorithm, in NumPy.
+
+    Each of the n replicas cuts its vector into n chunks.  In n - 1
+    *reduce-scatter* steps every replica sends one chunk to its right
+    neighbour, which adds it to its own; afterwards replica r holds the full
+    sum of chunk (r + 1) mod n.  In n - 1 *all-gather* steps the finished
+    chunks travel once more around the ring.  Each replica sends
+    2 (n - 1) / n of its vector in total, however many replicas there are.
+
+    Returns ``(result, states, sent)``: the final (n, length) array (every
+    row the sum), the array after each of the 2 (n - 1) steps, and for each
+    step the list of ``(sender, receiver, chunk)`` transfers.  Taught in the
+    chapter "Synchronous training".
+    """
+    data = np.array(vectors, dtype=np.float64, copy=True)
+    if data.ndim != 2 or len(data) < 2:
+        raise ValueError("ring_all_reduce needs a 2-D array with one row per replica (at least 2).")
+    n, length = data.shape
+    if length % n:
+        raise ValueError(f"Each vector's length ({length}) must be a multiple of the replicas ({n}).")
+    chunk = length // n
+    piece = lambda c: slice(c * chunk, (c + 1) * chunk)  # noqa: E731
+    states, sent = [data.copy()], []
+    for step in range(2 * (n - 1)):
+        transfers = []
+        outgoing = data.copy()            # every replica sends at the same time
+        for sender in range(n):
+            receiver = (sender + 1) % n
+            if step < n - 1:              # reduce-scatter: add the incoming chunk
+                c = (sender - step) % n
+                data[receiver, piece(c)] += outgoing[sender, piece(c)]
+            else:                         # all-gather: overwrite with the finished chunk
+                c = (sender + 1 - (step - (n - 1))) % n
+                data[receiver, piece(c)] = outgoing[sender, piece(c)]
+            transfers.append((sender, receiver, c))
+        states.append(data.copy())
+        sent.append(transfers)
+    return data, states, sent
