@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 # TensorFlow's C++ logs stay out of the test output and the executed chapters.
 export TF_CPP_MIN_LOG_LEVEL := 3
 
-CHAPTERS := $(sort $(wildcard chapters/[0-9]*.py))
+CHAPTERS := $(sort $(wildcard chapters/*.py))
 
 .PHONY: book test outputs chapter setup-cells clean help
 

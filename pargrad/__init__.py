@@ -11,7 +11,15 @@ from pargrad import tf1  # noqa: E402
 from pargrad.accumulate import GradientAccumulator, peak_memory  # noqa: E402
 from pargrad.asynchronous import AsyncTrainer, lost_updates  # noqa: E402
 from pargrad.book import show_source  # noqa: E402
-from pargrad.cluster import ClusterError, ClusterTimeoutError, LocalCluster, run_cluster  # noqa: E402
+from pargrad.cluster import (  # noqa: E402
+    ClusterError,
+    ClusterTimeoutError,
+    LocalCluster,
+    run_cluster,
+    tf_config,
+)
+from pargrad.multiworker import train_parabola_multiworker  # noqa: E402
+from pargrad.parameter_server import parameter_server_strategy, train_parameter_server  # noqa: E402
 from pargrad.devices import DevicesAlreadyInitializedError, logical_devices  # noqa: E402
 from pargrad.parabola import (  # noqa: E402
     add_layer,

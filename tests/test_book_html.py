@@ -12,7 +12,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 from book_config import repository  # noqa: E402
 
 HTML = ROOT / "_build" / "html"
-NOTEBOOKS = sorted((ROOT / "chapters").glob("[0-9]*.ipynb"))
+NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
 
 if not (HTML / "index.html").exists():
     if os.environ.get("PARGRAD_REQUIRE_HTML"):

@@ -13,7 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 from book_config import repository, setup_cell_source  # noqa: E402
 
-NOTEBOOKS = sorted((ROOT / "chapters").glob("[0-9]*.ipynb"))
+NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
 TF_NOISE = re.compile(r"cuda|oneDNN|cudart|tensorflow/core|I0000|E0000|W0000|absl::")
 
 

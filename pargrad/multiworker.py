@@ -1,0 +1,99 @@
+"""Synchronous training across processes, and surviving a failure with checkpoints.
+
+Taught in the chapter "Beyond one machine".  :func:`train_parabola_multiworker`
+is text 3's network trained by :class:`pargrad.SyncTrainer` in every worker
+of a cluster (``MultiWorkerMirroredStrategy``), optionally with a
+``tf.train.CheckpointManager``.  Under this strategy every step needs every
+worker, so when one dies the step cannot finish: the job stops, is started
+again, and every worker resumes from the last checkpoint.  What is lost is
+the work since that checkpoint.
+"""
+
+import json
+import os
+import shutil
+
+import numpy as np
+
+from pargrad._quiet import import_tensorflow_quietly
+
+tf = import_tensorflow_quietly()
+
+
+def _task():
+    config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+    task = config.get("task", {})
+    return task.get("type", "worker"), int(task.get("index", 0))
+
+
+def train_parabola_multiworker(steps=600, points=48, checkpoint_dir=None, checkpoint_every=100,
+                               report_every=25, learning_rate=1e-2, seed=0, verbose=True):
+    """Train text 3's network synchronously on ``points`` points, full batch, ``steps`` steps.
+
+    Runs in every worker of a :class:`pargrad.LocalCluster` (or in one
+    process, on its logical devices); 48 points split evenly over 2, 3, 4
+    or 6 workers.  Without ``checkpoint_dir`` it only trains.  With it, it
+    saves a checkpoint every ``checkpoint_every`` steps and at start restores the latest
+    checkpoint in ``checkpoint_dir`` if there is one (the model's weights
+    and the optimizer, whose ``iterations`` counts the steps done) and
+    trains the remaining steps of ``steps``.  It prints ``resumed at step
+    N``, then ``step N`` every ``report_every`` steps and ``checkpoint N``
+    after each save (``verbose=False``: nothing).
+
+    Every worker calls ``save``: the chief (worker 0) writes into
+    ``checkpoint_dir``, the others into a temporary directory that is deleted
+    (saving may need every worker to take part, and only one copy must
+    land).  Returns the final ``weights``, the ``loss`` of the steps this
+    run did, and ``resumed_at``.
+
+    Taught in the chapter "Beyond one machine".
+    """
+    from pargrad.parabola import parabola_data, parabola_model
+    from pargrad.sync import SyncTrainer, sync_strategy
+
+    if checkpoint_dir is not None and checkpoint_every % report_every:
+        raise ValueError(
+            f"checkpoint_every ({checkpoint_every}) must be a multiple of report_every "
+            f"({report_every}); the run saves between calls of fit."
+        )
+    strategy = sync_strategy()
+    with strategy.scope():
+        model = parabola_model(seed=seed)
+    trainer = SyncTrainer(model, strategy, learning_rate=learning_rate, record_times=False,
+                          progress=False)
+    def say(line):
+        if verbose:
+            print(line, flush=True)
+
+    role, index = _task()
+    chief = index == 0
+    manager = None
+    if checkpoint_dir is not None:
+        checkpoint = tf.train.Checkpoint(model=model, optimizer=trainer.optimizer)
+        directory = checkpoint_dir if chief else os.path.join(checkpoint_dir, f".tmp-{role}-{index}")
+        manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=2)
+        latest = tf.train.latest_checkpoint(checkpoint_dir)
+        if latest:
+            checkpoint.restore(latest).assert_existing_objects_matched()
+    done = int(trainer.optimizer.iterations.numpy())
+    resumed_at = done
+    say(f"resumed at step {done}")
+    x, y = parabola_data(points)
+    losses = []
+    while done < steps:
+        n = min(report_every, steps - done)
+        history = trainer.fit(x, y, steps=n, steps_per_call=n)
+        losses.append(history.loss)
+        done += n
+        say(f"step {done}")
+        if manager is not None and (done % checkpoint_every == 0 or done == steps):
+            manager.save(checkpoint_number=done)
+            say(f"checkpoint {done}")
+    if manager is not None and not chief:
+        shutil.rmtree(directory, ignore_errors=True)
+    return {
+        "weights": [np.asarray(w) for w in model.get_weights()],
+        "loss": np.concatenate(losses).astype(np.float32) if losses else np.zeros(0, np.float32),
+        "resumed_at": resumed_at,
+        "replicas": trainer.replicas,
+    }
