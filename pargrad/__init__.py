@@ -7,9 +7,9 @@ from pargrad._quiet import import_tensorflow_quietly
 
 import_tensorflow_quietly()
 
-from pargrad import tf1  # noqa: E402
+from pargrad import digits, race, tf1  # noqa: E402
 from pargrad.accumulate import GradientAccumulator, peak_memory  # noqa: E402
-from pargrad.asynchronous import AsyncTrainer, lost_updates  # noqa: E402
+from pargrad.asynchronous import AsyncTrainer, lost_updates, random_delay  # noqa: E402
 from pargrad.book import show_source  # noqa: E402
 from pargrad.cluster import (  # noqa: E402
     ClusterError,
@@ -34,8 +34,10 @@ from pargrad.sync import (  # noqa: E402
     DevicesNotReadyError,
     SyncHistory,
     SyncTrainer,
+    backup_worker_mask,
     ring_all_reduce,
     squared_error_per_example,
+    sync_step_times,
     sync_strategy,
     train_parabola,
 )

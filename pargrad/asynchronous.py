@@ -23,6 +23,7 @@ tf = import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
 
 MODES = ("scheduled", "free-running")
+DELAY_DISTRIBUTIONS = ("exponential", "pareto")
 HISTORY_KEYS = (
     "worker", "read_version", "applied_version", "staleness",
     "learning_rate", "loss", "read_time", "time",
@@ -49,6 +50,13 @@ class AsyncTrainer:
     al. 2016).  Updates are applied one at a time under a lock, so none is
     lost and the version counter equals the number of applied updates.
 
+    ``staleness_bound=s`` bounds how far the workers drift apart (stale
+    synchronous parallel, Ho et al. 2013): a worker that has applied more
+    than ``s`` updates beyond the worker with the fewest waits, before it
+    reads, until that worker catches up (``s=0``: nobody gets ahead by a
+    whole update).  A worker whose run is over no longer holds the others
+    back.  ``None`` (the default) never waits.
+
     :meth:`fit` runs either *scheduled* (one thread; a seeded virtual clock
     decides who reads and applies when, so a run repeats exactly) or
     *free-running* (one real thread per worker, for measured throughput; on
@@ -61,7 +69,8 @@ class AsyncTrainer:
     """
 
     def __init__(self, model, loss, devices, learning_rate=0.01,
-                 staleness_aware=False, parameter_device=None, progress=True):
+                 staleness_aware=False, parameter_device=None, progress=True,
+                 staleness_bound=None):
         if not isinstance(model, keras.Model) or not model.built:
             raise ValueError(
                 f"AsyncTrainer needs a built keras.Model, got {type(model).__name__}; "
@@ -81,12 +90,21 @@ class AsyncTrainer:
             )
         if not isinstance(learning_rate, numbers.Real) or not learning_rate > 0:
             raise ValueError(f"learning_rate must be a positive number, got {learning_rate!r}.")
+        if staleness_bound is not None and (
+                isinstance(staleness_bound, bool) or not isinstance(staleness_bound, numbers.Integral)
+                or staleness_bound < 0):
+            raise ValueError(
+                f"staleness_bound must be None (never wait) or a whole number >= 0, "
+                f"got {staleness_bound!r}; for example 2 lets a worker run 2 updates "
+                "ahead of the slowest."
+            )
 
         self.model = model
         self.loss = loss
         self.devices = list(devices)
         self.learning_rate = float(learning_rate)
         self.staleness_aware = bool(staleness_aware)
+        self.staleness_bound = None if staleness_bound is None else int(staleness_bound)
         self.parameter_device = parameter_device or self.devices[0]
         self.progress = progress
         # Plain tf.Variables: their assign_sub is one atomic kernel (a Keras
@@ -99,6 +117,9 @@ class AsyncTrainer:
         self.version = 0  # number of updates applied so far
         self.history = {key: np.array([]) for key in HISTORY_KEYS}
         self._lock = threading.Lock()
+        self._caught_up = threading.Condition(self._lock)  # for staleness_bound
+        self._applied = [0] * len(self.devices)  # updates applied by each worker in a fit
+        self._finished = set()                   # workers whose fit is over
         self._gradient_fns = [self._compile_gradients(device) for device in self.devices]
         self._apply_fn = tf.function(self._apply_update)
 
@@ -140,6 +161,8 @@ class AsyncTrainer:
             self._records.append((worker, read_version, self.version, staleness,
                                   rate, float(loss), read_time, now))
             self.version += 1
+            self._applied[worker] += 1
+            self._caught_up.notify_all()
             if self._on_update is not None:
                 self._on_update(dict(zip(HISTORY_KEYS, self._records[-1])))
 
@@ -154,22 +177,46 @@ class AsyncTrainer:
         with tf.device(self.devices[worker]):
             return self._gradient_fns[worker](parameters, x, y, batch)
 
+    # -- bounded staleness (stale synchronous parallel) ---------------------
+
+    def may_start(self, worker):
+        """Whether ``worker`` may read and start its next update now.
+
+        Always true without a ``staleness_bound``; with bound ``s``, true
+        when the worker has applied at most ``s`` updates more (in this fit)
+        than the worker with the fewest among those still running.
+        """
+        if self.staleness_bound is None:
+            return True
+        running = [n for w, n in enumerate(self._applied) if w not in self._finished]
+        return not running or self._applied[worker] - min(running) <= self.staleness_bound
+
     # -- running the workers ------------------------------------------------
 
     def fit(self, x, y, updates, batch_size=None, mode="scheduled", speeds=None,
-            jitter=0.0, seed=0, time_limit=None, on_update=None):
+            jitter=0.0, seed=0, time_limit=None, on_update=None,
+            delay_distribution="exponential", step_seconds=None, virtual_time_limit=None):
         """Run ``updates`` asynchronous updates; return the history of this run.
 
         The examples are dealt out to the workers (worker ``i`` gets
         ``x[i::workers]``); each step a worker uses ``batch_size`` random
         examples of its shard (all of them when ``None``).  ``speeds`` gives
         each device's relative speed (``[1, 0.5]``: device 1 takes twice as
-        long); ``jitter`` adds a random delay, exponential with mean
-        ``jitter`` times a step.  In ``mode="scheduled"`` these define a
-        virtual clock (a step takes ``1 / speed`` time units) that orders
-        reads and applies; in ``mode="free-running"`` they make the real
-        threads sleep.  ``time_limit`` (seconds) stops the run early.
+        long); ``jitter`` adds a random delay with mean ``jitter`` times a step,
+        exponential or, with ``delay_distribution="pareto"``, heavy-tailed
+        (see :func:`random_delay`).  In ``mode="scheduled"`` these define a
+        virtual clock (a step takes ``(1 + delay) / speed`` time units) that
+        orders reads and applies; in ``mode="free-running"`` they make the
+        real threads sleep: by default a step is stretched to ``(1 + delay)
+        / speed`` times what its computation took; with ``step_seconds`` it
+        is stretched to last ``step_seconds * (1 + delay) / speed`` seconds
+        (an emulated device, the same time model as the virtual clock).
+        ``time_limit`` (seconds) stops the run early; in scheduled mode
+        ``virtual_time_limit`` stops it before the first update that would
+        land after that virtual time (to give every trainer the same time).
         ``on_update(record)`` is called after each update, under the lock.
+        With a ``staleness_bound`` a worker that is too far ahead waits
+        before it reads (on the virtual clock, or really, on a condition).
 
         Returns a dict of arrays, one entry per applied update, in the order
         they were applied: ``worker``, ``read_version``, ``applied_version``,
@@ -205,6 +252,18 @@ class AsyncTrainer:
             )
         if jitter < 0:
             raise ValueError(f"jitter must be >= 0 (0 for no random delays), got {jitter!r}.")
+        if virtual_time_limit is not None and (mode != "scheduled" or not virtual_time_limit > 0):
+            raise ValueError(
+                "virtual_time_limit must be a positive number of virtual time units, and "
+                f"works only with mode='scheduled'; got {virtual_time_limit!r} with mode={mode!r}. "
+                "For free-running runs pass time_limit (seconds) instead."
+            )
+        if delay_distribution not in DELAY_DISTRIBUTIONS:
+            raise ValueError(f"delay_distribution must be one of {DELAY_DISTRIBUTIONS}, "
+                             f"got {delay_distribution!r}.")
+        if step_seconds is not None and not step_seconds > 0:
+            raise ValueError(f"step_seconds must be None or a positive number of seconds, "
+                             f"got {step_seconds!r}.")
         if time_limit is not None and not time_limit > 0:
             raise ValueError(f"time_limit must be None or a positive number of seconds, got {time_limit!r}.")
 
@@ -219,6 +278,11 @@ class AsyncTrainer:
         self._records = []
         self._on_update = on_update
         self._stop = threading.Event()
+        self._applied = [0] * workers
+        self._finished = set()
+        self._delay_distribution = delay_distribution
+        self._step_seconds = step_seconds
+        self._virtual_time_limit = virtual_time_limit
         run = self._run_scheduled if mode == "scheduled" else self._run_free
         with tqdm(total=updates, unit="update", disable=not self.progress, mininterval=0.5,
                   desc=f"async, {workers} worker{'s' * (workers > 1)}") as bar:
@@ -234,7 +298,7 @@ class AsyncTrainer:
         clock_rng = np.random.default_rng(seed)
 
         def step_time(worker):
-            delay = clock_rng.exponential(jitter) if jitter else 0.0
+            delay = random_delay(clock_rng, jitter, self._delay_distribution)
             return (1.0 + delay) / speeds[worker]
 
         started = time.perf_counter()
@@ -246,12 +310,18 @@ class AsyncTrainer:
         for _ in range(updates):
             if time_limit is not None and time.perf_counter() - started > time_limit:
                 break
+            if self._virtual_time_limit is not None and finishing[0][0] > self._virtual_time_limit:
+                break
             now, worker = heapq.heappop(finishing)
-            parameters, version, read_time = reads[worker]
+            parameters, version, read_time = reads.pop(worker)
             loss, gradients = self._gradients(worker, parameters)
             self._apply(worker, gradients, version, loss, read_time, now)
-            reads[worker] = (*self._read(), now)  # read again right away
-            heapq.heappush(finishing, (now + step_time(worker), worker))
+            # Read again right away, unless the staleness bound says wait; a
+            # waiting worker starts when the slowest catches up (here, now).
+            for ready in [worker] + sorted(set(range(len(self.devices))) - {worker}):
+                if ready not in reads and self.may_start(ready):
+                    reads[ready] = (*self._read(), now)
+                    heapq.heappush(finishing, (now + step_time(ready), ready))
             bar.update(1)
 
     def _trace_gradients(self):
@@ -298,8 +368,12 @@ class AsyncTrainer:
         delays = np.random.default_rng([seed, worker, 1])
         try:
             while not self._stop.is_set():
-                with self._lock:  # claim one of the requested updates
-                    if self._claimed == updates:
+                with self._lock:
+                    while not self.may_start(worker):  # staleness bound: too far ahead
+                        self._caught_up.wait(0.05)
+                        if self._stop.is_set():
+                            return
+                    if self._claimed == updates:  # claim one of the requested updates
                         return
                     self._claimed += 1
                 began = time.perf_counter()
@@ -307,18 +381,58 @@ class AsyncTrainer:
                 loss, gradients = self._gradients(worker, parameters)
                 # A slower device (speed < 1) or a random delay: wait the extra time.
                 busy = time.perf_counter() - began
-                delay = delays.exponential(jitter) if jitter else 0.0
-                if self._stop.wait(max(0.0, busy * ((1.0 + delay) / speed - 1.0))):
+                stretch = (1.0 + random_delay(delays, jitter, self._delay_distribution)) / speed
+                pause = (busy * (stretch - 1.0) if self._step_seconds is None
+                         else self._step_seconds * stretch - busy)
+                if self._stop.wait(max(0.0, pause)):
                     return
                 self._apply(worker, gradients, version, loss,
                             began - started, time.perf_counter() - started)
         except BaseException as error:  # noqa: BLE001 - handed to fit, which re-raises it
             self._errors.append((worker, error))
             self._stop.set()
+        finally:
+            with self._lock:  # a finished worker no longer holds the others back
+                self._finished.add(worker)
+                self._caught_up.notify_all()
 
     def get_weights(self):
         """The shared parameters as a list of NumPy arrays."""
         return [p.numpy() for p in self.parameters]
+
+    def set_weights(self, weights):
+        """Set the shared parameters (a list of arrays shaped like :meth:`get_weights`'s).
+
+        For example, to start a timed run from the initial weights after a
+        short run that compiled the workers' functions.
+        """
+        if len(weights) != len(self.parameters):
+            raise ValueError(f"set_weights needs {len(self.parameters)} arrays, got {len(weights)}.")
+        with self._lock:
+            for parameter, weight in zip(self.parameters, weights):
+                parameter.assign(np.asarray(weight, parameter.dtype.as_numpy_dtype))
+
+
+def random_delay(rng, jitter, distribution="exponential"):
+    """One random extra delay, in units of a step, with mean ``jitter`` (0 gives 0.0).
+
+    ``"exponential"``: ``rng.exponential(jitter)``, light-tailed.
+    ``"pareto"``: a Lomax (Pareto II) draw of shape 1.5 scaled to the same
+    mean, heavy-tailed: its variance is infinite, and now and then a step
+    takes many times the mean (a device busy with something else).  Both
+    trainers' virtual clocks draw their delays here, so synchronous and
+    asynchronous runs see the same kind of delays.
+
+    Used in the chapter "Sync vs async in the same time".
+    """
+    if not jitter:
+        return 0.0
+    if distribution == "exponential":
+        return float(rng.exponential(jitter))
+    if distribution == "pareto":
+        shape = 1.5  # numpy's pareto(a) is Lomax, mean 1 / (a - 1) = 2
+        return float(rng.pareto(shape) * jitter * (shape - 1.0))
+    raise ValueError(f"distribution must be one of {DELAY_DISTRIBUTIONS}, got {distribution!r}.")
 
 
 def lost_updates(variable, threads=2, increments=2000):

@@ -266,6 +266,14 @@ class SyncTrainer:
       as small as the book's (0.4 ms on two CPU cores); with False the step
       is the plain ``strategy.run`` loop and the per-replica times are NaN.
     * ``progress``: show a progress bar (tqdm, notebook-aware) during fit.
+    * ``backup_workers``: ``b`` backup workers (Chen et al. 2016): each step
+      uses the gradients of the first N - b replicas to finish and drops the
+      rest; who finishes when is given by ``fit(replica_times=...)``; see
+      :meth:`fit` for what is real and what is decided from those times.
+    * ``step_seconds``: emulated devices: every replica's step is stretched
+      by sleeping to ``step_seconds`` times its ``replica_times`` entry
+      (default 1), and a dropped backup replica is cut off (no sleep).
+      Taught in the chapter "Sync vs async in the same time".
 
     How the times are measured: the step is one ``tf.function``; inside each
     replica's part, ``tf.timestamp()`` ops tied by control dependencies run
@@ -411,15 +419,13 @@ class SyncTrainer:
                     compute_end = tf.timestamp()
                     grads = [tf.identity(g) for g in grads]
             if self.step_seconds is not None:        # an emulated device: sleep until
-                with tf.control_dependencies([compute_end]):  # its planned time is up
-                    # Not stateful: tf.function would chain stateful ops in program
-                    # order, and the replicas would sleep one after the other.
-                    slept = tf.numpy_function(
-                        _sleep, [self._replica_value(self._planned_seconds)
-                                 - (compute_end - compute_start)], tf.float64, stateful=False)
-                grads = [g + 0 * tf.cast(slept, g.dtype) for g in grads]  # after the sleep
-                with tf.control_dependencies(grads):
-                    compute_end = tf.timestamp()
+                # its planned time is up, and return when it woke (the clock of
+                # tf.timestamp).  Stateless on purpose: tf.function chains stateful
+                # ops in program order, so the replicas would sleep one by one.
+                compute_end = tf.numpy_function(
+                    _sleep_until, [compute_start + self._replica_value(self._planned_seconds),
+                                   compute_end], tf.float64, stateful=False)
+                grads = [g + 0 * tf.cast(compute_end, g.dtype) for g in grads]  # after it
 
         if self.backup_workers:  # backup workers: a late gradient counts zero times
             grads = [g * self._replica_value(self._gradient_weights) for g in grads]
@@ -670,6 +676,12 @@ def _tf_variable(variable):
 def _sleep(seconds):
     time.sleep(max(0.0, float(seconds)))
     return seconds
+
+
+def _sleep_until(deadline, computed):
+    """Sleep until ``deadline`` (seconds of time.time()); return when it woke."""
+    time.sleep(max(0.0, float(deadline) - time.time()))
+    return np.float64(max(time.time(), float(computed)))
 
 
 def _progress_bar(total, show, description):

@@ -1,0 +1,121 @@
+"""The measured (free-running) race of the chapter "Sync vs async in the same time".
+
+Runs every method of ``pargrad.race.METHODS`` in every scenario of
+``pargrad.race.SCENARIOS`` on 4 logical CPU devices, several seeds each,
+on the wall clock: real threads for ``AsyncTrainer``, a real
+``MirroredStrategy`` step for ``SyncTrainer``, each device's step stretched
+by sleeping to ``--step-ms`` times its ``(1 + delay) / speed`` (emulated
+devices: four logical devices on two cores cannot compute side by side).
+Writes the test accuracy and loss at each checkpoint, the time-to-target
+table and a description of the machine to ``chapters/data/sync_vs_async.json``,
+which the chapter reads.
+
+Run with ``.venv/bin/python benchmarks/sync_vs_async.py``: 3 scenarios x 5
+methods x 3 seeds x ``--seconds`` (default 6) plus start-up, about 10
+minutes.  The numbers depend on the machine and on what else runs on it.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import platform
+import sys
+import time
+
+import pargrad
+from pargrad._quiet import import_tensorflow_quietly
+
+tf = import_tensorflow_quietly()
+tf.config.threading.set_intra_op_parallelism_threads(1)  # before TensorFlow starts
+# Each emulated device sleeps inside the synchronous step, on TensorFlow's
+# inter-op threads; with the default (one a core) four replicas' sleeps would
+# take turns on two threads.  Enough threads let all four sleep at once.
+tf.config.threading.set_inter_op_parallelism_threads(8)
+DEVICES = pargrad.logical_devices(4)
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+from pargrad import race  # noqa: E402
+
+OUTPUT = pathlib.Path(__file__).resolve().parent.parent / "chapters" / "data" / "sync_vs_async.json"
+
+
+def machine():
+    """What the numbers were measured on."""
+    try:
+        load = [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        load = None
+    model = ""
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": model or platform.processor(), "cores": os.cpu_count(),
+            "system": platform.platform(), "python": sys.version.split()[0],
+            "tensorflow": tf.__version__, "keras": keras.__version__,
+            "load_average_at_start": load,
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")}
+
+
+def rounded(result):
+    return {key: (np.round(np.asarray(value, float), 4).tolist() if key in
+                  ("time", "accuracy", "loss") else
+                  np.asarray(value).tolist() if isinstance(value, np.ndarray) else value)
+            for key, value in result.items()}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=6.0, help="wall-clock budget of each run")
+    parser.add_argument("--every", type=float, default=0.2, help="seconds between checkpoints")
+    parser.add_argument("--step-ms", type=float, default=20.0,
+                        help="milliseconds of one emulated device step at speed 1")
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--target", type=float, default=race.TARGET)
+    parser.add_argument("--output", type=pathlib.Path, default=OUTPUT)
+    arguments = parser.parse_args()
+
+    data = race.digits_data(seed=0)
+    step_seconds = arguments.step_ms / 1000
+    about = machine()
+    print(f"{about['cpu']}, {about['cores']} cores, load {about['load_average_at_start']}; "
+          f"TensorFlow {about['tensorflow']}", flush=True)
+    results = []
+    started = time.perf_counter()
+    for scenario in race.SCENARIOS:
+        for method in race.METHODS:
+            for seed in range(arguments.seeds):
+                result = race.race(method, scenario, seed=seed, budget=arguments.seconds,
+                                   every=arguments.every, mode="free-running",
+                                   step_seconds=step_seconds, devices=DEVICES, data=data)
+                results.append(result)
+                reached = race.digits_time_to_target(result, arguments.target)
+                print(f"{time.perf_counter() - started:6.0f} s  {scenario:22s} {method:24s} "
+                      f"seed {seed}: {result['updates'][-1]:5d} updates, final accuracy "
+                      f"{result['accuracy'][-1]:.3f}, {arguments.target:.0%} after {reached:.2f} s",
+                      flush=True)
+    table = race.time_to_target_table(results, arguments.target)
+    print(race.format_table(table, unit="seconds, wall clock", digits=2))
+    arguments.output.parent.mkdir(parents=True, exist_ok=True)
+    arguments.output.write_text(json.dumps({
+        "script": "benchmarks/sync_vs_async.py",
+        "machine": about,
+        "settings": {"seconds": arguments.seconds, "every": arguments.every,
+                     "step_seconds": step_seconds, "seeds": arguments.seeds,
+                     "target": arguments.target, "batch_size": race.BATCH_SIZE,
+                     "methods": race.METHODS,
+                     "scenarios": {name: vars(s) for name, s in race.SCENARIOS.items()}},
+        "results": [rounded(r) for r in results],
+    }, indent=1) + "\n")
+    print(f"wrote {arguments.output}")
+
+
+if __name__ == "__main__":
+    main()

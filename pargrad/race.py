@@ -1,0 +1,281 @@
+"""Synchronous against asynchronous training in the same time, on the digits.
+
+Taught in the chapter "Sync vs async in the same time".  :func:`race` trains
+the digits MLP (:mod:`pargrad.digits`) with :class:`pargrad.sync.SyncTrainer`
+or :class:`pargrad.asynchronous.AsyncTrainer` on four devices for a fixed
+time, keeps a copy of the parameters at checkpoints along the way, and
+evaluates every copy on the test set afterwards (so evaluating never slows
+the run down).  :func:`time_to_target_table` turns several seeds of several
+races into DAWNBench's measure: the time to reach a test accuracy.
+
+Two clocks:
+
+* ``mode="scheduled"``: the *virtual clock*.  Device ``d`` needs
+  ``(1 + delay) / speed[d]`` time units for one step on its batch (the delay
+  drawn by :func:`pargrad.asynchronous.random_delay`).  An asynchronous
+  worker applies its update when its step ends; a synchronous step lasts as
+  long as the slowest replica, or, with ``b`` backup workers, as long as the
+  ``(N - b)``-th fastest (:func:`pargrad.sync.sync_step_times`).  Every
+  gradient and update is really computed by the trainers; only the durations
+  come from the model.  Communication is free on this clock, for both.
+  Seeded, so a run repeats exactly.
+* ``mode="free-running"``: the wall clock.  Real threads (async) or a real
+  ``MirroredStrategy`` step (sync) run, and each device's step is stretched
+  by sleeping to ``step_seconds`` times the same ``(1 + delay) / speed``: an
+  emulated device, because four logical devices on two CPU cores cannot
+  really compute side by side.  The measured time includes everything the
+  virtual clock leaves out (Python, the lock, launching the step, the
+  all-reduce), and it depends on the machine and its load.
+"""
+
+import dataclasses
+import math
+
+import numpy as np
+
+from pargrad._quiet import import_tensorflow_quietly
+from pargrad.asynchronous import AsyncTrainer, random_delay
+from pargrad.digits import digits_data, digits_model
+
+tf = import_tensorflow_quietly()
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    """How fast the devices are: relative ``speeds`` and random delays (mean ``jitter`` steps)."""
+
+    speeds: tuple
+    jitter: float = 0.0
+    delay_distribution: str = "exponential"
+
+
+SCENARIOS = {
+    "equal devices": Scenario((1.0, 1.0, 1.0, 1.0)),
+    "one device 3x slower": Scenario((1.0, 1.0, 1.0, 1.0 / 3.0)),
+    "heavy-tailed delays": Scenario((1.0, 1.0, 1.0, 1.0), jitter=0.5, delay_distribution="pareto"),
+}
+
+# Each method's options.  Learning rates: the best of 0.1, 0.2, 0.4, 0.8 on
+# equal devices (two seeds) when the chapter was written.  A synchronous step
+# averages 4 x 32 examples, an asynchronous update 32: sync's best rate is 4
+# times async's, the linear scaling rule (Goyal et al. 2017).  The
+# staleness-aware rate is divided by staleness + 1 (about 4 here).
+METHODS = {
+    "sync": dict(kind="sync", learning_rate=0.8),
+    "sync, 1 backup": dict(kind="sync", learning_rate=0.8, backup_workers=1),
+    "async": dict(kind="async", learning_rate=0.2),
+    "async, staleness-aware": dict(kind="async", learning_rate=0.8, staleness_aware=True),
+    "async, bound 2": dict(kind="async", learning_rate=0.2, staleness_bound=2),
+}
+
+BATCH_SIZE = 32  # examples per device and step
+TARGET = 0.95     # the test accuracy of the time-to-target tables
+
+
+def replica_times(steps, scenario, seed):
+    """``(steps, devices)`` virtual durations of each synchronous replica's step.
+
+    Drawn like :class:`AsyncTrainer`'s virtual clock: ``(1 + delay) / speed``.
+    Taught in the chapter "Sync vs async in the same time".
+    """
+    rng = np.random.default_rng([seed, 2])
+    return np.array([[(1.0 + random_delay(rng, scenario.jitter, scenario.delay_distribution)) / s
+                      for s in scenario.speeds] for _ in range(steps)])
+
+
+def cross_entropy_per_example(y, logits):
+    """Cross-entropy of each example (``SyncTrainer`` scales by the global batch itself)."""
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tf.cast(tf.reshape(y, [-1]), tf.int32), logits=logits)
+
+
+def _mean_cross_entropy(y, logits):
+    return tf.reduce_mean(cross_entropy_per_example(y, logits))
+
+
+def evaluate(snapshots, x_test, y_test, hidden=64):
+    """Test accuracy and test loss of each parameter snapshot of the digits MLP."""
+    model = digits_model(hidden=hidden)
+    accuracies, losses = [], []
+    for weights in snapshots:
+        model.set_weights(weights)
+        logits = model(x_test)
+        accuracies.append(float(np.mean(np.argmax(logits, axis=1) == y_test)))
+        losses.append(float(_mean_cross_entropy(y_test, logits)))
+    return np.array(accuracies), np.array(losses)
+
+
+def race(method, scenario, seed=0, budget=150.0, every=5.0, mode="scheduled",
+         step_seconds=0.02, devices=None, data=None, hidden=64, **overrides):
+    """Train the digits MLP with ``method`` under ``scenario`` for ``budget`` time.
+
+    ``method`` and ``scenario`` are keys of :data:`METHODS` and
+    :data:`SCENARIOS` (or a dict of options and a :class:`Scenario`);
+    ``overrides`` replace a method's options (``learning_rate=...``).
+    ``budget`` and ``every`` are virtual time units when scheduled, seconds
+    when free-running.  ``seed`` fixes the initial weights, the batches and
+    the delays; the train/test split is fixed (``digits_data(seed=0)``).
+
+    Returns a dict: ``time`` of each checkpoint (the first is the start, then
+    the first update at or after each multiple of ``every``), ``updates``
+    applied by then, ``examples`` of gradient computed into them, test
+    ``accuracy`` and test ``loss`` there, and ``method``, ``scenario``,
+    ``seed``, ``mode``.  Taught in the chapter "Sync vs async in the same time".
+    """
+    options = dict(METHODS[method] if isinstance(method, str) else method, **overrides)
+    conditions = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
+    if mode not in ("scheduled", "free-running"):
+        raise ValueError(f"mode must be 'scheduled' or 'free-running', got {mode!r}.")
+    if not budget > 0 or not every > 0:
+        raise ValueError(f"budget and every must be positive, got {budget!r} and {every!r}.")
+    x_train, y_train, x_test, y_test = data or digits_data(seed=0)
+    if devices is None:
+        devices = [d.name for d in tf.config.list_logical_devices("CPU")]
+    workers = len(conditions.speeds)
+    if len(devices) < workers:
+        raise ValueError(f"The scenario has {workers} devices but only {len(devices)} are given; "
+                         f"call pargrad.logical_devices({workers}) first.")
+    kind = options.pop("kind")
+    run = _race_sync if kind == "sync" else _race_async
+    checkpoints = run(options, conditions, seed, budget, every, mode, step_seconds,
+                      devices[:workers], (x_train, y_train), hidden)
+    times, updates, examples, snapshots = (list(column) for column in zip(*checkpoints))
+    accuracy, loss = evaluate(snapshots, x_test, y_test, hidden)
+    return {"method": method if isinstance(method, str) else kind, "scenario": scenario
+            if isinstance(scenario, str) else "custom", "seed": seed, "mode": mode,
+            "time": np.array(times), "updates": np.array(updates),
+            "examples": np.array(examples), "accuracy": accuracy, "loss": loss}
+
+
+def _race_async(options, scenario, seed, budget, every, mode, step_seconds, devices, data,
+                hidden):
+    x, y = data
+    key = ("async", tuple(devices), hidden, tuple(sorted(options.items())))
+    if key not in _TRAINERS:  # one trainer per configuration: its functions compile once
+        _TRAINERS[key] = AsyncTrainer(digits_model(hidden=hidden), _mean_cross_entropy, devices,
+                                      progress=False, **options)
+    trainer = _TRAINERS[key]
+    trainer.set_weights(digits_model(hidden=hidden, seed=seed).get_weights())
+    checkpoints = [(0.0, 0, 0, trainer.get_weights())]
+    next_checkpoint, applied = [every], [0]
+
+    def keep(record):  # called under the trainer's lock, after each update
+        applied[0] += 1
+        if record["time"] >= next_checkpoint[0]:
+            checkpoints.append((record["time"], applied[0], applied[0] * BATCH_SIZE,
+                                [p.numpy() for p in trainer.parameters]))
+            next_checkpoint[0] = (math.floor(record["time"] / every) + 1) * every
+
+    common = dict(batch_size=BATCH_SIZE, speeds=scenario.speeds, jitter=scenario.jitter,
+                  delay_distribution=scenario.delay_distribution, seed=seed, on_update=keep)
+    if mode == "scheduled":
+        trainer.fit(x, y, updates=10**9, virtual_time_limit=budget, **common)
+    else:
+        trainer.fit(x, y, updates=2 * len(devices), batch_size=BATCH_SIZE)  # compile first
+        trainer.set_weights(checkpoints[0][3])
+        trainer.fit(x, y, updates=10**9, mode="free-running", time_limit=budget,
+                    step_seconds=step_seconds, **common)
+    if applied[0] > checkpoints[-1][1]:  # the updates after the last checkpoint
+        last = trainer.history["time"][-1]
+        checkpoints.append((last, applied[0], applied[0] * BATCH_SIZE, trainer.get_weights()))
+    return checkpoints
+
+
+_STRATEGIES = {}
+_TRAINERS = {}
+
+
+def _race_sync(options, scenario, seed, budget, every, mode, step_seconds, devices, data, hidden):
+    from pargrad.sync import SyncTrainer, sync_step_times, sync_strategy
+
+    replicas = len(devices)
+    if replicas not in _STRATEGIES:  # one strategy per size, reused by every race
+        _STRATEGIES[replicas] = sync_strategy(replicas)
+    strategy = _STRATEGIES[replicas]
+    free = mode == "free-running"
+    key = ("sync", replicas, hidden, free and step_seconds, tuple(sorted(options.items())))
+    if key not in _TRAINERS:  # one trainer per configuration: its step compiles once
+        with strategy.scope():
+            model = digits_model(hidden=hidden)
+        _TRAINERS[key] = SyncTrainer(model, strategy, loss=cross_entropy_per_example,
+                                     progress=False, step_seconds=step_seconds if free else None,
+                                     **options)
+    trainer = _TRAINERS[key]
+    model = trainer.model
+    model.set_weights(digits_model(hidden=hidden, seed=seed).get_weights())
+    # The batches: the training set shuffled by the seed, then taken in order.
+    order = np.random.default_rng([seed, 3]).permutation(len(data[0]))
+    x, y = data[0][order], data[1][order]
+    batch = BATCH_SIZE * replicas
+    backup = options.get("backup_workers", 0)
+    checkpoints = [(0.0, 0, 0, model.get_weights())]
+    if free:
+        trainer.fit(x[:batch], y[:batch], steps=2, batch_size=batch,  # compile first
+                    replica_times=np.ones((2, replicas)))
+        model.set_weights(checkpoints[0][3])
+    times = replica_times(int(budget * (10 if not free else 10 / step_seconds)) + 10, scenario,
+                          seed)
+    used = batch - backup * BATCH_SIZE  # examples whose gradients count in a step
+    clock, steps = 0.0, 0
+    if not free:
+        ends = np.cumsum(sync_step_times(times, backup))
+        total = int(np.searchsorted(ends, budget, side="right"))  # steps that end in time
+        while steps < total:
+            target = (math.floor(clock / every) + 1) * every
+            stop = min(total, max(steps + 1, int(np.searchsorted(ends, target, side="left")) + 1))
+            trainer.fit(x, y, steps=stop - steps, batch_size=batch, replica_times=times[steps:stop])
+            steps, clock = stop, float(ends[stop - 1])
+            checkpoints.append((clock, steps, steps * used, model.get_weights()))
+        return checkpoints
+    per_chunk = max(1, int(round(every / step_seconds)))
+    while clock < budget and steps < len(times):
+        n = min(per_chunk, len(times) - steps)
+        history = trainer.fit(x, y, steps=n, batch_size=batch, replica_times=times[steps:steps + n])
+        steps, clock = steps + n, clock + float(np.sum(history.step_time))
+        checkpoints.append((clock, steps, steps * used, model.get_weights()))
+    return checkpoints
+
+
+def digits_time_to_target(result, target=TARGET):
+    """The first checkpoint time at which a :func:`race` result reached ``target``, or ``inf``."""
+    from pargrad.digits import time_to_target
+
+    return time_to_target(result["time"], result["accuracy"], target)
+
+
+def time_to_target_table(results, target=TARGET):
+    """DAWNBench's measure for every (scenario, method): time to reach ``target`` test accuracy.
+
+    ``results`` is a list of :func:`race` results (several seeds each).
+    Returns a list of dicts, in the order first seen: ``scenario``,
+    ``method``, ``times`` (one a seed, ``inf`` if never reached), their
+    ``median``, ``low`` and ``high``, ``reached`` (seeds that got there) and
+    ``seeds``.  Taught in the chapter "Sync vs async in the same time".
+    """
+    from pargrad.digits import time_to_target
+
+    rows = {}
+    for result in results:
+        key = (result["scenario"], result["method"])
+        rows.setdefault(key, []).append(
+            time_to_target(result["time"], result["accuracy"], target))
+    table = []
+    for (scenario, method), times in rows.items():
+        times = np.array(times)
+        table.append({"scenario": scenario, "method": method, "times": times,
+                      "median": float(np.median(times)), "low": float(times.min()),
+                      "high": float(times.max()), "reached": int(np.isfinite(times).sum()),
+                      "seeds": len(times)})
+    return table
+
+
+def format_table(table, unit="", digits=0):
+    """The time-to-target table as aligned text, one line a (scenario, method)."""
+    lines = [f"{'scenario':22s} {'method':24s} {'median':>8s} {'min':>8s} {'max':>8s}  reached"]
+    show = lambda t: f"{t:8.{digits}f}" if np.isfinite(t) else f"{'never':>8s}"  # noqa: E731
+    for row in table:
+        lines.append(f"{row['scenario']:22s} {row['method']:24s} {show(row['median'])} "
+                     f"{show(row['low'])} {show(row['high'])}  {row['reached']}/{row['seeds']}")
+    if unit:
+        lines.append(f"(times in {unit})")
+    return "\n".join(lines)

@@ -1,0 +1,73 @@
+"""pargrad.race: sync and async on the same virtual clock, evaluated against time."""
+
+import numpy as np
+import pytest
+
+from pargrad import race
+from pargrad.sync import sync_step_times
+
+
+@pytest.fixture(scope="module")
+def data():
+    return race.digits_data(seed=0)
+
+
+def test_replica_times_follow_the_scenario():
+    slow = race.replica_times(5, race.SCENARIOS["one device 3x slower"], seed=0)
+    np.testing.assert_allclose(slow, np.tile([1, 1, 1, 3], (5, 1)))
+    heavy = race.replica_times(2000, race.SCENARIOS["heavy-tailed delays"], seed=0)
+    assert heavy.min() >= 1.0 and heavy.max() > 10  # a heavy tail: some steps take 10x
+    np.testing.assert_array_equal(heavy, race.replica_times(2000, race.SCENARIOS["heavy-tailed delays"],
+                                                            seed=0))
+
+
+def test_a_synchronous_step_costs_the_slowest_replica_on_the_virtual_clock(devices, data):
+    result = race.race("sync", "one device 3x slower", seed=0, budget=20, every=5, data=data,
+                       devices=devices)
+    # Every step waits for the 3x slower device: 3 time units a step, 6 steps in
+    # 20; a checkpoint is taken at the first step ending at or after 5, 10, 15.
+    assert result["updates"].tolist() == [0, 2, 4, 5, 6]
+    np.testing.assert_allclose(result["time"], [0, 6, 12, 15, 18])
+    assert result["examples"][-1] == 6 * 4 * race.BATCH_SIZE
+    backup = race.race("sync, 1 backup", "one device 3x slower", seed=0, budget=20, every=5,
+                       data=data, devices=devices)
+    # With one backup worker the slow device's gradient is dropped: 1 unit a step.
+    assert backup["updates"][-1] == 20 and backup["time"][-1] == 20
+    assert backup["examples"][-1] == 20 * 3 * race.BATCH_SIZE
+
+
+def test_heavy_tailed_sync_time_is_the_sum_of_the_step_maxima(devices, data):
+    scenario = race.SCENARIOS["heavy-tailed delays"]
+    result = race.race("sync", scenario, seed=1, budget=15, every=1, data=data, devices=devices)
+    ends = np.cumsum(sync_step_times(race.replica_times(200, scenario, seed=1), 0))
+    steps = result["updates"][1:]
+    np.testing.assert_allclose(result["time"][1:], ends[steps - 1])
+    assert ends[steps[-1] - 1] <= 15 < ends[steps[-1]]
+
+
+def test_async_races_repeat_exactly_and_stop_at_the_budget(devices, data):
+    first = race.race("async", "heavy-tailed delays", seed=2, budget=12, every=3, data=data,
+                      devices=devices)
+    again = race.race("async", "heavy-tailed delays", seed=2, budget=12, every=3, data=data,
+                      devices=devices)
+    for key in ("time", "updates", "accuracy", "loss"):
+        np.testing.assert_array_equal(first[key], again[key])
+    assert first["time"][-1] <= 12
+    equal = race.race("async", "equal devices", seed=0, budget=10, every=5, data=data,
+                      devices=devices)
+    assert equal["updates"][-1] == 40  # four devices, one update each per time unit
+
+
+def test_time_to_target_table_takes_the_first_checkpoint_at_the_target():
+    results = [
+        {"scenario": "s", "method": "m", "time": np.array([0.0, 1, 2, 3]),
+         "accuracy": np.array([0.1, 0.5, 0.96, 0.97])},
+        {"scenario": "s", "method": "m", "time": np.array([0.0, 1, 2, 3]),
+         "accuracy": np.array([0.1, 0.95, 0.9, 0.97])},
+        {"scenario": "s", "method": "m", "time": np.array([0.0, 1, 2, 3]),
+         "accuracy": np.array([0.1, 0.2, 0.3, 0.4])},
+    ]
+    (row,) = race.time_to_target_table(results, target=0.95)
+    assert row["times"].tolist() == [2.0, 1.0, float("inf")]
+    assert row["median"] == 2.0 and row["reached"] == 2 and row["seeds"] == 3
+    assert "never" in race.format_table([row])
