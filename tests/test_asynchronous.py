@@ -10,31 +10,9 @@ import pytest
 import pargrad
 from pargrad.asynchronous import AsyncTrainer, lost_updates, tf
 
+from linear_problem import linear_data, linear_model, mse, numpy_gradient
+
 LEARNING_RATE = 0.05
-
-
-def linear_model():
-    """y = x @ w + b with two inputs, starting from fixed weights."""
-    model = keras.Sequential([keras.Input(shape=(2,)), keras.layers.Dense(1)])
-    model.set_weights([np.array([[0.5], [-1.0]], np.float32), np.array([0.25], np.float32)])
-    return model
-
-
-def linear_data(n=12):
-    rng = np.random.default_rng(1)
-    x = rng.standard_normal((n, 2)).astype(np.float32)
-    y = (x @ np.array([[2.0], [1.0]]) + 0.5).astype(np.float32)
-    return x, y
-
-
-def mse(y, predictions):
-    return tf.reduce_mean(tf.square(y - predictions))
-
-
-def numpy_gradient(w, b, x, y):
-    """Gradient of mean((x @ w + b - y)^2), by hand."""
-    error = x @ w + b - y
-    return 2 * x.T @ error / len(x), 2 * error.mean(axis=0)
 
 
 def async_threads():
@@ -42,7 +20,7 @@ def async_threads():
 
 
 def test_one_worker_is_plain_sgd_with_staleness_zero(devices):
-    x, y = linear_data()
+    x, y = linear_data(12)
     trainer = AsyncTrainer(linear_model(), mse, devices[:1], LEARNING_RATE, progress=False)
     history = trainer.fit(x, y, updates=15)
     w, b = linear_model().get_weights()
@@ -55,7 +33,7 @@ def test_one_worker_is_plain_sgd_with_staleness_zero(devices):
 
 
 def test_two_scheduled_workers_apply_the_stale_updates_computed_by_hand(devices):
-    x, y = linear_data()
+    x, y = linear_data(12)
     trainer = AsyncTrainer(linear_model(), mse, devices[:2], LEARNING_RATE, progress=False)
     history = trainer.fit(x, y, updates=8)
     shards = [(x[0::2], y[0::2]), (x[1::2], y[1::2])]
@@ -203,14 +181,14 @@ def test_bad_constructor_arguments_say_what_to_pass(devices, bad, message):
     (dict(jitter=-1), "jitter"),
 ])
 def test_bad_fit_arguments_say_what_to_pass(devices, bad, message):
-    x, y = linear_data()
+    x, y = linear_data(12)
     trainer = AsyncTrainer(linear_model(), mse, devices[:2], 0.1, progress=False)
     with pytest.raises(ValueError, match=message):
         trainer.fit(x, y, **{"updates": 5, **bad})
 
 
 def test_progress_bar_counts_the_updates_and_on_update_sees_each_record(devices, capsys):
-    x, y = linear_data()
+    x, y = linear_data(12)
     trainer = AsyncTrainer(linear_model(), mse, devices[:2], 0.1, progress=True)
     seen = []
     trainer.fit(x, y, updates=6, on_update=lambda record: seen.append(record["applied_version"]))

@@ -14,37 +14,16 @@ import pytest
 from pargrad.asynchronous import AsyncTrainer, random_delay, tf
 from pargrad.sync import SyncTrainer, backup_worker_mask, sync_step_times, sync_strategy
 
+from linear_problem import linear_data, linear_model, mse, numpy_gradient
+
 LEARNING_RATE = 0.05
-
-
-def linear_model():
-    model = keras.Sequential([keras.Input(shape=(2,)), keras.layers.Dense(1)])
-    model.set_weights([np.array([[0.5], [-1.0]], np.float32), np.array([0.25], np.float32)])
-    return model
-
-
-def linear_data(n=16):
-    rng = np.random.default_rng(1)
-    x = rng.standard_normal((n, 2)).astype(np.float32)
-    y = (x @ np.array([[2.0], [1.0]]) + 0.5).astype(np.float32)
-    return x, y
-
-
-def mse(y, predictions):
-    return tf.reduce_mean(tf.square(y - predictions))
-
-
-def numpy_gradient(w, b, x, y):
-    """Gradient of mean((x @ w + b - y)^2), by hand."""
-    error = x @ w + b - y
-    return 2 * x.T @ error / len(x), 2 * error.mean(axis=0)
 
 
 # -- staleness-aware learning rate -------------------------------------------
 
 
 def test_staleness_aware_updates_take_the_rate_divided_by_staleness_plus_one(devices):
-    x, y = linear_data()
+    x, y = linear_data(16)
     trainer = AsyncTrainer(linear_model(), mse, devices[:2], LEARNING_RATE,
                            staleness_aware=True, progress=False)
     history = trainer.fit(x, y, updates=6)
@@ -67,7 +46,7 @@ def test_staleness_aware_updates_take_the_rate_divided_by_staleness_plus_one(dev
 
 
 def test_a_worker_more_than_s_updates_ahead_waits_for_the_slowest(devices):
-    x, y = linear_data()
+    x, y = linear_data(16)
     trainer = AsyncTrainer(linear_model(), mse, devices[:2], LEARNING_RATE,
                            staleness_bound=1, progress=False)
     history = trainer.fit(x, y, updates=8, speeds=[1.0, 1.0 / 3.0])
@@ -96,7 +75,7 @@ def counts_at_each_apply(history, workers):
 
 @pytest.mark.parametrize("bound", [0, 2])
 def test_bounded_workers_never_drift_more_than_s_plus_one_apart(devices, bound):
-    x, y = linear_data()
+    x, y = linear_data(16)
     trainer = AsyncTrainer(linear_model(), mse, devices, LEARNING_RATE,
                            staleness_bound=bound, progress=False)
     history = trainer.fit(x, y, updates=60, speeds=[1, 0.5, 1, 0.25], jitter=0.5, seed=2)
@@ -107,7 +86,7 @@ def test_bounded_workers_never_drift_more_than_s_plus_one_apart(devices, bound):
 
 
 def test_free_running_bounded_workers_wait_really_and_finish(devices):
-    x, y = linear_data()
+    x, y = linear_data(16)
     trainer = AsyncTrainer(linear_model(), mse, devices[:2], LEARNING_RATE,
                            staleness_bound=1, progress=False)
     history = trainer.fit(x, y, updates=40, mode="free-running", speeds=[1.0, 0.25],
@@ -143,7 +122,7 @@ def test_random_delays_have_the_requested_mean_and_pareto_has_the_heavy_tail():
 
 
 def test_a_virtual_time_limit_stops_before_the_first_late_update(devices):
-    x, y = linear_data()
+    x, y = linear_data(16)
     trainer = AsyncTrainer(linear_model(), mse, devices, LEARNING_RATE, progress=False)
     history = trainer.fit(x, y, updates=10**6, speeds=[1, 1, 1, 0.5], virtual_time_limit=10)
     assert history["time"].max() <= 10
