@@ -1,7 +1,11 @@
 """pytest settings for the whole repository: report how long each chapter took under nbval."""
 
 import collections
+import os
 import pathlib
+import sys
+
+import pytest
 
 _chapter_seconds = collections.defaultdict(float)
 
@@ -18,3 +22,27 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.section("slowest chapters (nbval, seconds)")
     for path, seconds in sorted(_chapter_seconds.items(), key=lambda kv: -kv[1]):
         terminalreporter.write_line(f"{seconds:7.1f}  {pathlib.Path(path).name}")
+
+
+_exit_status = 0
+
+
+def pytest_sessionfinish(session, exitstatus):
+    global _exit_status
+    _exit_status = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    """End the process as soon as pytest is done, with pytest's exit status.
+
+    The unit tests leave TensorFlow objects (tf.data iterators of
+    distribution strategies) alive until interpreter shutdown, and TF 2.21's
+    iterator destructor can wait forever for a thread that shutdown already
+    stopped.  Every test has run and been reported by now; skipping the
+    interpreter's teardown keeps `make test` from hanging after its summary.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(_exit_status)
+

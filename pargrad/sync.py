@@ -663,7 +663,10 @@ class SyncTrainer:
 
             dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat()
             dataset = dataset.batch(batch_size, drop_remainder=True).map(shards)
-            return dataset.unbatch().prefetch(tf.data.AUTOTUNE)
+            # No prefetch: the data are in memory already, and a prefetching
+            # iterator's background thread can deadlock TensorFlow's iterator
+            # destructor when Python exits (seen at the end of a test session).
+            return dataset.unbatch()
 
         return self.strategy.distribute_datasets_from_function(dataset_fn)
 
