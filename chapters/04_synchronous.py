@@ -71,10 +71,19 @@ print(devices)
 # *sum* of the replicas' gradients is the full-batch gradient. Summing over
 # replicas, and handing the sum back to every replica, is an **all-reduce**.
 #
-# This is the part of `pargrad.SyncTrainer` that runs on every replica; the
+# First each replica takes its shard. The data sit in memory on the host, and
+# replica $r$ gathers the $B/R$ rows that follow $r \cdot B/R$ in the batch
+# (the batch starts where the previous one ended, wrapping around the data):
+
+# %%
+pargrad.show_source(SyncTrainer._shard)
+
+# %% [markdown]
+# Then comes the part of `pargrad.SyncTrainer` that runs on every replica; the
 # optimizer's `apply_gradients` performs the one all-reduce and the update.
-# The `tf.timestamp()` lines record when the replica started, finished its
-# gradients and had its update, for the timelines later on:
+# With `record_times=True` the `tf.timestamp()` lines record when the replica
+# started, finished its gradients and had its update, for the timelines later
+# on:
 
 # %%
 pargrad.show_source(SyncTrainer._replica_step)
@@ -275,7 +284,7 @@ def perceptron_trainer(replicas, stragglers=None):
             keras.layers.Dense(256, activation="relu"),
             keras.layers.Dense(1),
         ])
-    return SyncTrainer(model, strategy, stragglers=stragglers, progress=False)
+    return SyncTrainer(model, strategy, stragglers=stragglers, record_times=True, progress=False)
 
 
 def measure(trainer, steps=20):

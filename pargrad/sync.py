@@ -261,10 +261,12 @@ class SyncTrainer:
       ``(factor - 1)`` times the time it just computed, inside the step.  A
       sleep, not repeated work, so that on a machine with few cores the
       straggler does not also slow the others down by taking their cores.
-    * ``record_times``: record each replica's times (below).  The forward
-      pass then waits for a timestamp, which costs about a tenth of a step
-      as small as the book's (0.4 ms on two CPU cores); with False the step
-      is the plain ``strategy.run`` loop and the per-replica times are NaN.
+    * ``record_times``: record each replica's times (below), for a device
+      timeline.  The forward pass then waits for a timestamp, which costs
+      about a tenth of a step as small as the book's (0.4 ms on two CPU
+      cores); without it the step is the plain ``strategy.run`` loop and the
+      per-replica times are NaN.  The default (None) records them only when
+      the run needs them: with ``stragglers`` or ``step_seconds``.
     * ``progress``: show a progress bar (tqdm, notebook-aware) during fit.
     * ``backup_workers``: ``b`` backup workers (Chen et al. 2016): each step
       uses the gradients of the first N - b replicas to finish and drops the
@@ -292,7 +294,7 @@ class SyncTrainer:
     """
 
     def __init__(self, model, strategy, loss=None, optimizer=None, learning_rate=1e-2,
-                 accumulation_steps=1, stragglers=None, record_times=True, progress=True,
+                 accumulation_steps=1, stragglers=None, record_times=None, progress=True,
                  backup_workers=0, step_seconds=None):
         if not isinstance(strategy, tf.distribute.Strategy):
             raise TypeError(
@@ -336,6 +338,8 @@ class SyncTrainer:
                     f"{factor!r} for replica {replica}; 1 means no slow-down."
                 )
 
+        if record_times is None:
+            record_times = bool(stragglers) or step_seconds is not None
         if stragglers and not record_times:
             raise ValueError(
                 "Stragglers sleep in proportion to the time they computed, which "
@@ -383,6 +387,9 @@ class SyncTrainer:
         self.optimizer = optimizer
         # No AutoGraph: the step is plain TensorFlow, so nothing depends on
         # source transformation (and its caches) of this class's methods.
+        # The host of this process's replicas, where the data are kept.
+        self._host = tf.DeviceSpec.from_string(strategy.extended.worker_devices[0]).replace(
+            device_type="CPU", device_index=0).to_string()
         self._step_function = tf.function(self._distributed_step, autograph=False)
         self._steps_function = tf.function(self._distributed_steps, autograph=False)
 
@@ -481,18 +488,41 @@ class SyncTrainer:
         if self.step_seconds is not None:
             self._planned_seconds.assign(np.where(used, replica_times * self.step_seconds, 0.0))
 
-    def _distributed_step(self, iterator, global_batch_size):
-        x, y = next(iterator)
-        losses, times = self.strategy.run(
-            self._replica_step, args=(x, y, global_batch_size)
-        )
+    def _shard(self, x, y, position, global_batch_size):
+        """This replica's slice of the global batch that starts at ``position``.
+
+        The data stay in memory on the host; each replica gathers its own
+        contiguous rows (wrapping around the end of ``x``), cut into
+        ``accumulation_steps`` micro-batches.  No ``tf.data`` iterator: its
+        multi-device buffers run background threads, and TF 2.21 can hang
+        for good when such an iterator is garbage collected.
+        """
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        per_replica = global_batch_size // self.replicas
+        start = tf.cast(position, tf.int32) + tf.cast(replica, tf.int32) * per_replica
+        with tf.device(self._host):
+            rows = (start + tf.range(per_replica)) % tf.shape(x)[0]
+            xb, yb = tf.gather(x, rows), tf.gather(y, rows)
+        k = self.accumulation_steps
+        if k > 1:
+            xb = tf.reshape(xb, [k, -1] + list(x.shape[1:]))
+            yb = tf.reshape(yb, [k, -1] + list(y.shape[1:]))
+        return tf.identity(xb), tf.identity(yb)   # on the replica's own device
+
+    def _distributed_step(self, x, y, position, global_batch_size):
+        def replica_step():
+            xb, yb = self._shard(x, y, position, global_batch_size)
+            return self._replica_step(xb, yb, global_batch_size)
+
+        losses, times = self.strategy.run(replica_step)
         loss = self.strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
         return loss, tf.stack(self.strategy.experimental_local_results(times))
 
-    def _distributed_steps(self, iterator, global_batch_size, steps):
+    def _distributed_steps(self, x, y, position, global_batch_size, steps):
         """``steps`` synchronous steps in one call (a graph loop, no Python between)."""
         def body(i, losses, times):
-            loss, step_times = self._distributed_step(iterator, global_batch_size)
+            loss, step_times = self._distributed_step(
+                x, y, position + i * global_batch_size, global_batch_size)
             return i + 1, losses.write(i, loss), times.write(i, step_times)
 
         _, losses, times = tf.while_loop(
@@ -586,7 +616,7 @@ class SyncTrainer:
             used = backup_worker_mask(replica_times, self.backup_workers)
             virtual_step_time = sync_step_times(replica_times, self.backup_workers)
 
-        iterator = self._iterator(x, y, batch_size)
+        x_host, y_host = self._data(x, y, batch_size)
         local = len(self.strategy.extended.worker_devices)
         history = SyncHistory(
             loss=np.empty(steps), start=np.empty(steps), step_time=np.empty(steps),
@@ -605,14 +635,16 @@ class SyncTrainer:
                 rows = slice(done, done + n)
                 if used is not None and (self.backup_workers or self.step_seconds):
                     self._set_plan(used[done], replica_times[done])  # steps_per_call is 1
+                position = tf.constant(self._position, tf.int32)
                 start = time.time()
                 if steps_per_call == 1:
-                    loss, times = self._step_function(iterator, global_batch)
+                    loss, times = self._step_function(x_host, y_host, position, global_batch)
                     loss, times = loss.numpy()[None], times.numpy()[None]
                     history.step_time[rows] = time.time() - start
                     history.start[rows] = start
                 else:
-                    loss, times = self._steps_function(iterator, global_batch, tf.constant(n))
+                    loss, times = self._steps_function(x_host, y_host, position, global_batch,
+                                                       tf.constant(n))
                     loss, times = loss.numpy(), times.numpy()
                     if self.record_times:
                         ends = times[:, :, 2].max(axis=1)
@@ -621,6 +653,7 @@ class SyncTrainer:
                     starts = np.concatenate([[start], ends[:-1]])
                     history.start[rows] = starts
                     history.step_time[rows] = ends - starts
+                self._position = (self._position + n * batch_size) % len(x)
                 history.loss[rows] = loss
                 history.compute_start[rows] = times[:, :, 0]
                 history.compute_end[rows] = times[:, :, 1]
@@ -634,41 +667,19 @@ class SyncTrainer:
                 bar.close()
         return history
 
-    def _iterator(self, x, y, batch_size):
-        """The data's distributed iterator; the same arrays again continue it."""
-        cached = getattr(self, "_data", None)
+    def _data(self, x, y, batch_size):
+        """The data as host tensors and the position of the next batch.
+
+        The same arrays and batch size again continue where the last call
+        ended; anything else starts from the first example.
+        """
+        cached = getattr(self, "_cached_data", None)
         if cached is None or cached[0] is not x or cached[1] is not y or cached[2] != batch_size:
-            iterator = iter(self._distributed_dataset(x, y, batch_size))
-            self._data = (x, y, batch_size, iterator)
-        return self._data[3]
-
-    def _distributed_dataset(self, x, y, batch_size):
-        """Global batches in order, each cut into contiguous per-replica shards."""
-        k = self.accumulation_steps
-        replicas = self.replicas
-
-        def dataset_fn(context):
-            workers = context.num_input_pipelines
-            worker = context.input_pipeline_id
-            local = replicas // workers
-            per_worker = batch_size // workers
-            per_replica = per_worker // local
-
-            def shards(xb, yb):
-                def cut(t):
-                    t = t[worker * per_worker:(worker + 1) * per_worker]
-                    shape = [local, per_replica] if k == 1 else [local, k, per_replica // k]
-                    return tf.reshape(t, shape + list(t.shape[1:]))
-                return cut(xb), cut(yb)
-
-            dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat()
-            dataset = dataset.batch(batch_size, drop_remainder=True).map(shards)
-            # No prefetch: the data are in memory already, and a prefetching
-            # iterator's background thread can deadlock TensorFlow's iterator
-            # destructor when Python exits (seen at the end of a test session).
-            return dataset.unbatch()
-
-        return self.strategy.distribute_datasets_from_function(dataset_fn)
+            with tf.device(self._host):
+                tensors = tf.convert_to_tensor(x), tf.convert_to_tensor(y)
+            self._cached_data = cached = (x, y, batch_size, tensors)
+            self._position = 0
+        return cached[3]
 
 
 def _tf_variable(variable):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import pargrad
+from pargrad import plots
 from pargrad.cluster import LocalCluster
 from pargrad.sync import (
     DevicesNotReadyError,
@@ -130,7 +131,7 @@ def test_minibatches_are_taken_in_order_like_one_device():
 def test_per_replica_times_add_up_to_the_step(steps_per_call):
     """launch + compute + wait fill the step; the all-reduce lines the replicas up."""
     x, y = mlp_data()
-    trainer = trainer_for(2, mlp)
+    trainer = trainer_for(2, mlp, record_times=True)
     trainer.fit(x, y, steps=steps_per_call, batch_size=512, steps_per_call=steps_per_call)  # trace
     history = trainer.fit(x, y, steps=30, batch_size=512, steps_per_call=steps_per_call)
     slack = 1e-4
@@ -150,12 +151,14 @@ def test_per_replica_times_add_up_to_the_step(steps_per_call):
 
 def test_without_recording_times_it_trains_the_same():
     x, y = pargrad.parabola_data()
-    timed = trainer_for(2)
-    plain = trainer_for(2, record_times=False)
+    timed = trainer_for(2, record_times=True)
+    plain = trainer_for(2)                          # the default: no timestamps
     timed.fit(x, y, steps=50, steps_per_call=10)
     history = plain.fit(x, y, steps=50, steps_per_call=10)
     assert max_gap(timed.model.get_weights(), plain.model.get_weights()) == 0
     assert np.isnan(history.compute).all() and (history.step_time > 0).all()
+    with pytest.raises(ValueError, match="record_times=True"):
+        plots.device_timeline(history)
 
 
 def test_fit_continues_where_the_last_call_stopped():
@@ -170,7 +173,7 @@ def test_fit_continues_where_the_last_call_stopped():
 def test_a_straggler_sets_the_step_time():
     x, y = mlp_data()
     common = dict(batch_size=512, steps_per_call=5)
-    even = trainer_for(2, mlp)
+    even = trainer_for(2, mlp, record_times=True)
     even.fit(x, y, steps=5, **common)
     base = even.fit(x, y, steps=30, **common)
     slow = trainer_for(2, mlp, stragglers={1: 6.0})
