@@ -297,6 +297,16 @@ assert trainer.version == len(free["loss"]) == 300
 assert free["staleness"].max() >= 1
 
 # %% [markdown]
+# Measuring speed with real threads on a CPU takes two settings, which
+# `benchmarks/async.py` uses: one intra-op thread
+# (`tf.config.threading.set_intra_op_parallelism_threads(1)`, before
+# TensorFlow starts), and `AsyncTrainer(..., jit_compile=True)`, which lets
+# XLA run each worker's gradient step as one computation on the worker's own
+# thread. Without them, one worker alone already spreads its operations over
+# both cores, and a second worker has no core of its own to add. With them,
+# each worker is one core, like a device, and the benchmark prints how close
+# two workers come to twice the updates per second of one.
+#
 # ## Where asynchronous training breaks
 #
 # Stale gradients are gradients of the wrong point. With a small learning rate

@@ -62,7 +62,11 @@ class AsyncTrainer:
     *free-running* (one real thread per worker, for measured throughput; on
     a CPU set ``tf.config.threading.set_intra_op_parallelism_threads(1)``
     before TensorFlow starts, or the threads fight over the cores).
-    Non-trainable state such as BatchNorm statistics is read but never
+    ``jit_compile=True`` compiles each worker's gradient step with XLA into
+    one computation that runs on its worker's thread: a worker then uses
+    one core, as a worker on its own device would, instead of also running
+    independent ops (the backward pass's two products of a layer) on the
+    other core through TensorFlow's inter-op threads.  Non-trainable state such as BatchNorm statistics is read but never
     updated.
 
     Explained in the chapter "Asynchronous training".
@@ -70,7 +74,7 @@ class AsyncTrainer:
 
     def __init__(self, model, loss, devices, learning_rate=0.01,
                  staleness_aware=False, parameter_device=None, progress=True,
-                 staleness_bound=None):
+                 staleness_bound=None, jit_compile=False):
         if not isinstance(model, keras.Model) or not model.built:
             raise ValueError(
                 f"AsyncTrainer needs a built keras.Model, got {type(model).__name__}; "
@@ -107,6 +111,7 @@ class AsyncTrainer:
         self.staleness_bound = None if staleness_bound is None else int(staleness_bound)
         self.parameter_device = parameter_device or self.devices[0]
         self.progress = progress
+        self.jit_compile = bool(jit_compile)
         # Plain tf.Variables: their assign_sub is one atomic kernel (a Keras
         # variable's is assign(self - value), which can lose updates).
         with tf.device(self.parameter_device):
@@ -135,7 +140,7 @@ class AsyncTrainer:
         model, loss_fn = self.model, self.loss
         non_trainable = [v.value for v in model.non_trainable_variables]
 
-        @tf.function
+        @tf.function(jit_compile=self.jit_compile)
         def gradients(parameters, x, y, batch):
             with tf.device(device):
                 x, y = tf.gather(x, batch), tf.gather(y, batch)

@@ -32,9 +32,11 @@ def test_one_worker_is_plain_sgd_with_staleness_zero(devices):
     assert history["staleness"].tolist() == [0] * 15
 
 
-def test_two_scheduled_workers_apply_the_stale_updates_computed_by_hand(devices):
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_two_scheduled_workers_apply_the_stale_updates_computed_by_hand(devices, jit_compile):
     x, y = linear_data(12)
-    trainer = AsyncTrainer(linear_model(), mse, devices[:2], LEARNING_RATE, progress=False)
+    trainer = AsyncTrainer(linear_model(), mse, devices[:2], LEARNING_RATE, progress=False,
+                           jit_compile=jit_compile)
     history = trainer.fit(x, y, updates=8)
     shards = [(x[0::2], y[0::2]), (x[1::2], y[1::2])]
     # Both workers read version 0 at time 0; with equal speeds they then take
