@@ -36,11 +36,12 @@ def pytest_sessionfinish(session, exitstatus):
 def pytest_unconfigure(config):
     """End the process as soon as pytest is done, with pytest's exit status.
 
-    The unit tests leave TensorFlow objects (tf.data iterators of
-    distribution strategies) alive until interpreter shutdown, and TF 2.21's
-    iterator destructor can wait forever for a thread that shutdown already
-    stopped.  Every test has run and been reported by now; skipping the
-    interpreter's teardown keeps `make test` from hanging after its summary.
+    A guard: TensorFlow objects still alive at interpreter shutdown (such as
+    a distribution strategy's tf.data iterator, which one accumulation test
+    makes) are destroyed then, and TF 2.21's iterator destructor can wait
+    forever for a thread that shutdown already stopped.  Every test has run
+    and been reported by now; skipping the interpreter's teardown keeps
+    `make test` from hanging after its summary.
     """
     sys.stdout.flush()
     sys.stderr.flush()
