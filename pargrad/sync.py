@@ -668,18 +668,18 @@ class SyncTrainer:
         return history
 
     def _data(self, x, y, batch_size):
-        """The data as host tensors and the position of the next batch.
+        """The data as host tensors; sets ``self._position``, the next batch's start.
 
-        The same arrays and batch size again continue where the last call
-        ended; anything else starts from the first example.
+        The same arrays and batch size as the last call continue where it
+        ended; anything else starts from the first example.  The arrays are
+        copied again on every call, so changes made to them in between count.
         """
-        cached = getattr(self, "_cached_data", None)
-        if cached is None or cached[0] is not x or cached[1] is not y or cached[2] != batch_size:
-            with tf.device(self._host):
-                tensors = tf.convert_to_tensor(x), tf.convert_to_tensor(y)
-            self._cached_data = cached = (x, y, batch_size, tensors)
+        last = getattr(self, "_last_data", None)
+        if last is None or last[0] is not x or last[1] is not y or last[2] != batch_size:
+            self._last_data = (x, y, batch_size)
             self._position = 0
-        return cached[3]
+        with tf.device(self._host):
+            return tf.convert_to_tensor(x), tf.convert_to_tensor(y)
 
 
 def _tf_variable(variable):

@@ -170,6 +170,17 @@ def test_fit_continues_where_the_last_call_stopped():
     assert max_gap(once.model.get_weights(), twice.model.get_weights()) == 0
 
 
+def test_fit_sees_changes_made_to_the_arrays_between_calls():
+    x, y = pargrad.parabola_data()
+    changed, reference = trainer_for(2), trainer_for(2)
+    changed.fit(x, y, steps=1)
+    reference.fit(x, y.copy(), steps=1)
+    y *= 0.5                                   # in place: the same array object
+    changed.fit(x, y, steps=1)
+    reference.fit(x, y.copy(), steps=1)
+    assert max_gap(changed.model.get_weights(), reference.model.get_weights()) == 0
+
+
 def test_a_straggler_sets_the_step_time():
     x, y = mlp_data()
     common = dict(batch_size=512, steps_per_call=5)
