@@ -385,11 +385,13 @@ class SyncTrainer:
                 )
             optimizer.build(variables)
         self.optimizer = optimizer
-        # No AutoGraph: the step is plain TensorFlow, so nothing depends on
-        # source transformation (and its caches) of this class's methods.
-        # The host of this process's replicas, where the data are kept.
+        # The host of this process's replicas, where the data are kept, and
+        # the arrays of the last fit with the start of their next batch.
         self._host = tf.DeviceSpec.from_string(strategy.extended.worker_devices[0]).replace(
             device_type="CPU", device_index=0).to_string()
+        self._last_data, self._position = None, 0
+        # No AutoGraph: the step is plain TensorFlow, so nothing depends on
+        # source transformation (and its caches) of this class's methods.
         self._step_function = tf.function(self._distributed_step, autograph=False)
         self._steps_function = tf.function(self._distributed_steps, autograph=False)
 
@@ -674,7 +676,7 @@ class SyncTrainer:
         ended; anything else starts from the first example.  The arrays are
         copied again on every call, so changes made to them in between count.
         """
-        last = getattr(self, "_last_data", None)
+        last = self._last_data
         if last is None or last[0] is not x or last[1] is not y or last[2] != batch_size:
             self._last_data = (x, y, batch_size)
             self._position = 0
