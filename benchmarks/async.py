@@ -10,9 +10,9 @@ Prints, in one run:
    synchronous updates per second).
 
 Part 1 runs twice.  With ``AsyncTrainer(jit_compile=True)`` XLA runs each
-worker's gradient step as one computation on the worker's own thread, so a
-worker uses one core, as a worker with its own device would: this is the
-run the target is about.  Plain TensorFlow (the default) runs a layer's
+worker's gradient step, and each update, as one computation on the
+worker's own thread, so a worker uses one core, as a worker with its own
+device would: this is the run the target is about.  Plain TensorFlow (the default) runs a layer's
 independent backward products on both cores through its inter-op threads,
 so one worker alone already borrows the second core and two workers cannot
 double it; that run is printed for comparison, in absolute numbers too.
@@ -139,8 +139,10 @@ def main():
           f"{tf.config.threading.get_intra_op_parallelism_threads()}; batch {BATCH} a worker")
     print("\n1. free-running workers, equal devices (rounds alternate 1 and 2 workers, "
           "because the machine's load changes)")
+    trainers_by_jit = {}
     for jit_compile in (True, False):
         trainers = {workers: async_trainer(workers, jit_compile) for workers in (1, 2)}
+        trainers_by_jit[jit_compile] = trainers
         rates, bare = {1: [], 2: []}, {1: [], 2: []}
         for _ in range(ROUNDS):
             for workers, trainer in trainers.items():
@@ -161,7 +163,8 @@ def main():
               f"{np.median(bare[2]) / np.median(bare[1]):.2f}x")
 
     print("\n2. device 1 made 2x slower (it sleeps as long again as it computed)")
-    slow_async, history = async_rate(trainers[2], seconds, speeds=[1.0, 0.5])
+    # Plain TF workers, like SyncTrainer's replicas (no XLA on either side).
+    slow_async, history = async_rate(trainers_by_jit[False][2], seconds, speeds=[1.0, 0.5])
     slow_sync = sync_rate(seconds, stragglers={1: 2.0})
     shares = np.bincount(history["worker"], minlength=2) / len(history["worker"])
     print(f"  async: {slow_async:7.1f} updates/s ({BATCH} examples each); updates by device: "

@@ -301,8 +301,8 @@ assert free["staleness"].max() >= 1
 # `benchmarks/async.py` uses: one intra-op thread
 # (`tf.config.threading.set_intra_op_parallelism_threads(1)`, before
 # TensorFlow starts), and `AsyncTrainer(..., jit_compile=True)`, which lets
-# XLA run each worker's gradient step as one computation on the worker's own
-# thread. Without them, one worker alone already spreads its operations over
+# XLA run each worker's gradient step, and each update, as one computation on
+# the worker's own thread. Without them, one worker alone already spreads its operations over
 # both cores, and a second worker has no core of its own to add. With them,
 # each worker is one core, like a device, and the benchmark prints how close
 # two workers come to twice the updates per second of one.

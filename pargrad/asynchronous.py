@@ -62,12 +62,13 @@ class AsyncTrainer:
     *free-running* (one real thread per worker, for measured throughput; on
     a CPU set ``tf.config.threading.set_intra_op_parallelism_threads(1)``
     before TensorFlow starts, or the threads fight over the cores).
-    ``jit_compile=True`` compiles each worker's gradient step with XLA into
-    one computation that runs on its worker's thread: a worker then uses
-    one core, as a worker on its own device would, instead of also running
-    independent ops (the backward pass's two products of a layer) on the
-    other core through TensorFlow's inter-op threads.  Non-trainable state such as BatchNorm statistics is read but never
-    updated.
+    ``jit_compile=True`` compiles each worker's gradient step, and the
+    update, with XLA into single computations that run on the calling
+    thread: a worker then uses one core, as a worker on its own device
+    would, instead of also running independent ops (the backward pass's two
+    products of a layer) on the other core through TensorFlow's inter-op
+    threads.  Non-trainable state such as BatchNorm statistics is read but
+    never updated.
 
     Explained in the chapter "Asynchronous training".
     """
@@ -126,7 +127,7 @@ class AsyncTrainer:
         self._applied = [0] * len(self.devices)  # updates applied by each worker in a fit
         self._finished = set()                   # workers whose fit is over
         self._gradient_fns = [self._compile_gradients(device) for device in self.devices]
-        self._apply_fn = tf.function(self._apply_update)
+        self._apply_fn = tf.function(self._apply_update, jit_compile=self.jit_compile)
 
     # -- the three steps of one worker's iteration -------------------------
 
