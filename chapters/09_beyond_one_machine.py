@@ -315,11 +315,15 @@ assert set(worker[after].tolist()) == {0}
 # a real cluster the checkpoint directory is shared storage that every worker
 # can read; here it is a temporary directory.
 #
-# We run 300 steps and kill worker 1 once a worker reports step 175:
+# We run 300 steps and kill worker 1 once a worker reports step 175. The
+# tiny network would finish all 300 steps before we could aim, so every
+# worker pauses a fifth of a second after each report of 25 steps, as if the
+# steps took real time:
 
 # %%
 checkpoints = tempfile.mkdtemp(prefix="pargrad-checkpoints-")
-settings = {"steps": STEPS, "checkpoint_dir": checkpoints, "checkpoint_every": 150}
+settings = {"steps": STEPS, "checkpoint_dir": checkpoints, "checkpoint_every": 150,
+            "seconds_between_reports": 0.2}
 started = time.monotonic()
 with LocalCluster(train_parabola_multiworker, workers=2, kwargs=settings, timeout=120) as first:
     first.wait_for("step 175")

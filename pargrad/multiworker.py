@@ -12,6 +12,7 @@ the work since that checkpoint.
 import json
 import os
 import shutil
+import time
 
 import numpy as np
 
@@ -27,7 +28,8 @@ def _task():
 
 
 def train_parabola_multiworker(steps=600, points=48, checkpoint_dir=None, checkpoint_every=100,
-                               report_every=25, learning_rate=1e-2, seed=0, verbose=True):
+                               report_every=25, learning_rate=1e-2, seed=0, verbose=True,
+                               seconds_between_reports=0.0):
     """Train text 3's network synchronously on ``points`` points, full batch, ``steps`` steps.
 
     Runs in every worker of a :class:`pargrad.LocalCluster` (or in one
@@ -38,7 +40,10 @@ def train_parabola_multiworker(steps=600, points=48, checkpoint_dir=None, checkp
     and the optimizer, whose ``iterations`` counts the steps done) and
     trains the remaining steps of ``steps``.  It prints ``resumed at step
     N``, then ``step N`` every ``report_every`` steps and ``checkpoint N``
-    after each save (``verbose=False``: nothing).
+    after each save (``verbose=False``: nothing).  ``seconds_between_reports``
+    makes every worker sleep that long after each report: the tiny model
+    trains 300 steps in well under a second, and a run that lasts a few
+    seconds lets a chapter or a test stop a worker at a chosen step.
 
     Every worker calls ``save``: the chief (worker 0) writes into
     ``checkpoint_dir``, the others into a temporary directory that is deleted
@@ -89,6 +94,7 @@ def train_parabola_multiworker(steps=600, points=48, checkpoint_dir=None, checkp
         if manager is not None and (done % checkpoint_every == 0 or done == steps):
             manager.save(checkpoint_number=done)
             say(f"checkpoint {done}")
+        time.sleep(seconds_between_reports)
     if manager is not None and not chief:
         shutil.rmtree(directory, ignore_errors=True)
     return {

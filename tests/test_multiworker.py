@@ -26,7 +26,8 @@ def test_in_one_process_it_equals_one_device(tmp_path):
 
 
 def test_a_killed_worker_resumes_from_the_last_checkpoint(tmp_path):
-    settings = {"steps": 400, "checkpoint_dir": str(tmp_path), "checkpoint_every": 200}
+    settings = {"steps": 400, "checkpoint_dir": str(tmp_path), "checkpoint_every": 200,
+                "seconds_between_reports": 0.2}  # time to kill worker 1 after step 250
     with pytest.raises(ClusterError, match="worker 1 exited with signal SIGKILL"):
         with LocalCluster(train_parabola_multiworker, workers=2, kwargs=settings, timeout=120) as first:
             pids = first.pids
