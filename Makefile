@@ -10,11 +10,14 @@ export TF_CPP_MIN_LOG_LEVEL := 3
 
 CHAPTERS := $(sort $(wildcard chapters/*.py))
 
-.PHONY: book test outputs chapter setup-cells clean help
+.PHONY: book test test-other-numerics test-oldest outputs chapter setup-cells clean help
 
 help:
 	@echo "make book         build the HTML book into _build/html (stored outputs, no execution)"
-	@echo "make test         unit tests, every chapter under nbval, checks of the built book"
+	@echo "make test         unit tests, every chapter under nbval, checks of the built book,"
+	@echo "                  then test-other-numerics"
+	@echo "make test-other-numerics  the claims again without oneDNN, one thread an op"
+	@echo "make test-oldest  unit tests on the oldest TensorFlow and Keras pargrad allows"
 	@echo "make chapter NB=chapters/01_training_loop   re-execute one chapter, store its outputs"
 	@echo "make outputs      re-execute every chapter and store fresh outputs"
 	@echo "make setup-cells  write the Colab setup cell (address from _config.yml) into every chapter"
@@ -30,10 +33,40 @@ book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --quiet -W -n --keep-going
 	@echo "The book is built. Open: file://$(CURDIR)/_build/html/index.html"
 
-# Unit tests of pargrad, checks of the built book, and every chapter under nbval.
+NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=180 --nbval-sanitize-with nbval_sanitize.cfg
+
+# Unit tests of pargrad, checks of the built book, every chapter under nbval;
+# then the book's claims under other numerics.
 test: book
-	PARGRAD_REQUIRE_HTML=1 $(PY) -m pytest -p no:cacheprovider tests chapters \
-	    --nbval --nbval-current-env --nbval-cell-timeout=180 --nbval-sanitize-with nbval_sanitize.cfg
+	PARGRAD_REQUIRE_HTML=1 $(PY) -m pytest -p no:cacheprovider tests chapters $(NBVAL)
+	$(MAKE) --no-print-directory test-other-numerics
+
+# The claims again under another order of additions, as on another CPU or a
+# GPU: no oneDNN kernels, one thread in each operation.  A number or an
+# equality that holds only on the machine that made the outputs fails here.
+OTHER_NUMERICS := TF_ENABLE_ONEDNN_OPTS=0 TF_NUM_INTRAOP_THREADS=1 OMP_NUM_THREADS=1
+
+test-other-numerics: $(STAMP)
+	$(OTHER_NUMERICS) $(PY) -m pytest -p no:cacheprovider -m claim tests
+	$(OTHER_NUMERICS) $(PY) -m pytest -p no:cacheprovider chapters $(NBVAL)
+
+# The unit tests with the oldest releases pyproject.toml allows
+# (requirements-oldest.txt).  Not part of `make test`: installing a second
+# TensorFlow takes minutes; run it when the declared versions change.
+OLDEST       := .venv-oldest
+OLDEST_STAMP := $(OLDEST)/.installed
+
+$(OLDEST_STAMP): requirements-oldest.txt pyproject.toml
+	$(PYTHON) -m venv $(OLDEST)
+	$(OLDEST)/bin/python -m pip install --quiet --upgrade pip
+	$(OLDEST)/bin/python -m pip install --quiet -r requirements-oldest.txt
+	$(OLDEST)/bin/python -m pip install --quiet --no-deps -e .
+	touch $(OLDEST_STAMP)
+
+test-oldest: $(OLDEST_STAMP)
+	$(OLDEST)/bin/python -m pytest -p no:cacheprovider -q tests/test_versions.py \
+	    tests/test_devices.py tests/test_sync.py tests/test_accumulate.py tests/test_tf1.py \
+	    tests/test_asynchronous.py
 
 chapter: $(STAMP)
 	@test -n "$(NB)" || (echo "usage: make chapter NB=chapters/01_training_loop" && exit 2)

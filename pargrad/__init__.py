@@ -18,6 +18,7 @@ from pargrad.cluster import (  # noqa: E402
     run_cluster,
     tf_config,
 )
+from pargrad.numerics import rounding_tolerance, unit_roundoff  # noqa: E402
 from pargrad.multiworker import train_parabola_multiworker  # noqa: E402
 from pargrad.parameter_server import parameter_server_strategy, train_parameter_server  # noqa: E402
 from pargrad.devices import DevicesAlreadyInitializedError, logical_devices  # noqa: E402
@@ -35,6 +36,7 @@ from pargrad.sync import (  # noqa: E402
     SyncHistory,
     SyncTrainer,
     backup_worker_mask,
+    choose_cross_device_ops,
     ring_all_reduce,
     squared_error_per_example,
     sync_step_times,

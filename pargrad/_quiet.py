@@ -11,7 +11,13 @@ the cached module and prints nothing.
 import contextlib
 import logging
 import os
+import re
 import sys
+
+# The oldest releases pargrad works with (pyproject.toml says the same; the
+# CI runs the unit tests with exactly these).  Keras before 3.7 wraps a
+# model's variables in a way that tf.distribute combines wrongly.
+MINIMUM_VERSIONS = {"tensorflow": (2, 16), "keras": (3, 7)}
 
 
 @contextlib.contextmanager
@@ -41,4 +47,33 @@ def import_tensorflow_quietly():
 
     tf.get_logger().setLevel(logging.ERROR)
     logging.getLogger("absl").setLevel(logging.ERROR)
+    check_versions()
     return tf
+
+
+class VersionTooOldError(ImportError):
+    """TensorFlow or Keras is older than pargrad supports."""
+
+
+def check_versions():
+    """Raise :class:`VersionTooOldError`, saying what to install, if TF or Keras is too old."""
+    import keras
+    import tensorflow as tf
+
+    for name, module in (("tensorflow", tf), ("keras", keras)):
+        have = _release(module.__version__)
+        need = MINIMUM_VERSIONS[name]
+        if have < need:
+            wanted = ".".join(map(str, need))
+            raise VersionTooOldError(
+                f"pargrad needs {name} >= {wanted}, but this Python has {name} "
+                f"{module.__version__}. Run `pip install -U '{name}>={wanted}'` "
+                "(on Colab: in a cell, then Runtime > Restart session) and import "
+                "pargrad again."
+            )
+
+
+def _release(version):
+    """(major, minor) of a version string such as '2.21.0' or '3.7.0rc1'."""
+    numbers = re.findall(r"\d+", version)[:2]
+    return tuple(int(n) for n in numbers) + (0,) * (2 - len(numbers))

@@ -12,9 +12,13 @@ from pargrad._quiet import import_tensorflow_quietly
 
 tf = import_tensorflow_quietly()
 
-# Share of a GPU's memory that the logical GPUs get together; the rest is
-# left for CUDA's own bookkeeping.
+# Share of a GPU's memory that the logical GPUs may get together; the rest
+# is left for CUDA's own bookkeeping and for other processes.
 GPU_MEMORY_SHARE = 0.9
+# Default memory of one logical GPU (MB): plenty for the book's models, and
+# small enough that the extra worker processes of the later chapters fit on
+# the same GPU (a Colab T4 has 15 GB).  Pass memory_limit_mb for more.
+DEFAULT_LOGICAL_GPU_MB = 1024
 # Assumed memory of a GPU when nvidia-smi cannot tell (MB).
 FALLBACK_GPU_MEMORY_MB = 4096
 
@@ -30,8 +34,12 @@ def logical_devices(n, memory_limit_mb=None):
     ``['/device:CPU:0', '/device:CPU:1']``.  Call it before anything else
     touches TensorFlow: once TensorFlow has initialised its devices the split
     can no longer change.  Calling it again with the same ``n`` returns the
-    same names.  On a GPU each logical GPU gets ``memory_limit_mb`` megabytes
-    (default: 90% of the GPU's memory divided by ``n``).
+    same names.
+
+    On a GPU, each of ``n > 1`` logical GPUs gets ``memory_limit_mb``
+    megabytes (default: 1024, or less if the GPU is small); with ``n = 1``
+    the GPU is not split and TensorFlow takes memory as it needs it (memory
+    growth) instead of reserving almost all of it up front.
 
     Explained in the chapter "Devices".
     """
@@ -42,22 +50,28 @@ def logical_devices(n, memory_limit_mb=None):
         )
     if n < 1:
         raise ValueError(f"logical_devices(n) needs n >= 1, got {n}; pass 1 for no split.")
+    if memory_limit_mb is not None and (
+            isinstance(memory_limit_mb, bool) or not isinstance(memory_limit_mb, numbers.Real)
+            or memory_limit_mb <= 0):
+        raise ValueError(f"memory_limit_mb must be a positive number of megabytes, "
+                         f"got {memory_limit_mb!r}; pass None for the default.")
     n = int(n)
 
     gpus = tf.config.list_physical_devices("GPU")
     kind = "GPU" if gpus else "CPU"
     physical = gpus[0] if gpus else tf.config.list_physical_devices("CPU")[0]
-
-    if kind == "GPU":
-        limit = memory_limit_mb or int(_gpu_memory_mb() * GPU_MEMORY_SHARE / n)
-        wanted = [tf.config.LogicalDeviceConfiguration(memory_limit=limit)] * n
-    else:
-        wanted = [tf.config.LogicalDeviceConfiguration()] * n
+    wanted = device_plan(kind, n, memory_limit_mb,
+                         _gpu_memory_mb() if kind == "GPU" and memory_limit_mb is None else None)
 
     current = tf.config.get_logical_device_configuration(physical)
     try:
-        tf.config.set_logical_device_configuration(physical, wanted)
-    except RuntimeError as error:
+        if wanted is None:         # one GPU, unsplit: grow into memory as needed
+            if current:
+                raise RuntimeError("the GPU is already split")
+            tf.config.experimental.set_memory_growth(physical, True)
+        else:
+            tf.config.set_logical_device_configuration(physical, wanted)
+    except (RuntimeError, ValueError) as error:
         have = len(current) if current else 1
         if have != n:
             raise DevicesAlreadyInitializedError(
@@ -68,6 +82,27 @@ def logical_devices(n, memory_limit_mb=None):
                 "code runs."
             ) from None
     return [device.name for device in tf.config.list_logical_devices(kind)]
+
+
+def device_plan(kind, n, memory_limit_mb=None, gpu_memory_mb=None):
+    """The logical-device configurations :func:`logical_devices` asks TensorFlow for.
+
+    For ``kind="CPU"``: ``n`` configurations (a logical CPU has no memory
+    limit).  For ``kind="GPU"``: None when ``n == 1`` (no split; memory
+    growth), else ``n`` configurations of ``memory_limit_mb`` each, by
+    default :data:`DEFAULT_LOGICAL_GPU_MB` but never more than the
+    ``GPU_MEMORY_SHARE`` of ``gpu_memory_mb`` divided by ``n``.
+    """
+    if kind == "CPU":
+        return [tf.config.LogicalDeviceConfiguration()] * n
+    if kind != "GPU":
+        raise ValueError(f"kind must be 'CPU' or 'GPU', got {kind!r}.")
+    if n == 1 and memory_limit_mb is None:
+        return None
+    if memory_limit_mb is None:
+        total = gpu_memory_mb or FALLBACK_GPU_MEMORY_MB
+        memory_limit_mb = min(DEFAULT_LOGICAL_GPU_MB, int(total * GPU_MEMORY_SHARE / n))
+    return [tf.config.LogicalDeviceConfiguration(memory_limit=int(memory_limit_mb))] * n
 
 
 def _gpu_memory_mb():

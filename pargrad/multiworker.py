@@ -29,7 +29,7 @@ def _task():
 
 def train_parabola_multiworker(steps=600, points=48, checkpoint_dir=None, checkpoint_every=100,
                                report_every=25, learning_rate=1e-2, seed=0, verbose=True,
-                               seconds_between_reports=0.0):
+                               seconds_between_reports=0.0, dtype="float32", deterministic=False):
     """Train text 3's network synchronously on ``points`` points, full batch, ``steps`` steps.
 
     Runs in every worker of a :class:`pargrad.LocalCluster` (or in one
@@ -44,6 +44,11 @@ def train_parabola_multiworker(steps=600, points=48, checkpoint_dir=None, checkp
     makes every worker sleep that long after each report: the tiny model
     trains 300 steps in well under a second, and a run that lasts a few
     seconds lets a chapter or a test stop a worker at a chosen step.
+    ``dtype="float64"`` trains in float64 (for comparisons that rounding
+    must not blur); ``deterministic=True`` makes this process choose
+    deterministic kernels (``tf.config.experimental.enable_op_determinism``),
+    so that two runs are equal bit for bit on a GPU too, as they already
+    are on a CPU.
 
     Every worker calls ``save``: the chief (worker 0) writes into
     ``checkpoint_dir``, the others into a temporary directory that is deleted
@@ -61,9 +66,11 @@ def train_parabola_multiworker(steps=600, points=48, checkpoint_dir=None, checkp
             f"checkpoint_every ({checkpoint_every}) must be a multiple of report_every "
             f"({report_every}); the run saves between calls of fit."
         )
+    if deterministic:
+        tf.config.experimental.enable_op_determinism()
     strategy = sync_strategy()
     with strategy.scope():
-        model = parabola_model(seed=seed)
+        model = parabola_model(seed=seed, dtype=dtype)
     trainer = SyncTrainer(model, strategy, learning_rate=learning_rate, record_times=False,
                           progress=False)
     def say(line):
@@ -83,7 +90,7 @@ def train_parabola_multiworker(steps=600, points=48, checkpoint_dir=None, checkp
     done = int(trainer.optimizer.iterations.numpy())
     resumed_at = done
     say(f"resumed at step {done}")
-    x, y = parabola_data(points)
+    x, y = parabola_data(points, dtype=dtype)
     losses = []
     while done < steps:
         n = min(report_every, steps - done)
@@ -99,7 +106,7 @@ def train_parabola_multiworker(steps=600, points=48, checkpoint_dir=None, checkp
         shutil.rmtree(directory, ignore_errors=True)
     return {
         "weights": [np.asarray(w) for w in model.get_weights()],
-        "loss": np.concatenate(losses).astype(np.float32) if losses else np.zeros(0, np.float32),
+        "loss": np.concatenate(losses) if losses else np.zeros(0),
         "resumed_at": resumed_at,
         "replicas": trainer.replicas,
     }

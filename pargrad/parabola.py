@@ -15,27 +15,46 @@ LEARNING_RATE = 1e-2
 STEPS = 2000
 
 
-def parabola_data(n=50, low=-2.0, high=2.0):
-    """``n`` evenly spaced points x in [low, high] and y = x², as float32 columns."""
+def parabola_data(n=50, low=-2.0, high=2.0, dtype="float32"):
+    """``n`` evenly spaced points x in [low, high] and y = x², as columns of ``dtype``."""
     if n < 1:
         raise ValueError(f"parabola_data needs n >= 1 points, got {n}.")
-    x = np.linspace(low, high, n, dtype=np.float32)[:, np.newaxis]
+    x = np.linspace(low, high, n, dtype=_float_dtype(dtype))[:, np.newaxis]
     return x, np.square(x)
 
 
-def initial_weights(seed=0, hidden=5):
+def _float_dtype(dtype):
+    """``dtype`` as a NumPy float type: float32 (the book's default) or float64.
+
+    float64 is for demonstrating equalities that hold in exact arithmetic:
+    its rounding (about 1e-16 relative) is small enough that the order in
+    which a CPU or GPU adds numbers cannot hide the point.
+    """
+    try:
+        kind = np.dtype(dtype)
+    except TypeError:
+        kind = None
+    if kind not in (np.float32, np.float64):
+        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}.")
+    return kind.type
+
+
+def initial_weights(seed=0, hidden=5, dtype="float32"):
     """Random-normal weights and 0.1 biases, as text 3's ``add_layer`` makes them.
 
     Returned in Keras's order ``[W1 (1, hidden), b1 (hidden,), W2 (hidden, 1),
     b2 (1,)]`` so that the TF1 graph, the TF2 loop and Keras start identically.
+    The float64 weights are the float32 ones widened, so both start alike.
     """
+    kind = _float_dtype(dtype)
     rng = np.random.default_rng(seed)
-    return [
+    weights = [
         rng.standard_normal((1, hidden)).astype(np.float32),
         np.full((hidden,), 0.1, np.float32),
         rng.standard_normal((hidden, 1)).astype(np.float32),
         np.full((1,), 0.1, np.float32),
     ]
+    return [w.astype(kind) for w in weights]
 
 
 def add_layer(inputs, weights, biases, activation=None):
@@ -56,14 +75,15 @@ def squared_error(y, prediction):
     return tf.reduce_mean(tf.reduce_sum(tf.square(y - prediction), axis=1))
 
 
-def parabola_model(seed=0, hidden=5):
+def parabola_model(seed=0, hidden=5, dtype="float32"):
     """The same network as a Keras model, holding :func:`initial_weights`."""
+    kind = np.dtype(_float_dtype(dtype)).name
     model = keras.Sequential([
-        keras.Input(shape=(1,)),
-        keras.layers.Dense(hidden, activation="tanh"),
-        keras.layers.Dense(1),
+        keras.Input(shape=(1,), dtype=kind),
+        keras.layers.Dense(hidden, activation="tanh", dtype=kind),
+        keras.layers.Dense(1, dtype=kind),
     ])
-    model.set_weights(initial_weights(seed, hidden))
+    model.set_weights(initial_weights(seed, hidden, dtype))
     return model
 
 
@@ -73,9 +93,10 @@ def fit_one_device(x, y, steps=STEPS, learning_rate=LEARNING_RATE, seed=0):
     Each step is one training iteration: forward pass, loss, gradients by
     backpropagation (``tf.GradientTape``), update ``w -= lr * grad``.
     Returns ``(losses, weights)``: the loss before each update and the final
-    weights as NumPy arrays.  Taught in the chapter "The training loop".
+    weights as NumPy arrays.  The weights take the dtype of ``x`` (float32
+    or float64).  Taught in the chapter "The training loop".
     """
-    variables = [tf.Variable(value) for value in initial_weights(seed)]
+    variables = [tf.Variable(value) for value in initial_weights(seed, dtype=np.asarray(x).dtype)]
     x, y = tf.constant(x), tf.constant(y)
 
     @tf.function

@@ -39,19 +39,17 @@ def sync_strategy(replicas=None, cross_device_ops=None):
     """The strategy for synchronous training in this process.
 
     With ``TF_CONFIG`` naming a cluster of workers (as :mod:`pargrad.cluster`
-    sets it) this is a ``MultiWorkerMirroredStrategy``: one replica a worker
-    process, gradients all-reduced over gRPC.  Otherwise it is a
+    sets it) this is a ``MultiWorkerMirroredStrategy``: one replica for each
+    device of each worker process (the book's workers have one device each),
+    gradients all-reduced by collective ops over gRPC (a ring on CPUs; NCCL
+    on GPUs when TensorFlow picks it).  Otherwise it is a
     ``MirroredStrategy`` over the first ``replicas`` logical devices (GPUs if
     there are any, else CPUs; all of them when ``replicas`` is None), so call
     :func:`pargrad.logical_devices` first.
 
-    On logical CPUs the gradients are summed with
-    ``tf.distribute.ReductionToOneDevice`` unless ``cross_device_ops`` says
-    otherwise: TensorFlow's default for CPUs (collective ops) gives every
-    strategy in a process the same collective keys, so a second strategy
-    with another number of replicas fails ("is joining a group with size
-    5, but that group has size 2"); a chapter compares several.  On GPUs
-    TensorFlow's own choice (NCCL where available) is kept.
+    How the replicas' gradients are summed is chosen by
+    :func:`choose_cross_device_ops` unless ``cross_device_ops`` says
+    otherwise.
 
     Taught in the chapter "Synchronous training".
     """
@@ -78,9 +76,46 @@ def sync_strategy(replicas=None, cross_device_ops=None):
             "TensorFlow code runs; if TensorFlow has already started, restart "
             "the kernel first."
         )
-    if cross_device_ops is None and kind == "CPU":
-        cross_device_ops = tf.distribute.ReductionToOneDevice()
+    if cross_device_ops is None:
+        cross_device_ops = choose_cross_device_ops(kind, _physical_gpu_of_each_logical_gpu()[:replicas]
+                                                   if kind == "GPU" else [0] * replicas)
     return tf.distribute.MirroredStrategy(names[:replicas], cross_device_ops=cross_device_ops)
+
+
+def choose_cross_device_ops(kind, physical_device_of_replica):
+    """The all-reduce for replicas on logical devices of ``kind`` ("CPU" or "GPU").
+
+    ``physical_device_of_replica[r]`` is the index of the physical device
+    that replica ``r``'s logical device belongs to.
+
+    * Replicas on physical GPUs of their own: ``tf.distribute.NcclAllReduce``,
+      NVIDIA's library for summing across GPUs.
+    * Several replicas sharing one physical device (logical CPUs, or a GPU
+      split by :func:`pargrad.logical_devices`):
+      ``tf.distribute.ReductionToOneDevice``, which sums on one device and
+      copies the sum back.  TensorFlow's default there (collective ops)
+      gives every strategy in a process the same collective keys, so a
+      second strategy with another number of replicas fails ("is joining a
+      group with size 2, but that group has size 4"), and the chapters
+      build several.
+
+    Taught in the chapter "Synchronous training".
+    """
+    if kind not in ("CPU", "GPU"):
+        raise ValueError(f"kind must be 'CPU' or 'GPU', got {kind!r}.")
+    physical = list(physical_device_of_replica)
+    if kind == "GPU" and len(set(physical)) == len(physical) > 1:
+        return tf.distribute.NcclAllReduce()
+    return tf.distribute.ReductionToOneDevice()
+
+
+def _physical_gpu_of_each_logical_gpu():
+    """For each logical GPU in TensorFlow's order, the index of its physical GPU."""
+    owners = []
+    for index, gpu in enumerate(tf.config.list_physical_devices("GPU")):
+        split = tf.config.get_logical_device_configuration(gpu)
+        owners += [index] * (len(split) if split else 1)
+    return owners
 
 
 def _tf_config_names_workers():
@@ -518,7 +553,7 @@ class SyncTrainer:
 
         losses, times = self.strategy.run(replica_step)
         loss = self.strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
-        return loss, tf.stack(self.strategy.experimental_local_results(times))
+        return tf.cast(loss, tf.float64), tf.stack(self.strategy.experimental_local_results(times))
 
     def _distributed_steps(self, x, y, position, global_batch_size, steps):
         """``steps`` synchronous steps in one call (a graph loop, no Python between)."""
@@ -529,7 +564,7 @@ class SyncTrainer:
 
         _, losses, times = tf.while_loop(
             lambda i, *_: i < steps, body,
-            (tf.constant(0), tf.TensorArray(tf.float32, size=steps),
+            (tf.constant(0), tf.TensorArray(tf.float64, size=steps),
              tf.TensorArray(tf.float64, size=steps)))
         return losses.stack(), times.stack()
 
@@ -686,7 +721,8 @@ class SyncTrainer:
 
 def _tf_variable(variable):
     """The tf.Variable behind a Keras variable (or the variable itself)."""
-    return getattr(variable, "value", variable) if isinstance(variable, keras.Variable) else variable
+    inner = getattr(variable, "value", None)   # a tf.Variable's own .value is a method
+    return inner if isinstance(inner, tf.Variable) else variable
 
 
 def _sleep(seconds):
@@ -713,13 +749,14 @@ def _progress_bar(total, show, description):
 # ----------------------------------------------------------------------------
 
 def train_parabola(replicas=None, steps=2000, learning_rate=1e-2, seed=0, steps_per_call=100,
-                   progress=False):
+                   progress=False, dtype="float32"):
     """Train text 3's y = x² network synchronously on the full batch of 50 points.
 
     In one process the batch is split over ``replicas`` logical devices
     (:func:`sync_strategy`); in a worker of :class:`pargrad.LocalCluster`
     (``TF_CONFIG`` set) over the worker processes.  Every run starts from
-    :func:`pargrad.initial_weights` with ``seed``.  Returns a dict with the
+    :func:`pargrad.initial_weights` with ``seed``, in ``dtype`` (``"float64"``
+    makes the equality with one device robust to rounding).  Returns a dict with the
     final ``weights`` (NumPy arrays), the ``loss`` before every update, the
     number of ``replicas`` and the ``seconds`` the steps took; it is JSON
     friendly so that worker processes can hand it back.
@@ -730,13 +767,13 @@ def train_parabola(replicas=None, steps=2000, learning_rate=1e-2, seed=0, steps_
 
     strategy = sync_strategy(replicas)
     with strategy.scope():
-        model = parabola_model(seed=seed)
+        model = parabola_model(seed=seed, dtype=dtype)
     trainer = SyncTrainer(model, strategy, learning_rate=learning_rate, progress=progress)
-    x, y = parabola_data()
+    x, y = parabola_data(dtype=dtype)
     history = trainer.fit(x, y, steps=steps, steps_per_call=steps_per_call)
     return {
         "weights": [np.asarray(w) for w in model.get_weights()],
-        "loss": history.loss.astype(np.float32),
+        "loss": history.loss.astype(np.dtype(dtype)),
         "replicas": trainer.replicas,
         "seconds": float(np.sum(history.step_time)),
     }

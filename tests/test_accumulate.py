@@ -48,6 +48,7 @@ def scale(weights):
     return max(1.0, max(float(np.abs(w).max()) for w in weights))
 
 
+@pytest.mark.claim
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "tf.function"])
 @pytest.mark.parametrize("sizes", sorted(SIZES))
 @pytest.mark.parametrize("optimizer_name", sorted(OPTIMIZERS))
@@ -66,6 +67,7 @@ def test_micro_batches_equal_the_big_batch(optimizer_name, sizes, compiled):
     assert max_difference([v.numpy() for v in variables], big) <= TOLERANCE * scale(big)
 
 
+@pytest.mark.claim
 def test_weighting_by_count_is_wrong_for_unequal_micro_batches():
     variables = [tf.Variable(w) for w in initial_weights(seed=1)]
     by_count = GradientAccumulator(variables, 2)
@@ -92,6 +94,7 @@ def fresh(seed=1):
     return variables, optimizer, GradientAccumulator(variables, 4, optimizer)
 
 
+@pytest.mark.claim
 def test_stop_and_resume_mid_window_is_bit_for_bit(tmp_path):
     schedule = micro_batches((13, 13, 12, 12)) * 2 + micro_batches((25, 25))  # 2.5 windows
     variables, optimizer, accumulator = fresh()
@@ -185,6 +188,7 @@ def test_peak_memory_validates_its_arguments():
         peak_memory([64], micro_batch_size=0)
 
 
+@pytest.mark.claim
 def test_under_mirrored_strategy_one_sum_per_update_equals_the_big_batch(devices):
     """Each replica sums its own gradients; apply() adds them up over the replicas."""
     strategy = tf.distribute.MirroredStrategy(devices)

@@ -19,6 +19,7 @@ def async_threads():
     return [t for t in threading.enumerate() if t.name.startswith("pargrad-async")]
 
 
+@pytest.mark.claim
 def test_one_worker_is_plain_sgd_with_staleness_zero(devices):
     x, y = linear_data(12)
     trainer = AsyncTrainer(linear_model(), mse, devices[:1], LEARNING_RATE, progress=False)
@@ -32,6 +33,7 @@ def test_one_worker_is_plain_sgd_with_staleness_zero(devices):
     assert history["staleness"].tolist() == [0] * 15
 
 
+@pytest.mark.claim
 @pytest.mark.parametrize("jit_compile", [False, True])
 def test_two_scheduled_workers_apply_the_stale_updates_computed_by_hand(devices, jit_compile):
     x, y = linear_data(12)
@@ -102,6 +104,7 @@ def test_staleness_aware_learning_rate_divides_by_staleness_plus_one(devices):
     assert history["staleness"].max() > 0
 
 
+@pytest.mark.claim
 def test_scheduled_runs_repeat_exactly(devices):
     x, y = pargrad.parabola_data()
 
@@ -113,10 +116,17 @@ def test_scheduled_runs_repeat_exactly(devices):
         return history, trainer.get_weights()
 
     (first, weights1), (second, weights2) = run(), run()
+    # The schedule (who reads and applies when) repeats exactly; the numbers
+    # repeat exactly on a CPU and up to float32 rounding on a GPU, whose
+    # kernels may add in a different order each run.
+    rounding = pargrad.rounding_tolerance("float32", 30)
     for key in first:
-        np.testing.assert_array_equal(first[key], second[key])
+        if key == "loss":
+            np.testing.assert_allclose(first[key], second[key], rtol=rounding)
+        else:
+            np.testing.assert_array_equal(first[key], second[key])
     for a, b in zip(weights1, weights2):
-        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(a, b, rtol=0, atol=rounding)
     assert len(set(first["staleness"].tolist())) > 1  # the jitter did reorder the workers
 
 

@@ -22,6 +22,7 @@ LEARNING_RATE = 0.05
 # -- staleness-aware learning rate -------------------------------------------
 
 
+@pytest.mark.claim
 def test_staleness_aware_updates_take_the_rate_divided_by_staleness_plus_one(devices):
     x, y = linear_data(16)
     trainer = AsyncTrainer(linear_model(), mse, devices[:2], LEARNING_RATE,
@@ -158,6 +159,7 @@ def sync_linear_trainer(backup_workers, **options):
                        backup_workers=backup_workers, **options)
 
 
+@pytest.mark.claim
 def test_a_backup_step_averages_exactly_the_gradients_that_arrived_first():
     x, y = linear_data(16)  # 4 replicas x 4 examples
     trainer = sync_linear_trainer(backup_workers=1)

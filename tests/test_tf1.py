@@ -43,6 +43,7 @@ def scale(weights):
     return max(1.0, max(float(np.abs(w).max()) for w in weights))
 
 
+@pytest.mark.claim
 @pytest.mark.parametrize("optimizer_name", sorted(OPTIMIZERS))
 @pytest.mark.parametrize("sizes", [(10, 10, 10, 10, 10), (16, 16, 16, 2)], ids=["equal", "unequal"])
 def test_micro_batches_equal_the_big_batch(optimizer_name, sizes):
@@ -65,6 +66,7 @@ def test_micro_batches_equal_the_big_batch(optimizer_name, sizes):
     assert max_difference(accumulated, big) <= TOLERANCE * scale(big)
 
 
+@pytest.mark.claim
 def test_counting_micro_batches_is_wrong_for_unequal_sizes():
     """Answer 3's counter divides by the number of micro-batches: wrong when they differ."""
     x_all, y_all = parabola_data()
@@ -82,6 +84,7 @@ def test_counting_micro_batches_is_wrong_for_unequal_sizes():
     assert max_difference(counted, big) > 1e-3
 
 
+@pytest.mark.claim
 def test_train_step_does_not_rerun_the_accumulate_ops():
     """Answer 4's trap: fetching train_step must apply the mean of what was accumulated."""
     graph = tf.Graph()
@@ -103,6 +106,7 @@ def test_train_step_does_not_rerun_the_accumulate_ops():
         assert session.run(ops.counter) == pytest.approx(5.0)
 
 
+@pytest.mark.claim
 def test_the_trap_itself_still_happens_in_plain_tf():
     """What the chapter shows: accum_op / 5 re-runs assign_add (2.4 and 12)."""
     graph = tf.Graph()
