@@ -131,6 +131,11 @@ assert speedup < 4, "four logical devices cannot be 4x faster than one on shared
 # program faster than the hardware allows. When a later chapter measures speed,
 # it says which hardware the numbers came from.
 #
+# On a GPU the picture is worse, not better: products this small are bound by
+# the cost of launching each kernel, and the logical GPUs of one GPU share one
+# stream of launches. On an H100, four logical GPUs ran this cell at 0.57
+# times the speed of one (see the appendix "Running on Colab GPUs").
+#
 # ## Too late: the split happens before TensorFlow starts
 #
 # TensorFlow creates its devices the first time it needs one: at the first
@@ -172,20 +177,25 @@ for bad in [0, 2.5]:
 # ## On Colab's single GPU
 #
 # On a Colab GPU runtime, `pargrad.logical_devices(4)` splits the GPU into four
-# logical GPUs, `/device:GPU:0` to `/device:GPU:3`, each limited to 90% of the
-# GPU's memory divided by four (read with `nvidia-smi`; pass `memory_limit_mb`
-# to choose). The CPU stays one device. Three things differ from real
-# multi-GPU machines:
+# logical GPUs, `/device:GPU:0` to `/device:GPU:3`, each limited to 1 GB of
+# the GPU's memory (pass `memory_limit_mb` to choose), so that the worker
+# processes of later chapters still find room on the same GPU;
+# `pargrad.logical_devices(1)` leaves the GPU whole and lets TensorFlow take
+# memory as it needs it. The CPU stays one device. Three things differ from
+# real multi-GPU machines:
 #
 # - the logical GPUs share one GPU's compute, so, as above, four are not four
 #   times faster than one;
-# - `MirroredStrategy`'s default all-reduce, NCCL, needs distinct physical GPUs;
-#   on logical GPUs TensorFlow falls back to another all-reduce implementation;
-# - the memory limits are hard: a model that fits the whole GPU may not fit a
-#   quarter of it.
+# - `MirroredStrategy`'s usual all-reduce on GPUs, NVIDIA's NCCL, is meant for
+#   distinct physical GPUs; on logical GPUs of one GPU, `pargrad` sums the
+#   gradients on one device instead (chapter "Synchronous training");
+# - the memory limits are hard: a model that fits the whole GPU may not fit
+#   in one logical GPU.
 #
 # What the chapters *compute* is the same on a CPU, on logical GPUs and on real
-# ones; only the timings change.
+# ones, up to the rounding of the last digits (later chapters show how they
+# make sure rounding cannot change a conclusion); the timings change, as the
+# appendix "Running on Colab GPUs" describes chapter by chapter.
 #
 # ## Summary
 #

@@ -57,6 +57,10 @@ from pargrad import plots  # noqa: E402
 from pargrad.accumulate import GradientAccumulator, peak_memory  # noqa: E402
 
 keras.utils.set_random_seed(0)
+# This chapter compares accumulation with the big batch to float32 rounding.
+# On recent NVIDIA GPUs TensorFlow computes float32 matrix products in TF32
+# (about 1e-3 relative error) unless told otherwise; no effect on a CPU.
+tf.config.experimental.enable_tensor_float_32_execution(False)
 print("TensorFlow", tf.__version__, "| Keras", keras.__version__, "| devices:", devices)
 
 # %% [markdown]
@@ -298,9 +302,16 @@ print(f"Keras fit(batch 16, 4 accumulation steps) vs fit(batch 50) after 3 epoch
 # are variables, so `tf.train.Checkpoint` saves them with the model and the
 # optimizer. We train 2.5 windows in one go, then again with a stop after
 # seven micro-batches, a checkpoint, and a restart into freshly built
-# objects:
+# objects.
+#
+# "Bit for bit" needs one more thing: the same inputs must give the same
+# outputs every time. A CPU's kernels do; a GPU's are free to add in
+# whatever order its threads finish, so two identical runs can differ in the
+# last digits. `enable_op_determinism` makes TensorFlow pick deterministic
+# kernels (on a CPU it changes nothing here):
 
 # %%
+tf.config.experimental.enable_op_determinism()
 schedule = [(x_all[i::K], y_all[i::K]) for i in range(K)] * 3  # 15 micro-batches of 10
 
 
