@@ -203,7 +203,9 @@ def _emit(event):
 
 def _make_strategy(tf, name):
     if name == "MirroredStrategy":
-        devices = [d.name for d in tf.config.list_logical_devices("CPU")][:2]
+        from pargrad.devices import logical_device_names
+
+        devices = logical_device_names()[:2]   # logical CPUs, or logical GPUs on a GPU
         return tf.distribute.MirroredStrategy(
             devices, cross_device_ops=tf.distribute.ReductionToOneDevice()), None
     if name == "MultiWorkerMirroredStrategy":

@@ -84,6 +84,16 @@ def logical_devices(n, memory_limit_mb=None):
     return [device.name for device in tf.config.list_logical_devices(kind)]
 
 
+def device_kind():
+    """"GPU" if TensorFlow sees a GPU, else "CPU": the kind :func:`logical_devices` splits."""
+    return "GPU" if tf.config.list_physical_devices("GPU") else "CPU"
+
+
+def logical_device_names():
+    """The names of the logical devices of :func:`device_kind`, in TensorFlow's order."""
+    return [device.name for device in tf.config.list_logical_devices(device_kind())]
+
+
 def device_plan(kind, n, memory_limit_mb=None, gpu_memory_mb=None):
     """The logical-device configurations :func:`logical_devices` asks TensorFlow for.
 

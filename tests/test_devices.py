@@ -139,3 +139,8 @@ def test_an_initialised_gpu_refuses_a_new_split_with_advice(monkeypatch):
     monkeypatch.setattr(devices_module, "_gpu_memory_mb", lambda: 16000)
     with pytest.raises(pargrad.DevicesAlreadyInitializedError, match="1 logical GPU"):
         pargrad.logical_devices(2)
+
+
+def test_the_names_of_the_split_devices_whatever_their_kind(devices):
+    assert devices_module.device_kind() == KIND
+    assert devices_module.logical_device_names() == devices
