@@ -92,7 +92,7 @@ pargrad.show_source(compatibility.run_combinations)
 # ## The matrix
 
 # %%
-rows = compatibility.compatibility_matrix(time_limit=20)
+rows = compatibility.compatibility_matrix(time_limit=90)  # generous: slow machines are not hangs
 table = compatibility.format_matrix(rows)
 print(f"TensorFlow {tf.__version__}, Keras {keras.__version__}:\n")
 print(table)
