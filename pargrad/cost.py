@@ -332,8 +332,8 @@ def fit_link(nbytes, seconds, pattern=None, name=""):
     if not slope > 0:
         raise ValueError(f"The times do not grow with the size (slope {slope:.3g} s/byte); "
                          "measure larger payloads, or more repeats of each.")
-    link = Link(latency=max(0.0, intercept / pattern.messages),
-                bandwidth=pattern.traffic / slope, name=name)
+    link = Link(latency=max(0.0, float(intercept) / pattern.messages),
+                bandwidth=pattern.traffic / float(slope), name=name)
     fitted = pattern.time(sizes, link)
     return LinkFit(link=link, pattern=pattern, nbytes=sizes, seconds=times,
                    relative_residuals=(times - fitted) / times)
