@@ -25,8 +25,9 @@ from pargrad._quiet import import_tensorflow_quietly
 tf = import_tensorflow_quietly()
 
 FLOAT32_BYTES = 4
-# Payloads from one float (4 bytes) to 8 Mi floats (32 MiB), a factor 16 apart.
-DEFAULT_SIZES = [4 * 16 ** k for k in range(6)] + [32 * 2 ** 20]
+# A handful of payloads from one float (4 bytes) to 4 Mi floats (16 MiB): every
+# size costs a trace and a warm-up call, and in a cluster several processes.
+DEFAULT_SIZES = [4, 2 ** 10, 2 ** 16, 2 ** 20, 2 ** 24]
 
 
 def _elements(nbytes):
