@@ -589,7 +589,8 @@ glue("packing_speedup", packing["separate"] / packing["packed"], display=False)
 assert packing["separate"] > 2 * packing["packed"]
 
 # %% [markdown]
-# Packed, the 16 tensors cost about what one tensor costs; one by one,
+# Packed, the 16 tensors cost about what one tensor costs, a single launch;
+# one by one,
 # {glue:text}`packing_speedup:.0f` times more. (Less than 16 times: TensorFlow
 # launches independent collectives concurrently, so their latencies partly
 # overlap; the model, which queues them, is pessimistic here.)
@@ -687,9 +688,10 @@ assert no_overlap < PUBLISHED < bucketed_goyal
 #   gRPC; {glue:text}`alpha_three_workers:.0f` µs and
 #   {glue:text}`beta_three_workers:.2f` GB/s for three;
 #   {glue:text}`alpha_parameter_server:.0f` µs and
-#   {glue:text}`beta_parameter_server:.2f` GB/s for a parameter server. The
-#   two-worker fit predicted the three-worker run within a factor
-#   {glue:text}`prediction_ratio:.2f` on the geometric mean.
+#   {glue:text}`beta_parameter_server:.2f` GB/s for a parameter server.
+#   Predicted from the two-worker fit, the three-worker run took
+#   {glue:text}`prediction_ratio:.2f` times the predicted time (geometric
+#   mean over the payloads of 64 KiB and more).
 # - With published link figures, the model predicts
 #   {glue:text}`goyal_no_overlap:.0f`–{glue:text}`goyal_buckets:.0f`%
 #   efficiency for Goyal et al.'s 256 GPUs, who measured about
