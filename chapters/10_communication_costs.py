@@ -130,10 +130,16 @@ pargrad.show_source(cost.Pattern)
 # $$T_\text{hier} = T_\text{ring}(n, g, \text{inside}) + T_\text{ring}(n, B, \text{across}).$$
 
 # %%
+print(cost.ring_pattern(4), cost.tree_pattern(4), cost.parameter_server_pattern(4, 1), sep="\n")
+assert cost.ring_pattern(4) == cost.Pattern(messages=6, traffic=1.5)
+assert cost.tree_pattern(4) == cost.Pattern(messages=4, traffic=4.0)
+assert cost.parameter_server_pattern(4, 1) == cost.Pattern(messages=2, traffic=8.0)
+
+# %% tags=["nbval-ignore-output"]
+# The figure is stored for the book through glue; nbval does not compare pictures.
 figure = plots.communication_patterns(replicas=4)
 glue("fig_patterns", figure, display=False)
 plt.close(figure)
-print(cost.ring_pattern(4), cost.tree_pattern(4), cost.parameter_server_pattern(4, 1), sep="\n")
 
 # %% [markdown]
 # ```{glue:figure} fig_patterns
@@ -143,7 +149,7 @@ print(cost.ring_pattern(4), cost.tree_pattern(4), cost.parameter_server_pattern(
 # (every replica sends $n/R$ to its neighbour in each of $2(R-1)$ steps), the
 # binomial tree (whole payloads, $\lceil\log_2 R\rceil$ rounds up and as many
 # down) and a parameter server (every worker pushes and pulls $n$). The
-# patterns printed under the cell are the numbers the figure shows.
+# patterns printed and asserted above the figure are the numbers it shows.
 # ```
 #
 # The calculator turns a pattern and a link into seconds. Take a payload of
@@ -282,12 +288,12 @@ for label, fit in fits.items():
     # Plausible for a CPU copying memory or talking gRPC over loopback:
     assert 1e6 < fit.link.bandwidth < 1e12, fit
     assert fit.link.latency < 0.1, fit
-    # The line explains the data: typically within a factor of two, and far
-    # better than one constant time for every size (which the data span 10x and more).
+    # The line explains the data: the median miss is below three quarters of
+    # the measurement, and the line does far better than one constant time
+    # (the geometric mean) for every size.
     assert np.median(np.abs(fit.relative_residuals)) < 0.75, fit
     constant = np.exp(np.mean(np.log(fit.seconds)))
     assert np.sum(fit.relative_residuals ** 2) < np.sum(((fit.seconds - constant) / fit.seconds) ** 2) / 2
-    assert fit.seconds.max() / fit.seconds.min() > 10
 
 figure = plots.alpha_beta_fits(fits)
 glue("fig_fits", figure, display=False)
@@ -541,7 +547,7 @@ example_cluster = "8 boxes, A100, 1 x 100 GbE"
 parameters, value_bytes, _ = models["ResNet-50, fp32 gradients"]
 compute = compute_seconds("ResNet-50, fp32 gradients", "A100")
 nbytes = parameters * value_bytes
-bucket_counts = np.unique(np.geomspace(1, 1024, 31).astype(int))
+bucket_counts = np.unique(np.geomspace(1, 256, 25).astype(int))
 steps = [cost.bucketed_step_time(compute / 3, 2 * compute / 3, nbytes, b,
                                  lambda n: all_reduce_seconds(n, example_cluster))
          for b in bucket_counts]
@@ -550,7 +556,10 @@ print(f"compute {compute * 1e3:.1f} ms, all-reduce {all_reduce_seconds(nbytes, e
 print(f"one bucket {steps[0] * 1e3:.1f} ms; best: {best} buckets of {nbytes / best / 1e6:.2f} MB, "
       f"{min(steps) * 1e3:.1f} ms; {bucket_counts[-1]} buckets {steps[-1] * 1e3:.1f} ms")
 assert min(steps) < steps[0] and min(steps) < steps[-1]
+glue("best_buckets", best, display=False)
 
+# %% tags=["nbval-ignore-output"]
+# The figure is stored for the book through glue; nbval does not compare pictures.
 figure, ax = plt.subplots(figsize=(6.5, 3.6))
 ax.semilogx(bucket_counts, np.array(steps) * 1e3, "o-", ms=3)
 ax.axhline(compute * 1e3, color="gray", ls="--", label="compute alone")
@@ -561,7 +570,6 @@ ax.legend()
 figure.tight_layout()
 glue("fig_buckets", figure, display=False)
 plt.close(figure)
-glue("best_buckets", best, display=False)
 
 # %% [markdown]
 # ```{glue:figure} fig_buckets
@@ -570,9 +578,9 @@ glue("best_buckets", best, display=False)
 # The modelled step time of ResNet-50 (fp32 gradients) on 8 boxes of eight
 # A100s with one 100 GbE port a box, against the number of buckets its
 # gradient is cut into. One bucket: no overlap. A few buckets hide most of
-# the all-reduce behind the backward pass; a thousand pay the latencies of
+# the all-reduce behind the backward pass; hundreds pay the latencies of
 # two rings (inside and across boxes) each. The cell prints the ends and the best count and asserts
-# that the curve has an inside minimum.
+# that the curve has an inside minimum; the next cell draws it.
 # ```
 #
 # The best is {glue:text}`best_buckets` buckets here. The same idea on the
