@@ -82,7 +82,7 @@ print(devices)
 pargrad.show_source(cost.Pattern)
 
 # %% [markdown]
-# ## All-reduce, three ways
+# ## Who sends what
 #
 # {numref}`fig-patterns` shows who sends what.
 #
@@ -113,8 +113,9 @@ pargrad.show_source(cost.Pattern)
 #
 # $$T_\text{ps} = 2\Big(\alpha + \max\big(1, \tfrac{W}{S}\big)\frac{n}{\beta}\Big).$$
 #
-# With as many servers as workers it costs what the ring costs in bytes,
-# with fewer it is $W/S$ times slower: text 3's *master* is the case $S = 1$.
+# With as many servers as workers it moves about what the ring moves,
+# with fewer it is $W/S$ times slower: the *master* that the y = x² question
+# imagines is the case $S = 1$.
 #
 # **Inside boxes, then across.** Real clusters have two kinds of links: fast
 # ones between the GPUs of a box (NVLink, PCIe) and slower ones between
