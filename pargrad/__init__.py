@@ -7,7 +7,7 @@ from pargrad._quiet import import_tensorflow_quietly
 
 import_tensorflow_quietly()
 
-from pargrad import digits, race, tf1  # noqa: E402
+from pargrad import cost, digits, race, tf1  # noqa: E402
 from pargrad.accumulate import GradientAccumulator, peak_memory  # noqa: E402
 from pargrad.asynchronous import AsyncTrainer, lost_updates, random_delay  # noqa: E402
 from pargrad.book import show_source  # noqa: E402

@@ -471,3 +471,99 @@ def recovery_timeline(interrupted, resumed, kill_time, checkpoints,
     ax.set_title(title)
     ax.legend(fontsize=7)
     return fig
+
+
+def communication_patterns(replicas=4, title="Who sends what, in one all-reduce"):
+    """Ring, tree and parameter server side by side (chapter "What communication costs").
+
+    Ring: every replica sends a chunk of n/R to its right neighbour in each
+    of 2(R-1) steps.  Tree: pairs at distance 1, 2, 4, ... reduce (solid)
+    and then broadcast (dashed) the whole n.  Parameter server: every worker
+    pushes n to the server and pulls n back.
+    """
+    figure, axes = plt.subplots(1, 3, figsize=(13, 4.2))
+    angles = np.pi / 2 - 2 * np.pi * np.arange(replicas) / replicas
+    ring = np.stack([np.cos(angles), np.sin(angles)], axis=1)
+
+    def node(ax, xy, label, color="#dbe9f6"):
+        ax.add_patch(plt.Circle(xy, 0.17, color=color, ec="black", zorder=3))
+        ax.text(*xy, label, ha="center", va="center", zorder=4, fontsize=10)
+
+    def arrow(ax, start, end, text=None, style="-", color="black", bend=0.0):
+        ax.annotate("", xy=end, xytext=start, zorder=2,
+                    arrowprops=dict(arrowstyle="-|>", linestyle=style, color=color, lw=1.4,
+                                    shrinkA=13, shrinkB=13, connectionstyle=f"arc3,rad={bend}"))
+        if text:
+            middle = (np.asarray(start) + np.asarray(end)) / 2
+            ax.text(*middle, text, ha="center", va="center", fontsize=9,
+                    bbox=dict(fc="white", ec="none", pad=0.5), zorder=3)
+
+    ax = axes[0]
+    for r in range(replicas):
+        node(ax, ring[r], f"r{r}")
+        arrow(ax, ring[r], ring[(r + 1) % replicas], "n/R", bend=-0.25)
+    ax.set_title(f"ring: 2(R-1) = {2 * (replicas - 1)} steps,\neach replica sends n/R a step")
+
+    ax = axes[1]
+    levels = int(np.ceil(np.log2(replicas)))
+    spots = np.stack([np.linspace(-1.2, 1.2, replicas), np.full(replicas, -0.9)], axis=1)
+    for r in range(replicas):
+        node(ax, spots[r], f"r{r}")
+    for level in range(levels):
+        distance = 2 ** level
+        height = 0.35 + 0.55 * level
+        for receiver in range(0, replicas, 2 * distance):
+            sender = receiver + distance
+            if sender < replicas:
+                top_r = spots[receiver] + [0, height]
+                top_s = spots[sender] + [0, height]
+                ax.plot(*np.stack([spots[sender], top_s, top_r]).T, color="black", lw=1.2)
+                arrow(ax, top_r + [0.02, 0], spots[receiver] + [0.0, 0.0])
+                ax.text(*(top_r + top_s) / 2 + [0, 0.09], f"round {level + 1}: n",
+                        ha="center", fontsize=9)
+    ax.text(0, 1.05, "reduce up (solid), then the same rounds\nback down as a broadcast",
+            ha="center", fontsize=9)
+    ax.set_title(f"tree: 2·ceil(log2 R) = {2 * levels} rounds,\neach of the whole n")
+
+    ax = axes[2]
+    server = np.array([0.0, 0.9])
+    workers = np.stack([np.linspace(-1.2, 1.2, replicas), np.full(replicas, -0.9)], axis=1)
+    node(ax, server, "ps", color="#f6e3c6")
+    for w in range(replicas):
+        node(ax, workers[w], f"w{w}")
+        arrow(ax, workers[w], server, "push n" if w == 0 else None, bend=0.12)
+        arrow(ax, server, workers[w], "pull n" if w == replicas - 1 else None, style="--",
+              bend=0.12)
+    ax.set_title("parameter server (S = 1): its link\ncarries W·n in and W·n out")
+
+    for ax in axes:
+        ax.set_xlim(-1.6, 1.6)
+        ax.set_ylim(-1.45, 1.6)
+        ax.set_aspect("equal")
+        ax.axis("off")
+    figure.suptitle(title)
+    figure.tight_layout()
+    return figure
+
+
+def alpha_beta_fits(fits, title="Measured time against payload, and the fitted α + n/β lines"):
+    """Each setting's measured times and fitted line (top) and relative residuals (bottom).
+
+    ``fits`` maps a label to a :class:`pargrad.cost.LinkFit` (chapter "What
+    communication costs").
+    """
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(7.5, 6.2), sharex=True,
+                                         gridspec_kw={"height_ratios": [2.2, 1]})
+    for (label, fit), color in zip(fits.items(), plt.rcParams["axes.prop_cycle"].by_key()["color"]):
+        sizes = np.geomspace(max(fit.nbytes.min(), 1), fit.nbytes.max(), 100)
+        top.loglog(fit.nbytes, fit.seconds * 1e3, "o", color=color, label=label)
+        top.loglog(sizes, fit.predict(sizes) * 1e3, "-", color=color, alpha=0.7)
+        bottom.semilogx(fit.nbytes, 100 * fit.relative_residuals, "o-", color=color)
+    top.set_ylabel("milliseconds")
+    top.set_title(title)
+    top.legend(fontsize=9)
+    bottom.axhline(0, color="gray", lw=0.8)
+    bottom.set_ylabel("residual (%)")
+    bottom.set_xlabel("payload per replica (bytes)")
+    figure.tight_layout()
+    return figure
