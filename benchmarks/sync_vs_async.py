@@ -8,7 +8,11 @@ by sleeping to ``--step-ms`` times its ``(1 + delay) / speed`` (emulated
 devices: four logical devices on two cores cannot compute side by side).
 Writes the test accuracy and loss at each checkpoint, the time-to-target
 table and a description of the machine to ``chapters/data/sync_vs_async.json``,
-which the chapter reads.
+which the chapter reads.  Every contender is warmed up the same way before
+its clock starts (``pargrad.race.WARM_UP_STEPS`` untimed steps on the same
+arrays, then the weights are reset), so no run pays for tracing on the clock.
+At the end it checks the chapter's claims (``pargrad.race.wall_clock_claims``)
+and exits with an error if one fails.
 
 Run with ``.venv/bin/python benchmarks/sync_vs_async.py``: 3 scenarios x 5
 methods x 3 seeds x ``--seconds`` (default 6) plus start-up, about 10
@@ -103,6 +107,10 @@ def main():
                       flush=True)
     table = race.time_to_target_table(results, arguments.target)
     print(race.format_table(table, unit="seconds, wall clock", digits=2))
+    # The chapter's claims, checked on this measurement: a new machine can refute them.
+    claims = race.wall_clock_claims(table, tie=arguments.every)
+    for claim, holds in claims.items():
+        print(f"{'holds ' if holds else 'FAILS '} {claim}")
     arguments.output.parent.mkdir(parents=True, exist_ok=True)
     arguments.output.write_text(json.dumps({
         "script": "benchmarks/sync_vs_async.py",
@@ -112,9 +120,13 @@ def main():
                      "target": arguments.target, "batch_size": race.BATCH_SIZE,
                      "methods": race.METHODS,
                      "scenarios": {name: vars(s) for name, s in race.SCENARIOS.items()}},
+        "claims": claims,
         "results": [rounded(r) for r in results],
     }, indent=1) + "\n")
     print(f"wrote {arguments.output}")
+    if not all(claims.values()):
+        sys.exit("Some of the chapter's claims do not hold on this measurement (FAILS above): "
+                 "the chapter's text must change with them.")
 
 
 if __name__ == "__main__":
