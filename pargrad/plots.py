@@ -112,7 +112,7 @@ def stale_gradient(weights, losses, async_path, fresh_path, sync_path, sweep=Non
                           markeredgecolor="black", label=label)
                for fill, label in zip(fills, ["t0: w read by both", "t1: after the first update",
                                               "t2: after the second update"])]
-    axes[0].legend(handles=handles, fontsize=7, loc="upper left")
+    figure.legend(handles=handles, fontsize=8, loc="lower center", ncol=3, frameon=False)
     if sweep is not None:
         ax = axes[3]
         x = np.asarray(sweep["step_times_curvature"], float)
@@ -121,11 +121,16 @@ def stale_gradient(weights, losses, async_path, fresh_path, sync_path, sweep=Non
         for key, (color, label) in styles.items():
             ax.plot(x, np.asarray(sweep[key], float), "o-", color=color, markersize=3, label=label)
         ax.axhline(1.0, color="0.5", lw=0.8, ls=":")
+        both = ((np.asarray(sweep["async"]) > np.asarray(sweep["fresh"]))
+                & (np.asarray(sweep["async"]) <= np.asarray(sweep["sync"])))
+        if both.any():  # stale loses to fresh, yet beats sync in the same time
+            ax.axvspan(x[both].min(), x[both].max(), color="0.85", zorder=0,
+                       label="stale worse than fresh,\nbetter than sync")
         ax.set_xlabel("learning rate × curvature")
         ax.set_ylabel("|w - w*| after / before")
         ax.set_title("(d) distance to the minimum", fontsize=10)
         ax.legend(fontsize=7)
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0.07, 1, 1))
     return figure
 
 
