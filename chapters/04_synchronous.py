@@ -151,7 +151,8 @@ assert np.array_equal(tf_result, result)
 # Which algorithm TensorFlow uses depends on where the replicas are. On
 # several GPUs of one machine `MirroredStrategy` uses NVIDIA's NCCL (rings and
 # trees over NVLink or PCIe). Between processes `MultiWorkerMirroredStrategy`
-# uses TensorFlow's collective ops, a ring over gRPC. For logical CPUs in one
+# uses TensorFlow's collective ops; by default (`CommunicationImplementation.AUTO`)
+# its all-reduce is a ring over gRPC on CPUs, and NCCL on GPUs. For logical CPUs in one
 # process, `pargrad.sync_strategy` picks `ReductionToOneDevice`: text 3's
 # master, literally, and cheap when all "devices" share one memory. (It also
 # sidesteps a limit of TensorFlow's default, collective ops: two strategies in
