@@ -327,7 +327,8 @@ for name, history in histories.items():
     slowest = (history.launch + history.compute).max(axis=1)
     print(f"{name}: median step {np.median(history.step_time) * 1e3:.2f} ms, "
           f"slowest replica {np.median(slowest) * 1e3:.2f} ms")
-    assert (history.step_time >= slowest).all()
+    # "follows the slowest replica closely": the rest (all-reduce, update) is a small part
+    assert np.median(history.step_time - slowest) < 0.5 * np.median(history.step_time)
 assert (np.median(histories["straggler x6"].step_time)
         > np.median(histories["straggler x1"].step_time))
 
@@ -353,7 +354,10 @@ for replicas in replica_counts:
     rates.append(history.effective_batch_size / np.median(history.step_time))
 fig = plots.throughput_against_replicas(replica_counts, rates)
 print("examples per second:", [f"{rate:,.0f}" for rate in rates])
-assert all(rate > 0 for rate in rates)
+# "far below the dashed line": at 4 and 5 replicas, less than half the ideal speed-up
+for replicas, rate in zip(replica_counts, rates):
+    if replicas >= 4:
+        assert rate < 0.5 * replicas * rates[0]
 
 # %% [markdown]
 # The measured curve may rise a little (a bigger step spreads the fixed cost

@@ -261,7 +261,7 @@ fig = plots.parameter_server_updates(ps_run, kill_time=killed_wall, reference_lo
 
 # %% tags=["nbval-ignore-output"]
 print(f"final loss: parameter servers {ps_run['loss'][-1]:.3f}, one device {reference_loss[-1]:.3f}")
-assert abs(ps_run["loss"][-1] - reference_loss[-1]) < 0.1
+assert abs(ps_run["loss"][-1] - reference_loss[-1]) < 0.02 * reference_loss[-1]  # "closely": 2%
 
 # %% [markdown]
 # ## Surviving failures
