@@ -391,7 +391,8 @@ def race_curves(results, key="accuracy", ax=None, title=None, target=None, xlabe
             np.asarray(r[key], float)[np.clip(np.searchsorted(r["time"], grid, side="right") - 1,
                                               0, len(r["time"]) - 1)]
             for r in runs])
-        style = "-" if method.startswith("sync") else "--"
+        style = ("-" if method.startswith("sync") else ":" if method.startswith("sequential")
+                 else "--")
         ax.plot(grid, np.median(values, axis=0), style, color=f"C{index}",
                 label=f"{method} ({len(runs)} seeds)")
         if len(runs) > 1:

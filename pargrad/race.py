@@ -289,6 +289,25 @@ def time_to_target_table(results, target=TARGET):
     return table
 
 
+def head_to_head(table, scenario, first, second):
+    """Which of two methods reached the target first, seed by seed, and the verdict.
+
+    Seeds pair the runs: the same seed gives both methods the same initial
+    weights, batches and delays.  Returns ``(wins, draws, losses)`` of
+    ``first`` against ``second`` and a verdict: ``"<first> first"`` when it
+    was earlier in at least two thirds of the seeds and never later than
+    ``second`` in more than one, ``"<second> first"`` the other way round,
+    ``"tie"`` otherwise.  Taught in the chapter "Sync vs async in the same time".
+    """
+    rows = {row["method"]: row for row in table if row["scenario"] == scenario}
+    a, b = np.asarray(rows[first]["times"], float), np.asarray(rows[second]["times"], float)
+    wins, losses = int(np.sum(a < b)), int(np.sum(b < a))
+    draws = len(a) - wins - losses
+    verdict = ("tie" if max(wins, losses) < 2 * len(a) / 3 or min(wins, losses) > 1
+               else f"{first} first" if wins > losses else f"{second} first")
+    return (wins, draws, losses), verdict
+
+
 def wall_clock_claims(table, tie):
     """The chapter's claims about a wall-clock race, each with whether ``table`` bears it out.
 
