@@ -176,10 +176,13 @@ def _race_async(options, scenario, seed, budget, every, mode, step_seconds, devi
 
     def keep(record):  # called under the trainer's lock, after each update
         applied[0] += 1
-        if record["time"] >= next_checkpoint[0]:
-            checkpoints.append((record["time"], applied[0], applied[0] * BATCH_SIZE,
+        # With threads, a record's time is taken just before the lock, so two
+        # updates can be stamped out of order: checkpoint times never go back.
+        now = max(record["time"], checkpoints[-1][0])
+        if now >= next_checkpoint[0]:
+            checkpoints.append((now, applied[0], applied[0] * BATCH_SIZE,
                                 [p.numpy() for p in trainer.parameters]))
-            next_checkpoint[0] = (math.floor(record["time"] / every) + 1) * every
+            next_checkpoint[0] = (math.floor(now / every) + 1) * every
 
     common = dict(batch_size=BATCH_SIZE, speeds=scenario.speeds, jitter=scenario.jitter,
                   delay_distribution=scenario.delay_distribution, seed=seed, on_update=keep)
@@ -193,7 +196,7 @@ def _race_async(options, scenario, seed, budget, every, mode, step_seconds, devi
         trainer.fit(x, y, updates=10**9, mode="free-running", time_limit=budget,
                     step_seconds=step_seconds, **common)
     if applied[0] > checkpoints[-1][1]:  # the updates after the last checkpoint
-        last = trainer.history["time"][-1]
+        last = max(float(np.max(trainer.history["time"])), checkpoints[-1][0])
         checkpoints.append((last, applied[0], applied[0] * BATCH_SIZE, trainer.get_weights()))
     return checkpoints
 
