@@ -8,7 +8,11 @@ by sleeping to ``--step-ms`` times its ``(1 + delay) / speed`` (emulated
 devices: four logical devices on two cores cannot compute side by side).
 Writes the test accuracy and loss at each checkpoint, the time-to-target
 table and a description of the machine to ``chapters/data/sync_vs_async.json``,
-which the chapter reads.
+which the chapter reads.  Every contender is warmed up the same way before
+its clock starts (``pargrad.race.WARM_UP_STEPS`` untimed steps on the same
+arrays, then the weights are reset), so no run pays for tracing on the clock.
+At the end it checks the chapter's claims (``pargrad.race.wall_clock_claims``)
+and exits with an error if one fails.
 
 Run with ``.venv/bin/python benchmarks/sync_vs_async.py``: 3 scenarios x 5
 methods x 3 seeds x ``--seconds`` (default 6) plus start-up, about 10
@@ -41,6 +45,9 @@ import numpy as np  # noqa: E402
 from pargrad import race  # noqa: E402
 
 OUTPUT = pathlib.Path(__file__).resolve().parent.parent / "chapters" / "data" / "sync_vs_async.json"
+VIRTUAL_OUTPUT = OUTPUT.with_name("sync_vs_async_virtual.json")
+# The learning-rate grids of the sweep behind race.METHODS' rates (equal devices).
+RATES = {"sync": (0.2, 0.4, 0.8, 1.6, 3.2), "async": (0.05, 0.1, 0.2, 0.4, 0.8)}
 
 
 def machine():
@@ -71,16 +78,74 @@ def rounded(result):
             for key, value in result.items()}
 
 
+def virtual(arguments):
+    """The race on the virtual clock: the learning-rate sweep, then every method, many seeds.
+
+    Deterministic (seeded), so the file it writes can be checked: the chapter
+    re-runs some of these races live and compares.
+    """
+    data = race.digits_data(seed=0)
+    options = dict(budget=arguments.budget, every=arguments.virtual_every, data=data,
+                   devices=DEVICES)
+    started = time.perf_counter()
+
+    def log(result):
+        reached = race.digits_time_to_target(result, arguments.target)
+        print(f"{time.perf_counter() - started:6.0f} s  {result['scenario']:22s} "
+              f"{result['method']:26s} seed {result['seed']}: {arguments.target:.0%} at {reached}",
+              flush=True)
+        return result
+
+    sweep = []
+    for kind, rates in RATES.items():
+        for rate in rates:
+            for seed in range(arguments.sweep_seeds):
+                result = log(race.race(kind, "equal devices", seed=seed, learning_rate=rate,
+                                       **options))
+                sweep.append({**result, "learning_rate": rate})
+    results = []
+    for scenario in race.SCENARIOS:
+        methods = list(race.METHODS) + (list(race.CONTROLS) if scenario == "equal devices" else [])
+        for method in methods:
+            for seed in range(arguments.seeds):
+                results.append(log(race.race(method, scenario, seed=seed, **options)))
+    arguments.output.parent.mkdir(parents=True, exist_ok=True)
+    arguments.output.write_text(json.dumps({
+        "script": "benchmarks/sync_vs_async.py --clock virtual",
+        "settings": {"budget": arguments.budget, "every": arguments.virtual_every,
+                     "seeds": arguments.seeds, "sweep_seeds": arguments.sweep_seeds,
+                     "target": arguments.target, "batch_size": race.BATCH_SIZE,
+                     "rates": RATES, "methods": {**race.METHODS, **race.CONTROLS}},
+        "sweep": [rounded(r) for r in sweep],
+        "results": [rounded(r) for r in results],
+    }, indent=None) + "\n")
+    print(f"wrote {arguments.output}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clock", choices=("wall", "virtual"), default="wall",
+                        help="the measured race (default) or the virtual-clock sweep")
+    parser.add_argument("--budget", type=float, default=120.0, help="virtual: time units a run")
+    parser.add_argument("--virtual-every", type=float, default=5.0,
+                        help="virtual: time units between checkpoints")
+    parser.add_argument("--sweep-seeds", type=int, default=3,
+                        help="virtual: seeds of each learning rate in the sweep")
     parser.add_argument("--seconds", type=float, default=6.0, help="wall-clock budget of each run")
     parser.add_argument("--every", type=float, default=0.2, help="seconds between checkpoints")
     parser.add_argument("--step-ms", type=float, default=20.0,
                         help="milliseconds of one emulated device step at speed 1")
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=None,
+                        help="seeds of each (scenario, method): 3 on the wall clock, 8 virtual")
     parser.add_argument("--target", type=float, default=race.TARGET)
-    parser.add_argument("--output", type=pathlib.Path, default=OUTPUT)
+    parser.add_argument("--output", type=pathlib.Path, default=None)
     arguments = parser.parse_args()
+    if arguments.clock == "virtual":
+        arguments.seeds = arguments.seeds or 8
+        arguments.output = arguments.output or VIRTUAL_OUTPUT
+        return virtual(arguments)
+    arguments.seeds = arguments.seeds or 3
+    arguments.output = arguments.output or OUTPUT
 
     data = race.digits_data(seed=0)
     step_seconds = arguments.step_ms / 1000
@@ -103,6 +168,10 @@ def main():
                       flush=True)
     table = race.time_to_target_table(results, arguments.target)
     print(race.format_table(table, unit="seconds, wall clock", digits=2))
+    # The chapter's claims, checked on this measurement: a new machine can refute them.
+    claims = race.wall_clock_claims(table, tie=arguments.every)
+    for claim, holds in claims.items():
+        print(f"{'holds ' if holds else 'FAILS '} {claim}")
     arguments.output.parent.mkdir(parents=True, exist_ok=True)
     arguments.output.write_text(json.dumps({
         "script": "benchmarks/sync_vs_async.py",
@@ -112,9 +181,13 @@ def main():
                      "target": arguments.target, "batch_size": race.BATCH_SIZE,
                      "methods": race.METHODS,
                      "scenarios": {name: vars(s) for name, s in race.SCENARIOS.items()}},
+        "claims": claims,
         "results": [rounded(r) for r in results],
     }, indent=1) + "\n")
     print(f"wrote {arguments.output}")
+    if not all(claims.values()):
+        sys.exit("Some of the chapter's claims do not hold on this measurement (FAILS above): "
+                 "the chapter's text must change with them.")
 
 
 if __name__ == "__main__":

@@ -70,10 +70,12 @@ print("x:", x.shape, x.dtype, " first points:", x[:3, 0].round(4))
 print("y:", y.shape, y.dtype, " first targets:", y[:3, 0].round(4))
 
 # %% [markdown]
-# The question built its layers with an `add_layer` helper: random-normal
-# weights, biases of 0.1. We draw those initial values once, with NumPy and a
-# seed, so that every version of the loop below (and of the later chapters)
-# starts from the *same* weights:
+# The question built its layers with an `add_layer` helper that draws
+# weights and biases from a normal distribution. We draw random-normal
+# weights and set the biases to 0.1 (every claim of the book compares runs
+# from the same initial weights, so how they are drawn changes no
+# conclusion), once, with NumPy and a seed, so that every version of the
+# loop below (and of the later chapters) starts from the *same* weights:
 
 # %%
 weights = pargrad.initial_weights(seed=0)

@@ -120,7 +120,10 @@ four_devices = products_on(devices)
 speedup = one_device / four_devices
 print(f"one logical device:   {1e3 * one_device:6.1f} ms")
 print(f"four logical devices: {1e3 * four_devices:6.1f} ms  ({speedup:.2f}x)")
-assert speedup < 4, "four logical devices cannot be 4x faster than one on shared cores"
+import os
+
+# The claim below: the speed-up is bounded by the real cores (a 25% margin for timing noise).
+assert speedup < 1.25 * os.cpu_count(), "more speed-up than the machine has cores"
 
 # %% [markdown]
 # The speed-up, if any, is bounded by the cores the machine really has (two on

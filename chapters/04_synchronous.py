@@ -151,7 +151,8 @@ assert np.array_equal(tf_result, result)
 # Which algorithm TensorFlow uses depends on where the replicas are. On
 # several GPUs of one machine `MirroredStrategy` uses NVIDIA's NCCL (rings and
 # trees over NVLink or PCIe). Between processes `MultiWorkerMirroredStrategy`
-# uses TensorFlow's collective ops, a ring over gRPC. For logical CPUs in one
+# uses TensorFlow's collective ops; by default (`CommunicationImplementation.AUTO`)
+# its all-reduce is a ring over gRPC on CPUs, and NCCL on GPUs. For logical CPUs in one
 # process, `pargrad.sync_strategy` picks `ReductionToOneDevice`: text 3's
 # master, literally, and cheap when all "devices" share one memory. (It also
 # sidesteps a limit of TensorFlow's default, collective ops: two strategies in
@@ -376,7 +377,8 @@ for name, history in histories.items():
     slowest = (history.launch + history.compute).max(axis=1)
     print(f"{name}: median step {np.median(history.step_time) * 1e3:.2f} ms, "
           f"slowest replica {np.median(slowest) * 1e3:.2f} ms")
-    assert (history.step_time >= slowest).all()
+    # "follows the slowest replica closely": the rest (all-reduce, update) is a small part
+    assert np.median(history.step_time - slowest) < 0.5 * np.median(history.step_time)
 assert (np.median(histories["straggler x6"].step_time)
         > np.median(histories["straggler x1"].step_time))
 
@@ -402,7 +404,10 @@ for replicas in replica_counts:
     rates.append(history.effective_batch_size / np.median(history.step_time))
 fig = plots.throughput_against_replicas(replica_counts, rates)
 print("examples per second:", [f"{rate:,.0f}" for rate in rates])
-assert all(rate > 0 for rate in rates)
+# "far below the dashed line": at 4 and 5 replicas, less than half the ideal speed-up
+for replicas, rate in zip(replica_counts, rates):
+    if replicas >= 4:
+        assert rate < 0.5 * replicas * rates[0]
 
 # %% [markdown]
 # The measured curve may rise a little (a bigger step spreads the fixed cost

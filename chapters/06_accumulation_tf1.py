@@ -238,8 +238,16 @@ def train_answer1(k, updates=200):
 curves = {"big batch (k = 1)": train_answer1(1),
           "answer 1, k = 5": train_answer1(5),
           "answer 1, k = 50": train_answer1(50)}
+DIVERGES_WITHIN = 100  # updates: a bound, because the update where it overflows is chaotic
 for label, losses in curves.items():
-    print(f"{label:18s} loss after {len(losses):3d} updates: {losses[-1]:.4g}")
+    if np.isfinite(losses[-1]):
+        print(f"{label:18s} loss after {len(losses):3d} updates: {losses[-1]:.4g}")
+    else:
+        print(f"{label:18s} diverges: the loss overflows to {losses[-1]} within "
+              f"{DIVERGES_WITHIN} updates")
+assert np.isfinite(curves["answer 1, k = 5"][-1]) and len(curves["answer 1, k = 5"]) == 200
+assert not np.isfinite(curves["answer 1, k = 50"][-1])
+assert len(curves["answer 1, k = 50"]) <= DIVERGES_WITHIN
 
 # %%
 figure = None
@@ -253,7 +261,9 @@ _ = figure.axes[0].set_ylim(1e-2, 1e3)
 # %% [markdown]
 # With $k = 5$ the summed step is a learning rate of 0.05, which happens to
 # suit this small problem: training looks *better*. With $k = 50$ it is 0.5,
-# and training blows up to NaN within a few dozen updates. The real damage
+# and training diverges: the loss overflows to `inf` within the bound printed
+# above (exactly where depends on the CPU's rounding, so we assert the bound,
+# not the update). The real damage
 # is that the learning rate now depends on how the batch was cut: change $k$
 # to fit a different GPU and the training changes. Accumulation must not
 # change the training at all.
@@ -478,45 +488,117 @@ with v1.Session(graph=graph) as session:
 # %% [markdown]
 # ### The `tf.cond` attempt
 #
-# The answer then tries to do both jobs with one fetch: a counter, and a
-# `tf.cond` that returns the accumulate op while fewer than five values are
-# in, and the division once five are. The hope: five runs accumulate, the
-# sixth divides, giving 2.0.
+# The answer then tries to do both jobs with one fetch. In its form: a
+# boolean placeholder picks a branch of a `tf.cond`; the "true" branch
+# returns the accumulate op, the "false" branch the division, both built
+# before the cond; the author feeds `True` four times, then `False` once:
 
 # %%
 graph = tf.Graph()
 with graph.as_default():
     value = v1.placeholder(tf.float32, [], name="value")
+    accumulating = v1.placeholder(tf.bool, [], name="accumulating")
     acum = tf.Variable(0.0, name="acum")
-    counter = tf.Variable(0.0, name="counter")
     accum_op = acum.assign_add(value)
     divide = accum_op / 5.0
-    count_op = counter.assign_add(1.0)
-    result = tf.cond(counter.read_value() < 5.0, lambda: accum_op, lambda: divide)
+    result = v1.cond(accumulating, lambda: accum_op, lambda: divide)
     init = v1.global_variables_initializer()
 
 with v1.Session(graph=graph) as session:
     session.run(init)
-    for run in range(1, 7):
-        got = session.run(result, {value: 2.0})
-        session.run(count_op)
-        print(f"run {run}: result {got:.1f}, accumulator {session.run(acum):.1f}")
+    for flag in [True] * 4 + [False]:
+        got = session.run(result, {value: 2.0, accumulating: flag})
+        print(f"accumulating={flag!s:5}: result {got:.1f}, accumulator {session.run(acum):.1f}")
 
 # %% [markdown]
-# The sixth run takes the "divide" branch, and still gives 2.4 with 12 in
-# the accumulator. `tf.cond` chooses which of two *already computed* tensors to
-# return: `accum_op` and `divide` were created outside the branch functions,
-# so they are inputs of the cond and run on every call, whichever branch wins.
-# Only ops created *inside* the lambdas are conditional:
+# On this toy it prints 2.0 at the end, the mean, which looks like success.
+# It is not what the author thinks: the `False` call did not skip the
+# accumulation, it accumulated the fifth value too (the accumulator holds
+# 10 after five calls, not after four) and then divided. `tf.cond` chooses
+# which of two *already computed* tensors to return: `accum_op` and `divide`
+# were created outside the branch functions, so they are inputs of the cond
+# and run on every call, whichever branch wins. Only ops created *inside*
+# the lambdas are conditional:
 
 # %%
 conditional = {kind for _, kind in tf1.ops_run_by(result)}
 print("the cond's inputs include AssignAddVariableOp:", "AssignAddVariableOp" in conditional)
 
 # %% [markdown]
-# Even moved inside the lambdas, the cond would still be the wrong tool:
-# accumulating and applying are different jobs, run at different times, and
-# the plain way to say that in TF1 is two ops and two `session.run` calls.
+# The answer ends with a retraction: with a real model "nothing works" and
+# the optimizers fail. The same cause explains the first failure. An
+# optimizer's `apply_gradients`, built outside the cond like everything
+# else, runs on *every* call, accumulating ones included. Here the false
+# branch is meant to apply the mean once; we count how often the weight moves:
+
+# %%
+graph = tf.Graph()
+with graph.as_default():
+    value = v1.placeholder(tf.float32, [], name="value")
+    accumulating = v1.placeholder(tf.bool, [], name="accumulating")
+    w = tf.Variable(1.0, name="w")
+    acum = tf.Variable(0.0, name="acum")
+    accum_op = acum.assign_add(value)
+    train_step = v1.train.GradientDescentOptimizer(1.0).apply_gradients(
+        [(acum.read_value() / 5.0, w)])  # built outside the cond, like the answer's
+
+    def apply_mean():
+        with tf.control_dependencies([train_step]):
+            return tf.identity(acum.read_value())
+
+    result = v1.cond(accumulating, lambda: tf.identity(accum_op), apply_mean)
+    init = v1.global_variables_initializer()
+
+with v1.Session(graph=graph) as session:
+    session.run(init)
+    weights = []
+    for flag in [True] * 4 + [False]:
+        session.run(result, {value: 2.0, accumulating: flag})
+        weights.append(float(session.run(w)))
+moves = int(np.sum(np.diff([1.0] + weights) != 0))
+print(f"calls: 5, meant to update w: 1, w changed: {moves} times")
+assert moves == 5
+
+# %% [markdown]
+# (Within one call the order of the accumulate and the apply is not defined
+# either, so the values of `w` are not worth printing.) The second failure
+# is TensorFlow 2's: a Keras optimizer under a `tf.distribute` strategy
+# applies its update through `merge_call`, which must run in the replica
+# function itself, not inside a branch of a `tf.cond` (a branch is a graph of
+# its own):
+
+# %%
+import keras
+
+strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+with strategy.scope():
+    variable = tf.Variable(1.0)
+    optimizer = keras.optimizers.SGD(0.1)
+
+
+@tf.function
+def apply_if(flag):
+    def replica_step():
+        def apply():
+            optimizer.apply_gradients([(tf.constant(1.0), variable)])
+            return tf.constant(1)
+        return tf.cond(flag, apply, lambda: tf.constant(0))
+    return strategy.run(replica_step)
+
+
+try:
+    apply_if(tf.constant(True))
+except RuntimeError as error:
+    message = str(error)
+    print(type(error).__name__, message[message.index("`merge_call`"):].split(". ")[0])
+
+# %% [markdown]
+# So a `tf.cond` is the wrong tool twice over: ops built outside it are not
+# conditional, and an optimizer's update built inside it fails under a
+# strategy. Accumulating and applying are different jobs, run at different
+# times, and the plain way to say that in TF1 is two ops and two
+# `session.run` calls; in TF2, an `if` in Python around two `tf.function`s
+# (the next chapter).
 #
 # ## Answer 5: PyTorch accumulates by itself
 #
@@ -644,7 +726,10 @@ print(f"largest gap between the two curves: {np.abs(losses - big_losses).max():.
 # - Answer 4's trap: a tensor returned by `assign_add` re-runs the
 #   `assign_add` whenever it is fetched, so `accum_op / 5` gives 2.4 and leaves
 #   12. Read the variable instead, and accumulate and apply in separate
-#   `run` calls. A `tf.cond` over tensors created outside it runs both.
+#   `run` calls. A `tf.cond` over ops created outside it runs them on every
+#   call: the answer's toy ends at 2.0 by accident, and an `apply_gradients`
+#   built outside the cond updates at every call; built inside, a Keras
+#   optimizer's `merge_call` fails under a strategy.
 # - PyTorch accumulates into `.grad` by itself; divide the loss by $k$.
 # - `pargrad.tf1.accumulation_ops(loss, optimizer)` packages the fixed recipe.
 #

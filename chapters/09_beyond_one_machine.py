@@ -33,7 +33,7 @@
 #   trust) and what does not (the code).
 #
 # Runs in under a minute on two CPU cores; most of that time goes into
-# starting TensorFlow in twelve processes.
+# starting TensorFlow in each of the clusters' processes.
 
 # %% tags=["colab"]
 # On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
@@ -118,8 +118,10 @@ for bad in ({"workers": 0}, {"workers": 2, "parameter_servers": -1}, {"workers":
 # %% [markdown]
 # ## Synchronous across processes
 #
-# `MultiWorkerMirroredStrategy` is `MirroredStrategy` with one replica per
-# process: every step, every worker computes the gradient of its shard of the
+# `MultiWorkerMirroredStrategy` is `MirroredStrategy` across processes: one
+# replica per device on every worker (our workers have one CPU device each,
+# so here that is one replica a process). Every step, every replica computes
+# the gradient of its shard of the
 # batch, one all-reduce over the network sums them, and every worker applies
 # the same update. The worker function is the `SyncTrainer` loop of the
 # chapter "Synchronous training", on 48 of text 3's points so that 2 and 3
@@ -270,7 +272,7 @@ fig = plots.parameter_server_updates(ps_run, kill_time=killed_wall, reference_lo
 
 # %% tags=["nbval-ignore-output"]
 print(f"final loss: parameter servers {ps_run['loss'][-1]:.3f}, one device {reference_loss[-1]:.3f}")
-assert abs(ps_run["loss"][-1] - reference_loss[-1]) < 0.1
+assert abs(ps_run["loss"][-1] - reference_loss[-1]) < 0.02 * reference_loss[-1]  # "closely": 2%
 
 # %% [markdown]
 # ## Surviving failures
@@ -307,7 +309,8 @@ assert set(worker[after].tolist()) == {0}
 # %% [markdown]
 # The parameter-server run did not stop: the loss of one worker cost a few
 # milliseconds, and from then on worker 0 did all the work. Here the
-# throughput hardly changed: on two shared cores, with a network this small,
+# throughput fell, but by far less than half (the two rates printed above):
+# on two shared cores, with a network this small,
 # the coordinator dispatching closures sets the pace, not the workers
 # computing them. With a real model on separate machines, losing one of two
 # workers would halve it, until someone restarts the worker: the coordinator

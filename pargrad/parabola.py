@@ -40,7 +40,11 @@ def _float_dtype(dtype):
 
 
 def initial_weights(seed=0, hidden=5, dtype="float32"):
-    """Random-normal weights and 0.1 biases, as text 3's ``add_layer`` makes them.
+    """Random-normal weights, as text 3's ``add_layer`` makes them, and biases of 0.1.
+
+    Text 3 draws its biases from a normal distribution too; the book keeps
+    them constant because every claim compares runs from the same initial
+    weights, so how they were drawn changes no conclusion.
 
     Returned in Keras's order ``[W1 (1, hidden), b1 (hidden,), W2 (hidden, 1),
     b2 (1,)]`` so that the TF1 graph, the TF2 loop and Keras start identically.

@@ -41,18 +41,26 @@ def parabola_fit(x, y, predictions, ax=None, title="Fitting y = x²"):
 # -- chapter "Asynchronous training" -------------------------------------------
 
 
-def stale_gradient(weights, losses, async_path, sync_path, async_workers=("d0", "d1")):
-    """Text 1's figure: a stale gradient overshoots, the synchronous step does not.
+def stale_gradient(weights, losses, async_path, fresh_path, sync_path, sweep=None,
+                   async_workers=("d0", "d1")):
+    """Text 1's figure, with the two runs it needs beside it, and where staleness costs.
 
     ``weights`` and ``losses`` trace the loss curve of a one-parameter model.
     ``async_path`` holds the parameter at t0 (both workers read it), t1 (the
     first worker's update landed) and t2 (the second worker's stale update
-    landed), as an asynchronous run recorded it; ``sync_path`` holds the
-    start and the parameter after one synchronous step from the same start.
-    Drawn in the chapter "Asynchronous training".
+    landed), as an asynchronous run recorded it; ``fresh_path`` the same two
+    updates applied one after the other, each gradient taken where the
+    parameter is (no staleness); ``sync_path`` the start and the parameter
+    after one synchronous step, which takes the same wall time as the
+    asynchronous pair.  ``sweep``, if given, is a dict with the key
+    ``"step_times_curvature"`` (the x values) and one array per run
+    (``"async"``, ``"fresh"``, ``"sync"``): the distance to the minimum after
+    each, relative to the start, drawn in a fourth panel.  Drawn in the
+    chapter "Asynchronous training".
     """
     weights, losses = np.asarray(weights, float), np.asarray(losses, float)
-    figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6), sharey=True)
+    panels = 4 if sweep is not None else 3
+    figure, axes = plt.subplots(1, panels, figsize=(3.6 * panels, 3.6))
     lowest = weights[np.argmin(losses)]
     fills = ["black", "0.6", "white"]
 
@@ -63,10 +71,9 @@ def stale_gradient(weights, losses, async_path, sync_path, async_workers=("d0", 
         ax.plot(weights, losses, color="black", lw=1.5, zorder=1)
         ax.axvline(lowest, color="0.5", ls=":", lw=1)
         ax.text(lowest, losses.max(), " minimum", color="0.4", va="top", fontsize=8)
-        # At t0 every reader's gradient points the same way: downhill.
         direction = np.sign(path[1] - path[0])
         span = 0.12 * (weights.max() - weights.min())
-        for k, reader in enumerate(readers):
+        for k, reader in enumerate(readers):  # the gradients read at t0: downhill
             y = height[0] + (4 + 3 * k) * lift
             ax.annotate("", xy=(path[0] + direction * span, y), xytext=(path[0], y),
                         arrowprops=dict(arrowstyle="-|>", color="0.3", lw=1.2))
@@ -81,25 +88,49 @@ def stale_gradient(weights, losses, async_path, sync_path, async_workers=("d0", 
             )
             middle = (path[i] + path[i + 1]) / 2
             ax.text(middle, np.interp(middle, weights, losses) + 0.2 * abs(path[i + 1] - path[i])
-                    * (losses.max() - losses.min()) / (weights.max() - weights.min()) + 6 * lift,
-                    label, ha="center", color="C3", fontsize=8)
+                    * (losses.max() - losses.min()) / (weights.max() - weights.min()) + 6 * lift
+                    + 5 * lift * i, label, ha="center", color="C3", fontsize=7)
         for i, (w, h) in enumerate(zip(path, height)):
             ax.scatter([w], [h + lift], s=150, color=fills[i], edgecolors="black",
                        zorder=3, linewidths=1.2)
-            ax.text(w + 0.04 * (weights.max() - weights.min()), h - lift, f"t{i}",
-                    ha="left", va="top", fontsize=9)
-        ax.set_title(title)
+        ax.set_title(title, fontsize=10)
         ax.set_xlabel("parameter w")
 
     first, second = async_workers
-    draw(left, np.asarray(async_path, float), "asynchronous",
-         [f"{first}'s update", f"{second}'s stale update\n(gradient read at t0)"],
+    draw(axes[0], np.asarray(async_path, float), "(a) asynchronous: stale",
+         [f"{first}'s update", f"{second}'s stale update"],
          [f"{first}'s gradient", f"{second}'s gradient"])
-    draw(right, np.asarray(sync_path, float), "synchronous",
-         [f"one step, average of\n{first}'s and {second}'s gradients"],
+    draw(axes[1], np.asarray(fresh_path, float), "(b) the same two updates, fresh",
+         [f"{first}'s update", f"{second}'s update,\ngradient read at t1"], [f"{first}'s gradient"])
+    draw(axes[2], np.asarray(sync_path, float), "(c) synchronous, same wall time",
+         [f"one step, mean of\n{first}'s and {second}'s gradients"],
          [f"{first}'s gradient", f"{second}'s gradient"])
-    left.set_ylabel("loss")
-    figure.tight_layout()
+    axes[0].set_ylabel("loss")
+    for ax in axes[1:3]:
+        ax.sharey(axes[0])
+    handles = [plt.Line2D([], [], marker="o", ls="", markersize=9, markerfacecolor=fill,
+                          markeredgecolor="black", label=label)
+               for fill, label in zip(fills, ["t0: w read by both", "t1: after the first update",
+                                              "t2: after the second update"])]
+    figure.legend(handles=handles, fontsize=8, loc="lower center", ncol=3, frameon=False)
+    if sweep is not None:
+        ax = axes[3]
+        x = np.asarray(sweep["step_times_curvature"], float)
+        styles = {"async": ("C3", "async, stale (2 updates)"),
+                  "fresh": ("C0", "fresh (2 updates)"), "sync": ("C2", "sync (1 step)")}
+        for key, (color, label) in styles.items():
+            ax.plot(x, np.asarray(sweep[key], float), "o-", color=color, markersize=3, label=label)
+        ax.axhline(1.0, color="0.5", lw=0.8, ls=":")
+        both = ((np.asarray(sweep["async"]) > np.asarray(sweep["fresh"]))
+                & (np.asarray(sweep["async"]) <= np.asarray(sweep["sync"])))
+        if both.any():  # stale loses to fresh, yet beats sync in the same time
+            ax.axvspan(x[both].min(), x[both].max(), color="0.85", zorder=0,
+                       label="stale worse than fresh,\nbetter than sync")
+        ax.set_xlabel("learning rate × curvature")
+        ax.set_ylabel("|w - w*| after / before")
+        ax.set_title("(d) distance to the minimum", fontsize=10)
+        ax.legend(fontsize=7)
+    figure.tight_layout(rect=(0, 0.07, 1, 1))
     return figure
 
 
@@ -360,7 +391,8 @@ def race_curves(results, key="accuracy", ax=None, title=None, target=None, xlabe
             np.asarray(r[key], float)[np.clip(np.searchsorted(r["time"], grid, side="right") - 1,
                                               0, len(r["time"]) - 1)]
             for r in runs])
-        style = "-" if method.startswith("sync") else "--"
+        style = ("-" if method.startswith("sync") else ":" if method.startswith("sequential")
+                 else "--")
         ax.plot(grid, np.median(values, axis=0), style, color=f"C{index}",
                 label=f"{method} ({len(runs)} seeds)")
         if len(runs) > 1:

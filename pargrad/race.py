@@ -68,7 +68,16 @@ METHODS = {
     "async, bound 2": dict(kind="async", learning_rate=0.2, staleness_bound=2),
 }
 
+# The zero-staleness control: one worker applying the same updates (batch 32,
+# async's learning rate) one after the other, on one device as fast as all the
+# scenario's devices together, so it makes as many updates per time unit as the
+# asynchronous workers do, none of them stale.
+CONTROLS = {
+    "sequential, no staleness": dict(kind="sequential", learning_rate=0.2),
+}
+
 BATCH_SIZE = 32  # examples per device and step
+WARM_UP_STEPS = 3  # untimed steps before a free-running race's clock starts, sync and async alike
 TARGET = 0.95     # the test accuracy of the time-to-target tables
 
 
@@ -109,8 +118,9 @@ def race(method, scenario, seed=0, budget=150.0, every=5.0, mode="scheduled",
          step_seconds=0.02, devices=None, data=None, hidden=64, **overrides):
     """Train the digits MLP with ``method`` under ``scenario`` for ``budget`` time.
 
-    ``method`` and ``scenario`` are keys of :data:`METHODS` and
-    :data:`SCENARIOS` (or a dict of options and a :class:`Scenario`);
+    ``method`` and ``scenario`` are keys of :data:`METHODS` (or
+    :data:`CONTROLS`) and :data:`SCENARIOS` (or a dict of options and a
+    :class:`Scenario`);
     ``overrides`` replace a method's options (``learning_rate=...``).
     ``budget`` and ``every`` are virtual time units when scheduled, seconds
     when free-running.  ``seed`` fixes the initial weights, the batches and
@@ -122,7 +132,8 @@ def race(method, scenario, seed=0, budget=150.0, every=5.0, mode="scheduled",
     ``accuracy`` and test ``loss`` there, and ``method``, ``scenario``,
     ``seed``, ``mode``.  Taught in the chapter "Sync vs async in the same time".
     """
-    options = dict(METHODS[method] if isinstance(method, str) else method, **overrides)
+    options = dict({**METHODS, **CONTROLS}[method] if isinstance(method, str) else method,
+                   **overrides)
     conditions = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
     if mode not in ("scheduled", "free-running"):
         raise ValueError(f"mode must be 'scheduled' or 'free-running', got {mode!r}.")
@@ -136,6 +147,10 @@ def race(method, scenario, seed=0, budget=150.0, every=5.0, mode="scheduled",
         raise ValueError(f"The scenario has {workers} devices but only {len(devices)} are given; "
                          f"call pargrad.logical_devices({workers}) first.")
     kind = options.pop("kind")
+    if kind == "sequential":  # one device as fast as all of them: no staleness, same pace
+        conditions = Scenario((float(sum(conditions.speeds)),), conditions.jitter,
+                              conditions.delay_distribution)
+        workers = 1
     run = _race_sync if kind == "sync" else _race_async
     checkpoints = run(options, conditions, seed, budget, every, mode, step_seconds,
                       devices[:workers], (x_train, y_train), hidden)
@@ -161,22 +176,27 @@ def _race_async(options, scenario, seed, budget, every, mode, step_seconds, devi
 
     def keep(record):  # called under the trainer's lock, after each update
         applied[0] += 1
-        if record["time"] >= next_checkpoint[0]:
-            checkpoints.append((record["time"], applied[0], applied[0] * BATCH_SIZE,
+        # With threads, a record's time is taken just before the lock, so two
+        # updates can be stamped out of order: checkpoint times never go back.
+        now = max(record["time"], checkpoints[-1][0])
+        if now >= next_checkpoint[0]:
+            checkpoints.append((now, applied[0], applied[0] * BATCH_SIZE,
                                 [p.numpy() for p in trainer.parameters]))
-            next_checkpoint[0] = (math.floor(record["time"] / every) + 1) * every
+            next_checkpoint[0] = (math.floor(now / every) + 1) * every
 
     common = dict(batch_size=BATCH_SIZE, speeds=scenario.speeds, jitter=scenario.jitter,
                   delay_distribution=scenario.delay_distribution, seed=seed, on_update=keep)
     if mode == "scheduled":
         trainer.fit(x, y, updates=10**9, virtual_time_limit=budget, **common)
     else:
-        trainer.fit(x, y, updates=2 * len(devices), batch_size=BATCH_SIZE)  # compile first
+        # Warm-up, untimed, exactly like the synchronous trainer's: a few steps on
+        # the same arrays (so nothing traces again), then the weights are reset.
+        trainer.fit(x, y, updates=WARM_UP_STEPS * len(devices), batch_size=BATCH_SIZE)
         trainer.set_weights(checkpoints[0][3])
         trainer.fit(x, y, updates=10**9, mode="free-running", time_limit=budget,
                     step_seconds=step_seconds, **common)
     if applied[0] > checkpoints[-1][1]:  # the updates after the last checkpoint
-        last = trainer.history["time"][-1]
+        last = max(float(np.max(trainer.history["time"])), checkpoints[-1][0])
         checkpoints.append((last, applied[0], applied[0] * BATCH_SIZE, trainer.get_weights()))
     return checkpoints
 
@@ -210,8 +230,11 @@ def _race_sync(options, scenario, seed, budget, every, mode, step_seconds, devic
     backup = options.get("backup_workers", 0)
     checkpoints = [(0.0, 0, 0, model.get_weights())]
     if free:
-        trainer.fit(x[:batch], y[:batch], steps=2, batch_size=batch,  # compile first
-                    replica_times=np.ones((2, replicas)))
+        # Warm-up, untimed: the same arrays and calls as the timed run, so the
+        # step is traced and compiled before the clock starts (a warm-up on a
+        # slice of the data would trace again, on the clock, at the first step).
+        trainer.fit(x, y, steps=WARM_UP_STEPS, batch_size=batch,
+                    replica_times=np.ones((WARM_UP_STEPS, replicas)))
         model.set_weights(checkpoints[0][3])
     times = replica_times(int(budget * (10 if not free else 10 / step_seconds)) + 10, scenario,
                           seed)
@@ -267,6 +290,52 @@ def time_to_target_table(results, target=TARGET):
                       "high": float(times.max()), "reached": int(np.isfinite(times).sum()),
                       "seeds": len(times)})
     return table
+
+
+def head_to_head(table, scenario, first, second):
+    """Which of two methods reached the target first, seed by seed, and the verdict.
+
+    Seeds pair the runs: the same seed gives both methods the same initial
+    weights, batches and delays.  Returns ``(wins, draws, losses)`` of
+    ``first`` against ``second`` and a verdict: ``"<first> first"`` when it
+    was earlier in at least two thirds of the seeds and never later than
+    ``second`` in more than one, ``"<second> first"`` the other way round,
+    ``"tie"`` otherwise.  Taught in the chapter "Sync vs async in the same time".
+    """
+    rows = {row["method"]: row for row in table if row["scenario"] == scenario}
+    a, b = np.asarray(rows[first]["times"], float), np.asarray(rows[second]["times"], float)
+    wins, losses = int(np.sum(a < b)), int(np.sum(b < a))
+    draws = len(a) - wins - losses
+    verdict = ("tie" if max(wins, losses) < 2 * len(a) / 3 or min(wins, losses) > 1
+               else f"{first} first" if wins > losses else f"{second} first")
+    return (wins, draws, losses), verdict
+
+
+def wall_clock_claims(table, tie):
+    """The chapter's claims about a wall-clock race, each with whether ``table`` bears it out.
+
+    ``table`` is :func:`time_to_target_table`'s result (medians over seeds);
+    ``tie`` is the resolution of the times (the checkpoint interval): two
+    medians closer than that are a tie, and "before" means by more than two
+    intervals.  Claims about a scenario the table lacks are left out.
+    Returns ``{claim: bool}``.  Checked in the chapter "Sync vs async in the
+    same time" (on the stored sweep and on a live race) and by
+    ``benchmarks/sync_vs_async.py`` on every new measurement.
+    """
+    medians = {(row["scenario"], row["method"]): row["median"] for row in table}
+    claims = {}
+    if ("equal devices", "sync") in medians and ("equal devices", "async") in medians:
+        claims["equal devices: sync and async tie"] = bool(
+            abs(medians["equal devices", "async"] - medians["equal devices", "sync"]) <= tie)
+    for scenario in ("one device 3x slower", "heavy-tailed delays"):
+        if not all((scenario, m) in medians for m in ("sync", "sync, 1 backup", "async")):
+            continue
+        sync, backup, plain = (medians[scenario, m] for m in ("sync", "sync, 1 backup", "async"))
+        claims[f"{scenario}: async reaches the target before sync"] = bool(plain < sync - 2 * tie)
+        claims[f"{scenario}: sync + 1 backup reaches it before sync"] = bool(backup < sync - 2 * tie)
+        claims[f"{scenario}: sync + 1 backup is level with async or ahead"] = bool(
+            backup <= plain + tie)
+    return claims
 
 
 def format_table(table, unit="", digits=0):

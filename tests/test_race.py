@@ -71,3 +71,44 @@ def test_time_to_target_table_takes_the_first_checkpoint_at_the_target():
     assert row["times"].tolist() == [2.0, 1.0, float("inf")]
     assert row["median"] == 2.0 and row["reached"] == 2 and row["seeds"] == 3
     assert "never" in race.format_table([row])
+
+
+def test_the_zero_staleness_control_is_one_device_as_fast_as_all(devices, data):
+    control = race.race("sequential, no staleness", "equal devices", seed=0, budget=10, every=5,
+                        data=data, devices=devices)
+    # One worker at four times the speed: as many updates as four async workers.
+    assert control["updates"][-1] == 40
+    trainer = next(t for k, t in race._TRAINERS.items()
+                   if k[0] == "async" and len(k[1]) == 1 and ("learning_rate", 0.2) in k[3])
+    assert (trainer.history["staleness"] == 0).all()
+
+
+def row(scenario, method, times):
+    times = np.array(times, float)
+    return {"scenario": scenario, "method": method, "times": times,
+            "median": float(np.median(times))}
+
+
+def test_head_to_head_calls_a_tie_a_tie():
+    table = [row("s", "a", [1, 2, 3, 4, 5, 6]), row("s", "b", [2, 3, 4, 5, 6, 7]),
+             row("s", "c", [2, 1, 4, 3, 6, 5]), row("s", "d", [1, 2, 3, 5, 6, float("inf")])]
+    assert race.head_to_head(table, "s", "a", "b") == ((6, 0, 0), "a first")
+    assert race.head_to_head(table, "s", "b", "a") == ((0, 0, 6), "a first")
+    assert race.head_to_head(table, "s", "a", "c") == ((3, 0, 3), "tie")
+    assert race.head_to_head(table, "s", "a", "d") == ((3, 3, 0), "tie")  # 3 of 6: not enough
+
+
+def test_wall_clock_claims_can_fail():
+    def table(equal_sync, equal_async, slow_sync, slow_backup, slow_async):
+        return [row("equal devices", "sync", [equal_sync]),
+                row("equal devices", "async", [equal_async]),
+                row("one device 3x slower", "sync", [slow_sync]),
+                row("one device 3x slower", "sync, 1 backup", [slow_backup]),
+                row("one device 3x slower", "async", [slow_async])]
+
+    good = race.wall_clock_claims(table(1.6, 1.7, float("inf"), 1.7, 1.9), tie=0.2)
+    assert len(good) == 4 and all(good.values())
+    bad = race.wall_clock_claims(table(1.0, 1.7, 2.0, 2.1, 1.9), tie=0.2)
+    assert not bad["equal devices: sync and async tie"]
+    assert not bad["one device 3x slower: async reaches the target before sync"]
+    assert not bad["one device 3x slower: sync + 1 backup reaches it before sync"]
