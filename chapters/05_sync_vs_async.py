@@ -48,9 +48,6 @@ if "google.colab" in sys.modules:
 # %%
 import pargrad  # first: it imports TensorFlow quietly
 
-import json
-import pathlib
-
 import keras
 import matplotlib.pyplot as plt
 import numpy as np
@@ -203,12 +200,12 @@ for key in ("worker", "read_time", "time", "staleness"):
 # control with equal devices, six seeds each (the seed sets the initial
 # weights, the batches and the delays), plus the learning-rate sweep. That
 # takes several minutes, so `benchmarks/sync_vs_async.py --clock virtual`
-# ran it and stored every checkpoint in `data/sync_vs_async_virtual.json`.
+# ran it and stored every checkpoint in `pargrad/data/sync_vs_async_virtual.json`.
 # The virtual clock is seeded, so the file can be checked: this cell re-runs
 # four of its races live and compares them with the file.
 
 # %%
-stored = json.loads(pathlib.Path("data/sync_vs_async_virtual.json").read_text())
+stored = race.stored_sweep("sync_vs_async_virtual")
 as_arrays = lambda r: {**r, **{k: np.array(r[k], float) for k in ("time", "accuracy", "loss")}}  # noqa: E731
 results = [as_arrays(r) for r in stored["results"]]
 sweep = [as_arrays(r) for r in stored["sweep"]]
@@ -456,12 +453,12 @@ assert all(holds for claim, holds in live_claims.items() if claim.endswith("befo
 # %% [markdown]
 # The full measured sweep, 45 runs of 6 seconds, takes several minutes, so it
 # lives in a data file: `benchmarks/sync_vs_async.py` ran it and wrote
-# `chapters/data/sync_vs_async.json`, together with a description of the
+# `pargrad/data/sync_vs_async.json`, together with a description of the
 # machine and its load; it checks the same claims and fails when one does
 # not hold. Run the script to measure your own machine.
 
 # %%
-measured = json.loads(pathlib.Path("data/sync_vs_async.json").read_text())
+measured = race.stored_sweep("sync_vs_async")
 print(measured["machine"]["cpu"], "-", measured["machine"]["cores"], "cores, load average",
       measured["machine"]["load_average_at_start"], "- TensorFlow",
       measured["machine"]["tensorflow"], "-", measured["machine"]["date"])

@@ -34,6 +34,7 @@ import math
 import numpy as np
 
 from pargrad._quiet import import_tensorflow_quietly
+from pargrad.devices import logical_device_names
 from pargrad.asynchronous import AsyncTrainer, random_delay
 from pargrad.digits import digits_data, digits_model
 
@@ -141,7 +142,7 @@ def race(method, scenario, seed=0, budget=150.0, every=5.0, mode="scheduled",
         raise ValueError(f"budget and every must be positive, got {budget!r} and {every!r}.")
     x_train, y_train, x_test, y_test = data or digits_data(seed=0)
     if devices is None:
-        devices = [d.name for d in tf.config.list_logical_devices("CPU")]
+        devices = logical_device_names()   # logical CPUs, or logical GPUs on a GPU
     workers = len(conditions.speeds)
     if len(devices) < workers:
         raise ValueError(f"The scenario has {workers} devices but only {len(devices)} are given; "
@@ -348,3 +349,20 @@ def format_table(table, unit="", digits=0):
     if unit:
         lines.append(f"(times in {unit})")
     return "\n".join(lines)
+
+
+def stored_sweep(name):
+    """A sweep stored with the package by ``benchmarks/sync_vs_async.py``, as a dict.
+
+    ``name`` is ``"sync_vs_async"`` (the wall-clock sweep) or
+    ``"sync_vs_async_virtual"`` (the virtual-clock sweep).  They ship inside
+    ``pargrad`` so that the chapter runs on Colab with nothing but the package.
+    """
+    import importlib.resources
+    import json
+
+    names = ("sync_vs_async", "sync_vs_async_virtual")
+    if name not in names:
+        raise ValueError(f"name must be one of {names}, got {name!r}.")
+    return json.loads(importlib.resources.files("pargrad").joinpath(
+        "data", f"{name}.json").read_text())

@@ -45,13 +45,18 @@ def test_heavy_tailed_sync_time_is_the_sum_of_the_step_maxima(devices, data):
     assert ends[steps[-1] - 1] <= 15 < ends[steps[-1]]
 
 
+@pytest.mark.claim
 def test_async_races_repeat_exactly_and_stop_at_the_budget(devices, data):
     first = race.race("async", "heavy-tailed delays", seed=2, budget=12, every=3, data=data,
                       devices=devices)
     again = race.race("async", "heavy-tailed delays", seed=2, budget=12, every=3, data=data,
                       devices=devices)
-    for key in ("time", "updates", "accuracy", "loss"):
+    # The schedule repeats exactly; accuracy and loss exactly on a CPU, and up
+    # to float32 rounding on a GPU, whose kernels may add in another order.
+    for key in ("time", "updates"):
         np.testing.assert_array_equal(first[key], again[key])
+    for key in ("accuracy", "loss"):
+        np.testing.assert_allclose(first[key], again[key], rtol=1e-5, atol=1e-6)
     assert first["time"][-1] <= 12
     equal = race.race("async", "equal devices", seed=0, budget=10, every=5, data=data,
                       devices=devices)
