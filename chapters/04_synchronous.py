@@ -138,7 +138,7 @@ except ValueError as error:
 # replica's current value of a chunk, darker when it holds more replicas'
 # contributions (white: the complete sum):
 
-# %%
+# %% mystnb={"figure": {"caption": "A ring all-reduce of four replicas, step by step. Rows are replicas, columns chunks of the gradient; each cell shows the replica's current value of the chunk, darker when it holds more replicas' contributions, white when it holds the complete sum.", "name": "fig-ring-all-reduce"}}
 gradients = np.array([[1, 2, 3, 4]]) * np.array([[1], [10], [100], [1000]])
 result, states, sent = ring_all_reduce(gradients)
 _, counts, _ = ring_all_reduce(np.ones_like(gradients))
@@ -248,7 +248,7 @@ assert all(gap(run["weights"]) < 1e-5 for run in runs.values())
 # different order. The loss curves lie on top of each other
 # ({numref}`fig-sync-loss-curves`):
 
-# %%
+# %% mystnb={"figure": {"caption": "The y = x\u00b2 question's network, trained on one device with the full batch, on 2 and 5 logical devices, and in two processes: the loss curves coincide.", "name": "fig-sync-loss-curves"}}
 import matplotlib.pyplot as plt
 
 fig, ax = plt.subplots(figsize=(6, 3.4))
@@ -319,7 +319,7 @@ histories = {f"straggler x{factor}": measure(perceptron_trainer(2, {1: factor}))
 # replica's matrix products already use both cores, so the runtime tends to
 # run the replicas one after the other). The dotted lines end the steps.
 
-# %% tags=["nbval-ignore-output"]
+# %% mystnb={"figure": {"caption": "Four synchronous steps of two replicas, replica 1 a x3 straggler. Blue and orange: forward and backward passes; red: from a replica's gradient to its update (the all-reduce, waiting for the slowest); gray: before the replica starts. Dotted lines end the steps.", "name": "fig-sync-timeline"}} tags=["nbval-ignore-output"]
 slow = histories["straggler x3"]
 fig = plots.device_timeline(slow, steps=range(4))
 print(f"median compute (ms): {np.round(np.median(slow.compute, axis=0) * 1e3, 2)}")
@@ -334,7 +334,7 @@ assert np.median(slow.wait[:, 0]) > np.median(slow.wait[:, 1])
 # ({numref}`fig-step-time-slowest`): the rest is
 # the all-reduce and the update.
 
-# %% tags=["nbval-ignore-output"]
+# %% mystnb={"figure": {"caption": "Step time against the time of the slowest replica (its start plus its compute), for every step of the runs with a x1, x3 and x6 straggler.", "name": "fig-step-time-slowest"}} tags=["nbval-ignore-output"]
 fig = plots.step_time_against_slowest(histories)
 for name, history in histories.items():
     slowest = (history.launch + history.compute).max(axis=1)
@@ -359,7 +359,7 @@ assert (np.median(histories["straggler x6"].step_time)
 # {numref}`fig-throughput`). Here all the logical
 # devices share the same two CPU cores:
 
-# %% tags=["nbval-ignore-output"]
+# %% mystnb={"figure": {"caption": "Examples per second of synchronous training against the number of logical devices, 256 examples per replica; the dashed line is perfect scaling.", "name": "fig-throughput"}} tags=["nbval-ignore-output"]
 replica_counts = [1, 2, 4, 5]
 rates = []
 for replicas in replica_counts:

@@ -397,7 +397,7 @@ for batch_norm in (False, True):
 # (on Linux the peak is reset before each update). It takes about ten
 # seconds:
 
-# %% tags=["nbval-ignore-output"]
+# %% mystnb={"figure": {"caption": "Peak memory of one update against the batch size, the whole batch at once and accumulated from micro-batches of 64, on a model with 2048 inputs and two hidden layers of 512.", "name": "fig-peak-memory"}} tags=["nbval-ignore-output"]
 BATCH_SIZES = [64, 512, 2048, 8192]
 MICRO_BATCH = 64
 memory = peak_memory(BATCH_SIZES, MICRO_BATCH)
@@ -464,7 +464,7 @@ for label, losses in runs.items():
 gap = np.abs(runs["batch 10 x 5 accumulated, lr 0.01"] - runs["batch 50, lr 0.01"]).max()
 print(f"accumulated batch of 50 vs real batch of 50, largest loss gap: {gap:.4f}")
 
-# %%
+# %% mystnb={"figure": {"caption": "The y = x\u00b2 network's loss after each epoch: batches of 10, 5 accumulated micro-batches of 10 (an effective batch of 50) at the same and at a five times larger learning rate. A real batch of 50 lies exactly under the accumulated run at the same learning rate.", "name": "fig-effective-batch"}}
 figure = None
 for label, losses in runs.items():
     if label != "batch 50, lr 0.01":  # it lies exactly under the accumulated run
@@ -527,7 +527,7 @@ for label, weights in [("initial weights", pargrad.initial_weights(seed=0)),
           f"  (a batch of 10: {noise[label][0][NOISE_SIZES.index(10)]:.3g})")
     assert all(abs(m / p - 1) < 0.15 for m, p in zip(measured, predicted))
 
-# %%
+# %% mystnb={"figure": {"caption": "Gradient noise of the y = x\u00b2 network against the batch size, relative to the squared length of the full-batch gradient, at the initial weights and after 2000 full-batch steps. Dots: measured over random batches; dashed: the prediction, which falls as one over the batch size.", "name": "fig-gradient-noise"}}
 import matplotlib.pyplot as plt
 
 fig, ax = plt.subplots(figsize=(6, 3.4))

@@ -20,7 +20,7 @@ def show_lines(obj, first, last=None):
 
     From the first line that contains the text ``first`` through the first
     line after it that contains ``last`` (default: only that line),
-    dedented.  The excerpt is read
+    extended until its brackets close, dedented.  The excerpt is read
     from the package's code when the chapter runs, so it cannot drift from
     the code; if the marker text is no longer there, it raises
     ``ValueError`` and the chapter fails instead of showing stale code.
@@ -37,4 +37,14 @@ def show_lines(obj, first, last=None):
         if end is None:
             raise ValueError(f"no line of {name} after {first!r} contains {last!r}; "
                              "update the chapter's excerpt.")
+    depth = sum(_bracket_depth(line) for line in lines[start:end + 1])
+    while depth > 0 and end + 1 < len(lines):  # finish the statement the excerpt opened
+        end += 1
+        depth += _bracket_depth(lines[end])
     return Code(textwrap.dedent("\n".join(lines[start:end + 1])), language="python")
+
+
+def _bracket_depth(line):
+    """Opening minus closing brackets on a line of code, ignoring a trailing comment."""
+    code = line.split("#")[0]
+    return sum(code.count(c) for c in "([{") - sum(code.count(c) for c in ")]}")
