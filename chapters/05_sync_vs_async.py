@@ -1,12 +1,13 @@
 # %% [markdown]
 # # Sync vs async in the same time
 #
-# Text 1 ends its comparison of the two modes with a claim: in the same
+# The stale-gradient article ([Where this book starts](00_sources)) ends its
+# comparison of the two modes with a claim: in the same
 # wall-clock time, asynchronous training is not necessarily worse than
 # synchronous training, and both are used in practice. It points to
 # DAWNBench, whose measure is exactly "the same time": how long it takes to
-# reach a target accuracy {cite}`coleman2017dawnbench`. Text 3's answer goes
-# further: synchronous training "was mostly abandoned". This chapter tests
+# reach a target accuracy {cite}`coleman2017dawnbench`. The answer to the
+# y = x² question goes further: synchronous training "was mostly abandoned". This chapter tests
 # both claims with experiments instead of repeating them.
 #
 # **In this chapter you will**
@@ -126,7 +127,7 @@ for name, scenario in race.SCENARIOS.items():
 #
 # ## Three mitigations, as trainer options
 #
-# **Backup workers** (Chen et al. {cite}`chen2016revisiting`). A synchronous
+# **{term}`Backup workers <backup worker>`** (Chen et al. {cite}`chen2016revisiting`). A synchronous
 # step with $N$ replicas and $b$ backups uses the first $N - b$ gradients to
 # arrive and drops the rest, so a straggler no longer sets the pace:
 
@@ -166,7 +167,7 @@ print("virtual step times:", history.virtual_step_time)
 # chapter "Asynchronous training"): `AsyncTrainer(staleness_aware=True)`
 # divides each update's learning rate by its staleness plus one.
 #
-# **Bounded staleness** (stale synchronous parallel, Ho et al.
+# **{term}`Bounded staleness <bounded staleness>`** (stale synchronous parallel, Ho et al.
 # {cite}`ho2013more`): `AsyncTrainer(staleness_bound=s)` makes a worker that
 # has applied more than $s$ updates beyond the slowest wait before it reads
 # again. The rule:
@@ -273,7 +274,7 @@ for scenario in race.SCENARIOS:
 #   rate). A backup worker again makes synchronous training the fastest (66).
 #   Bounded staleness loses again: a long stall holds everyone back.
 #
-# So text 1's claim holds where it was made: with stragglers, plain
+# So the article's claim holds where it was made: with stragglers, plain
 # asynchronous training is not worse than plain synchronous training in the
 # same time; with a steady 3× straggler it is far better, and with
 # heavy-tailed delays it is at least as good and more reliable. It fails against
@@ -372,7 +373,7 @@ assert measured["settings"]["step_seconds"] < per_step < 1.5 * measured["setting
 #
 # ## What happened since
 #
-# Text 3's answer said synchronous training "was mostly abandoned". In the
+# The answer to the y = x² question said synchronous training "was mostly abandoned". In the
 # early 2010s that was a fair description: the parameter-server systems of
 # Dean et al. {cite}`dean2012large` trained asynchronously, and Hogwild!
 # {cite}`niu2011hogwild` dropped even the locks. The field then went the
@@ -400,7 +401,7 @@ assert measured["settings"]["step_seconds"] < per_step < 1.5 * measured["setting
 # servers (TensorFlow's `ParameterServerStrategy` is asynchronous), clusters
 # of unreliable or unequal machines, and, with staleness corrections such as
 # the staleness-aware rate or delay compensation {cite}`zheng2017asynchronous`,
-# wherever waiting costs more than staleness. The answer to text 3 is
+# wherever waiting costs more than staleness. The answer to the y = x² question's claim is
 # therefore the reverse of its claim: synchronous training became the
 # default, with its weakness, stragglers, handled by backup workers and by
 # homogeneous hardware.
@@ -434,12 +435,69 @@ assert measured["settings"]["step_seconds"] < per_step < 1.5 * measured["setting
 # 1. Add a fourth scenario with two devices twice as slow. How many backup
 #    workers does synchronous training need, and what does it cost with equal
 #    devices?
+#
+#    *Hint:* every step must be able to drop both slow devices' gradients.
 # 2. Run the learning-rate sweep yourself: `race.race("async", "equal devices",
 #    learning_rate=...)` for 0.1, 0.2, 0.4 and 0.8, and the same for `"sync"`.
 #    Is the best synchronous rate four times the best asynchronous one?
+#
+#    *Hint:* one synchronous update averages four workers' gradients; four
+#    asynchronous updates each apply one.
 # 3. Try `staleness_bound` 0, 1, 4 and 8 with the 3× slower device. Where does
 #    bounded staleness stop hurting, and why?
+#
+#    *Hint:* how far ahead does a fast worker get in one step of the slow
+#    one?
 # 4. Lower the target to 93% and raise it to 96%. Which rankings change?
+#
+#    *Hint:* a lower target rewards early speed, a higher one the quality of
+#    the late updates.
 # 5. Run `benchmarks/sync_vs_async.py --step-ms 5` on your machine. What
 #    happens to synchronous training when the step is small next to the cost
 #    of launching it?
+#
+#    *Hint:* a synchronous step pays the launch and the all-reduce once per
+#    update, whatever the step's size.
+#
+# ### Solutions
+#
+# These exercises change the chapter's runs; their solutions say what to look
+# for, and the chapter's cells give the code to start from.
+#
+# ```{dropdown} Solution to exercise 1
+# Two: with two slow devices, a step that waits for the first $N$ of
+# $N + 2$ gradients never waits for a slow one. With equal devices the two
+# backup workers' gradients are computed and dropped, so each update uses
+# fewer examples than the workers computed: the cost is wasted work, not
+# time.
+# ```
+#
+# ```{dropdown} Solution to exercise 2
+# Roughly, but not exactly: the averaged synchronous gradient is four times
+# less noisy and tolerates a larger rate (the linear scaling rule), while the
+# asynchronous updates are stale and tolerate a smaller one; the sweep shows
+# how close to four the ratio of the best rates comes on this task.
+# ```
+#
+# ```{dropdown} Solution to exercise 3
+# A bound of 0 makes the fast workers wait for the slow one at every step,
+# like synchronous training. A bound of at least the number of updates the
+# fast workers make during one slow step (about 3 with a 3× slower device)
+# never makes them wait, and the bounded run behaves like plain
+# asynchronous training: the bound then limits only rare excursions.
+# ```
+#
+# ```{dropdown} Solution to exercise 4
+# At 93% the fastest starters win, and asynchronous training with its many
+# early updates gains; at 96% the late updates count, where stale gradients
+# hurt, and synchronous training (with backup workers when a device is slow)
+# gains. Ties between close methods can swap order.
+# ```
+#
+# ```{dropdown} Solution to exercise 5
+# With steps of a few milliseconds, the fixed cost of a synchronous step
+# (launching it on every replica and the all-reduce) becomes a large part of
+# each update, so synchronous training falls behind even with equal devices;
+# accumulating several micro-batches per update, or larger batches, spreads
+# that cost again.
+# ```
