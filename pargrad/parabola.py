@@ -1,4 +1,4 @@
-"""Text 3's problem: a 1-5-1 tanh network fitting y = x² on 50 points.
+"""The y = x² question's problem: a 1-5-1 tanh network fitting y = x² on 50 points.
 
 Taught in the chapter "The training loop"; the synchronous and accumulation
 chapters reuse it, always starting from the same initial weights.
@@ -24,7 +24,7 @@ def parabola_data(n=50, low=-2.0, high=2.0):
 
 
 def initial_weights(seed=0, hidden=5):
-    """Random-normal weights and 0.1 biases, as text 3's ``add_layer`` makes them.
+    """Random-normal weights and 0.1 biases, as the y = x² question's ``add_layer`` makes them.
 
     Returned in Keras's order ``[W1 (1, hidden), b1 (hidden,), W2 (hidden, 1),
     b2 (1,)]`` so that the TF1 graph, the TF2 loop and Keras start identically.
@@ -39,7 +39,7 @@ def initial_weights(seed=0, hidden=5):
 
 
 def add_layer(inputs, weights, biases, activation=None):
-    """One fully connected layer, as text 3 writes it: ``activation(x @ W + b)``."""
+    """One fully connected layer, as the y = x² question writes it: ``activation(x @ W + b)``."""
     outputs = tf.matmul(inputs, weights) + biases
     return outputs if activation is None else activation(outputs)
 
@@ -52,7 +52,7 @@ def parabola_forward(x, variables):
 
 
 def squared_error(y, prediction):
-    """Text 3's loss: the mean over examples of the squared error."""
+    """The y = x² question's loss: the mean over examples of the squared error."""
     return tf.reduce_mean(tf.reduce_sum(tf.square(y - prediction), axis=1))
 
 

@@ -42,7 +42,7 @@ def parabola_fit(x, y, predictions, ax=None, title="Fitting y = x²"):
 
 
 def stale_gradient(weights, losses, async_path, sync_path, async_workers=("d0", "d1")):
-    """Text 1's figure: a stale gradient overshoots, the synchronous step does not.
+    """The stale-gradient article's figure: a stale gradient overshoots, the synchronous step does not.
 
     ``weights`` and ``losses`` trace the loss curve of a one-parameter model.
     ``async_path`` holds the parameter at t0 (both workers read it), t1 (the

@@ -1,4 +1,4 @@
-"""Gradient accumulation in a TF1 graph, the recipe of text 2 with its bugs fixed.
+"""Gradient accumulation in a TF1 graph, the accumulation thread's recipe with its bugs fixed.
 
 Taught in the chapter "Accumulating gradients in TF1 graphs".  The graph gets
 one accumulator variable per trained variable and a counter; ``zero_ops``
