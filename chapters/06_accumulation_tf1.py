@@ -244,7 +244,7 @@ curves = {"big batch (k = 1)": train_answer1(1),
 for label, losses in curves.items():
     print(f"{label:18s} loss after {len(losses):3d} updates: {losses[-1]:.4g}")
 
-# %% mystnb={"figure": {"name": "fig-answer1-curves", "caption": "The y = x\u00b2 network's full-batch loss over 200 updates: plain big-batch training, and answer 1's summed accumulation with 5 micro-batches of 10 and with 50 micro-batches of one example."}}
+# %% mystnb={"figure": {"caption": "The y = x\u00b2 network's full-batch loss over 200 updates: plain big-batch training, and answer 1's summed accumulation with 5 micro-batches of 10 and with 50 micro-batches of one example.", "name": "fig-answer1-curves"}}
 figure = None
 for label, losses in curves.items():
     figure = plots.loss_curve(losses, ax=figure.axes[0] if figure else None, label=label,
