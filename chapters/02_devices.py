@@ -226,8 +226,8 @@ for bad in [0, 2.5]:
 #
 # ### Solutions
 #
-# These exercises measure your machine, so their answers are explanations,
-# not stored outputs.
+# These exercises measure your machine, so their answers are explanations
+# of what you will see rather than printed results.
 #
 # ```{dropdown} Solution to exercise 1
 # Hardly. Eight logical devices share the same cores as four; the products
