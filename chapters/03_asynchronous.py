@@ -288,7 +288,8 @@ figure = plots.staleness_histograms(stalenesses)
 # contributes few updates, and each of them is very stale (the other three
 # apply about four updates each while it computes one), while the fast workers'
 # updates become a little *fresher*, because the slow one rarely gets in
-# between. Asynchronous training does not wait for stragglers; it lets them
+# between. Asynchronous training does not wait for {term}`stragglers <straggler>`
+# (devices slower than the others); it lets them
 # apply old news.
 #
 # Notice that the mean over *all* updates is still 2.98. That is no accident:
