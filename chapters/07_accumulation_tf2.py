@@ -526,6 +526,8 @@ for label, weights in [("initial weights", pargrad.initial_weights(seed=0)),
     print(f"{'':{len(label)}}  5 accumulated micro-batches of 2: {noise[label][2]:.3g}"
           f"  (a batch of 10: {noise[label][0][NOISE_SIZES.index(10)]:.3g})")
     assert all(abs(m / p - 1) < 0.15 for m, p in zip(measured, predicted))
+at_start, trained = noise["initial weights"][0], noise["after 2000 steps"][0]
+assert at_start[NOISE_SIZES.index(5)] < 1 < trained[NOISE_SIZES.index(25)]
 
 # %% mystnb={"figure": {"caption": "Gradient noise of the y = x\u00b2 network against the batch size, relative to the squared length of the full-batch gradient, at the initial weights and after 2000 full-batch steps. Dots: measured over random batches; dashed: the prediction, which falls as one over the batch size.", "name": "fig-gradient-noise"}}
 import matplotlib.pyplot as plt
@@ -541,13 +543,14 @@ fig.tight_layout()
 
 # %% [markdown]
 # {numref}`fig-gradient-noise` confirms the $1/b$ law, and shows when the
-# asker is right. At the initial weights the full-batch gradient is large and
-# even one example's gradient points roughly the right way. After 2000 steps
-# the full-batch gradient is small and each example's is not: one or two
-# points give a gradient many times longer than the one they estimate, so an
-# update from them is mostly noise. Accumulating $k$ micro-batches of $b$
-# gives exactly the noise of a batch of $kb$ (the line "5 accumulated
-# micro-batches of 2" above), for the memory of one micro-batch.
+# asker is right. At the initial weights the full-batch gradient is large: a
+# batch of 5 points already has less noise than the squared length of the
+# gradient it estimates. After 2000 steps the full-batch gradient is small and
+# the examples' own gradients are not: even a batch of 25 has more noise than
+# that, and an update from one or two points is mostly noise. Accumulating
+# $k$ micro-batches of $b$, drawn without replacement, is a batch of $kb$ and
+# has its noise (the line "5 accumulated micro-batches of 2" above differs
+# from a batch of 10 only by sampling), for the memory of one micro-batch.
 #
 # ### Accumulation, or a smaller learning rate?
 #
