@@ -552,20 +552,15 @@ print("tf.train.SyncReplicasOptimizer:          ", hasattr(tf.train, "SyncReplic
 # The answer to the y = x² question says that TensorFlow's official
 # documentation has examples of both modes. Today they are:
 #
-# - [Distributed training with TensorFlow](https://www.tensorflow.org/guide/distributed_training)
-#   {cite}`tfdistributedguide`: the overview of `tf.distribute` strategies,
+# - [Distributed training with TensorFlow](https://www.tensorflow.org/guide/distributed_training): the overview of `tf.distribute` strategies,
 #   synchronous (`MirroredStrategy`, `MultiWorkerMirroredStrategy`,
 #   `TPUStrategy`) and asynchronous (`ParameterServerStrategy`).
-# - [Custom training with tf.distribute.Strategy](https://www.tensorflow.org/tutorials/distribute/custom_training)
-#   {cite}`tfcustomtraining`: a custom training loop with `MirroredStrategy`,
+# - [Custom training with tf.distribute.Strategy](https://www.tensorflow.org/tutorials/distribute/custom_training): a custom training loop with `MirroredStrategy`,
 #   the pattern of `SyncTrainer`, including `tf.nn.compute_average_loss`.
-# - [Multi-worker training with Keras](https://www.tensorflow.org/tutorials/distribute/multi_worker_with_keras)
-#   {cite}`tfmultiworkerkeras` and
-#   [Custom training loop with Keras and MultiWorkerMirroredStrategy](https://www.tensorflow.org/tutorials/distribute/multi_worker_with_ctl)
-#   {cite}`tfmultiworkerctl`: synchronous training across processes with
+# - [Multi-worker training with Keras](https://www.tensorflow.org/tutorials/distribute/multi_worker_with_keras) and
+#   [Custom training loop with Keras and MultiWorkerMirroredStrategy](https://www.tensorflow.org/tutorials/distribute/multi_worker_with_ctl): synchronous training across processes with
 #   `TF_CONFIG`.
-# - [Parameter server training with ParameterServerStrategy](https://www.tensorflow.org/tutorials/distribute/parameter_server_training)
-#   {cite}`tfparameterserver`: asynchronous training with parameter servers
+# - [Parameter server training with ParameterServerStrategy](https://www.tensorflow.org/tutorials/distribute/parameter_server_training): asynchronous training with parameter servers
 #   and a coordinator.
 # ```
 #
