@@ -1,7 +1,9 @@
 # %% [markdown]
 # # The training loop
 #
-# Every way of training on several devices in this book is a way of running
+# Every way of training on several {term}`devices <device>` in this book (a
+# device is a processor TensorFlow runs operations on: the CPU or a GPU; the
+# next chapter looks at them closely) is a way of running
 # *this* loop on several devices. So we start with one device and look at the
 # loop closely.
 #
@@ -57,8 +59,9 @@ from pargrad import plots
 #
 # ## The problem: fitting $y = x^2$
 #
-# A question on a programming Q&A site asked how to parallelise the gradient
-# computation of a tiny network: one input, a hidden layer of five `tanh`
+# The y = x² question, one of the three texts this book starts from
+# ([Where this book starts](00_sources)), asked on Stack Overflow how to
+# parallelise the gradient computation of a tiny network: one input, a hidden layer of five `tanh`
 # units, one output, trained by full-batch gradient descent (learning rate
 # $10^{-2}$, 2000 steps) on 50 points of $y = x^2$ in $[-2, 2]$. We use
 # exactly that problem, because it is small enough to run anywhere and big
@@ -162,7 +165,7 @@ print("same loss curve (within the tolerance):", curve_gap < tolerance)
 print("same final weights (within the tolerance):", weight_gap < tolerance)
 assert curve_gap < tolerance and weight_gap < tolerance
 
-# %%
+# %% mystnb={"figure": {"caption": "Left: the loss of the y = x\u00b2 network over 2000 steps of the TF1 program and of its TF2 twin, from the same initial weights. Right: the network's predictions before and after training, and the data.", "name": "fig-training-loop"}}
 import matplotlib.pyplot as plt
 
 fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.4))
@@ -176,7 +179,7 @@ plots.parabola_fit(x, y, {"before training": pargrad.parabola_model(seed=0).pred
 fig.tight_layout()
 
 # %% [markdown]
-# The two curves lie on top of each other. The fit is rough at the ends of the
+# In {numref}`fig-training-loop` the two curves lie on top of each other. The fit is rough at the ends of the
 # interval after 2000 steps: this is a small network trained slowly, and that is
 # fine; what matters for the rest of the book is that we can reproduce its
 # training exactly, and will be able to tell whether a parallel version
@@ -193,15 +196,98 @@ fig.tight_layout()
 # - TF2 runs the same steps eagerly, records them with `GradientTape`, and
 #   compiles them with `tf.function`. From the same initial weights the two
 #   produce the same loss curve.
-# - Data parallelism splits the *batch* of this loop over devices; the next
-#   chapter makes the devices.
+# - {term}`Data parallelism <data parallelism>` (each device gets a full
+#   copy of the model and a part of the data) splits the *batch* of this loop
+#   over devices; the next chapter makes the devices.
 #
 # ## Exercises
 #
 # 1. Change the learning rate to 0.1 and to 0.5 in both programs. Do they still
 #    agree? What happens to the loss?
+#
+#    *Hint:* `pargrad.fit_one_device` takes `learning_rate`; wrap the TF1
+#    program in a function of the learning rate.
 # 2. Split the 50 points into two halves, compute the gradient of the loss on
 #    each half with `GradientTape`, and average them. Is the average equal to the
 #    full-batch gradient? What if the halves had 20 and 30 points?
+#
+#    *Hint:* the loss is a mean; a mean of two means is the overall mean only
+#    when the parts are equally large.
 # 3. In the TF1 program, fetch only `loss` in the loop (drop `train_step`).
 #    What happens to the loss curve, and why?
+#
+#    *Hint:* what does `sess.run` execute when it is asked for `loss`?
+#
+# ### Solutions
+#
+# **Exercise 1.** At 0.1 the two programs still agree, and the loss ends far
+# lower than at 0.01. At 0.5 the steps are too large: both programs diverge
+# to NaN (not a number), the same way:
+
+# %% tags=["hide-cell"]
+def tf1_training(learning_rate, steps=2000):
+    """The TF1 program above as a function of the learning rate: the loss before each step."""
+    graph = tf.Graph()
+    with graph.as_default():
+        xs = tf.compat.v1.placeholder(tf.float32, [None, 1])
+        ys = tf.compat.v1.placeholder(tf.float32, [None, 1])
+        variables = [tf.compat.v1.Variable(value) for value in weights]
+        loss = pargrad.squared_error(ys, pargrad.parabola_forward(xs, variables))
+        step = tf.compat.v1.train.GradientDescentOptimizer(learning_rate).minimize(loss)
+        init = tf.compat.v1.global_variables_initializer()
+    with tf.compat.v1.Session(graph=graph) as sess:
+        sess.run(init)
+        return np.array([sess.run([step, loss], {xs: x, ys: y})[1] for _ in range(steps)])
+
+
+diverged = {}
+for learning_rate in (0.1, 0.5):
+    tf1_curve = tf1_training(learning_rate)
+    tf2_curve, _ = pargrad.fit_one_device(x, y, steps=2000, learning_rate=learning_rate, seed=0)
+    diverged[learning_rate] = not np.isfinite(tf1_curve[-1]) and not np.isfinite(tf2_curve[-1])
+    agree = np.allclose(tf1_curve, tf2_curve, rtol=1e-3, atol=1e-5, equal_nan=True)
+    print(f"learning rate {learning_rate}: TF1 final loss {tf1_curve[-1]:.2g}, "
+          f"TF2 final loss {tf2_curve[-1]:.2g}, curves agree: {agree}")
+assert diverged == {0.1: False, 0.5: True}
+
+# %% [markdown]
+# **Exercise 2.** With halves of 25 the average of the two gradients is the
+# full-batch gradient, to float32 rounding. With 20 and 30 points the plain
+# average gives the 20 points too much weight; weighting each part by its
+# size (20/50 and 30/50) gives the full-batch gradient again. This is why the
+# synchronous chapter scales each shard's loss by the *global* batch size.
+
+# %% tags=["hide-cell"]
+variables = [tf.Variable(value) for value in weights]
+
+
+def gradient_of(x_part, y_part):
+    with tf.GradientTape() as tape:
+        loss_value = pargrad.squared_error(y_part, pargrad.parabola_forward(x_part, variables))
+    return [g.numpy() for g in tape.gradient(loss_value, variables)]
+
+
+def largest_gap(a, b):
+    return max(float(np.max(np.abs(p - q))) for p, q in zip(a, b))
+
+
+full = gradient_of(x, y)
+for sizes in ([25, 25], [20, 30]):
+    parts = [gradient_of(xp, yp) for xp, yp in zip(np.split(x, [sizes[0]]), np.split(y, [sizes[0]]))]
+    plain = [(a + b) / 2 for a, b in zip(*parts)]
+    weighted = [(sizes[0] * a + sizes[1] * b) / 50 for a, b in zip(*parts)]
+    print(f"halves {sizes}: plain average off by {largest_gap(plain, full):.4f}, "
+          f"size-weighted average off by {largest_gap(weighted, full):.4f}")
+assert largest_gap(weighted, full) < 1e-5 < largest_gap(plain, full)
+
+# %% [markdown]
+# **Exercise 3.** The curve is flat: fetching `loss` runs only what `loss`
+# depends on, the forward pass, and never the update, so the weights never
+# change and every step prints the initial loss.
+
+# %% tags=["hide-cell"]
+with tf.compat.v1.Session(graph=graph) as sess:
+    sess.run(init)
+    only_loss = [sess.run(loss, feed_dict={xs: x, ys: y}) for _ in range(5)]
+print("loss when only `loss` is fetched:", np.round(only_loss, 4))
+assert len(set(only_loss)) == 1

@@ -87,6 +87,11 @@ for result in results:
 # Those four products were computed on four different devices, as far as
 # TensorFlow is concerned. `tf.distribute.MirroredStrategy` and the trainers of
 # this book use exactly this: one copy of the model per logical device.
+# ({term}`MirroredStrategy` is TensorFlow's synchronous training on the
+# devices of one machine: each device holds a copy of the model, a
+# {term}`replica`, and the replicas' gradients are summed with an
+# {term}`all-reduce` before every update; the chapter
+# [Synchronous training](04_synchronous) builds it up.)
 #
 # ## What a logical device is not
 #
@@ -129,7 +134,9 @@ assert speedup < 1.25 * os.cpu_count(), "more speed-up than the machine has core
 # The speed-up, if any, is bounded by the cores the machine really has (two on
 # the machine that built this page), not by the number of logical devices.
 # TensorFlow already runs one device's operations on several cores, so the
-# gain is often small. Logical devices let us *run* multi-device programs
+# gain is often small. (TensorFlow splits one operation, such as a large
+# matrix product, over the cores with its *intra-op* threads, and runs
+# independent operations at the same time with its *{term}`inter-op threads`*.) Logical devices let us *run* multi-device programs
 # anywhere and check that they compute the right thing; they do not make a
 # program faster than the hardware allows. When a later chapter measures speed,
 # it says which hardware the numbers came from.
@@ -189,7 +196,8 @@ for bad in [0, 2.5]:
 #
 # - the logical GPUs share one GPU's compute, so, as above, four are not four
 #   times faster than one;
-# - `MirroredStrategy`'s usual all-reduce on GPUs, NVIDIA's NCCL, is meant for
+# - `MirroredStrategy`'s usual all-reduce (the summing of the replicas'
+#   gradients) on GPUs, NVIDIA's NCCL, is meant for
 #   distinct physical GPUs; on logical GPUs of one GPU, `pargrad` sums the
 #   gradients on one device instead (chapter "Synchronous training");
 # - the memory limits are hard: a model that fits the whole GPU may not fit
@@ -215,8 +223,44 @@ for bad in [0, 2.5]:
 #
 # 1. Restart the kernel and call `pargrad.logical_devices(8)`. Rerun the timing
 #    cell. Does the time with eight devices differ from four?
+#
+#    *Hint:* count the cores, not the devices.
 # 2. Call `tf.config.threading.set_intra_op_parallelism_threads(1)` right after
 #    the split (before any operation) and rerun the timing. Explain the change.
+#
+#    *Hint:* with one intra-op thread, one matrix product uses one core; what
+#    can then run on the second core?
 # 3. On Colab with a GPU, run `pargrad.logical_devices(2)` and then
 #    `tf.config.experimental.get_memory_info("GPU:0")` after creating a large
 #    tensor on `/device:GPU:0`. What limit do you hit?
+#
+#    *Hint:* each logical GPU gets 90% of the GPU's memory divided by the
+#    number of devices.
+#
+# ### Solutions
+#
+# These exercises measure your machine, so their answers are explanations
+# of what you will see rather than printed results.
+#
+# ```{dropdown} Solution to exercise 1
+# Hardly. Eight logical devices share the same cores as four; the products
+# were already spread over all cores, so the time stays about the same, or
+# grows a little with the cost of placing work on more devices.
+# ```
+#
+# ```{dropdown} Solution to exercise 2
+# With one intra-op thread a matrix product no longer splits over both cores,
+# so one device on its own gets slower. The four devices' products are
+# independent, and TensorFlow's inter-op threads can run two of them at once,
+# one per core: the speed-up of four devices over one grows towards the
+# number of cores. This is the setting the asynchronous chapter's benchmark
+# uses.
+# ```
+#
+# ```{dropdown} Solution to exercise 3
+# A tensor larger than the logical GPU's limit fails with an out-of-memory
+# error (`ResourceExhaustedError`) even though the physical GPU has room;
+# `get_memory_info` reports the current and peak use of that logical device,
+# which never exceeds its limit. Pass `memory_limit_mb` to
+# `pargrad.logical_devices` to choose the limit.
+# ```

@@ -6,11 +6,12 @@
 # parameters they all share. This is *asynchronous* data-parallel training,
 # the mode of the first large-scale systems {cite}`dean2012large`.
 #
-# Two texts that started this book guide the chapter. *Text 1*, an article on
+# Two of the texts that started this book ([Where this book
+# starts](00_sources)) guide the chapter. The stale-gradient article, on
 # TensorFlow's two modes of parallel training, describes asynchronous mode and
 # draws its weakness in one picture, which we reproduce from a real run.
-# *Text 3* is the Q&A question of the chapter "The training loop": its 1-5-1
-# `tanh` network fitting $y = x^2$ is our test problem again.
+# The y = x² question of the chapter "The training loop" gives the test
+# problem again: its 1-5-1 `tanh` network fitting $y = x^2$.
 #
 # **In this chapter you will**
 #
@@ -54,6 +55,7 @@ import numpy as np
 import tensorflow as tf
 from pargrad import plots
 from pargrad.asynchronous import AsyncTrainer, lost_updates
+from pargrad.book import show_lines
 
 devices = pargrad.logical_devices(8)
 keras.utils.set_random_seed(0)
@@ -75,18 +77,31 @@ print(devices)
 # updating the parameters, so by the time its gradient is applied, it was
 # computed for parameters that no longer exist. It is *stale*. We call the
 # number of updates that landed between a device's read and its apply the
-# update's **staleness**.
+# update's **{term}`staleness`**.
 #
 # `pargrad.AsyncTrainer` does exactly this. The shared parameters live on one
-# *parameter device* (the first device); one worker runs on each device. Here
-# is a worker's loop, as each worker's thread runs it:
+# *parameter device* (the first device); one worker runs on each device. These
+# are the lines of a worker's loop, as each worker's thread runs it, that
+# carry the idea:
 
 # %%
+show_lines(AsyncTrainer._work, "parameters, version = self._read()", "self._apply(")
+
+# %% [markdown]
+# It is the single-device loop: `_read` takes the current parameters and
+# their version, `_gradients` computes the loss and the gradients on this
+# worker's data, and `_apply` updates the shared parameters. In between, a
+# device that is slower than the others (`speed` below 1) or a random delay
+# waits the extra time. Around these lines, in the collapsed cell below, the
+# loop claims one of the requested updates and, for the *bounded staleness*
+# of the chapter "Sync vs async in the same time", waits while the worker is
+# too far ahead of the others.
+
+# %% tags=["hide-cell"]
 pargrad.show_source(AsyncTrainer._work)
 
 # %% [markdown]
-# Apart from claiming one of the requested updates and pretending to be a slow
-# device, it is the single-device loop: read, compute, apply. Reading and
+# Reading and
 # applying happen under a lock, so that a read sees a whole version of the
 # parameters and an update is applied in one piece. Applying records the
 # staleness, and divides the learning rate by `staleness + 1` when we ask for
@@ -106,7 +121,7 @@ pargrad.show_source(AsyncTrainer._apply)
 # applies when: a step on a device takes `1 / speed` time units, plus an
 # optional random delay (`jitter`). Same seed, same run, same numbers.
 #
-# Here are three workers training text 3's network for 12 updates; device 2 is half as fast, and small random
+# Here are three workers training the y = x² network for 12 updates; device 2 is half as fast, and small random
 # delays shuffle the order. Each bar runs from a worker's read to its apply;
 # the number is the staleness of that update.
 
@@ -129,19 +144,19 @@ figure = plots.async_timeline(history)
 # was lost: 12 requested, 12 applied. The slow device's updates are the stalest:
 # while it computes once, the two others each update about twice.
 #
-# (`AsyncTrainer` shows a progress bar while it trains; we switch it off with
-# `progress=False` so that the stored page stays the same from run to run.)
+# (`AsyncTrainer` shows a progress bar while it trains; `progress=False`
+# switches it off.)
 #
 # ## The stale gradient, drawn from a run
 #
-# Text 1 explains asynchronous training with one picture. A loss curve; a
+# The stale-gradient article explains asynchronous training with one picture. A loss curve; a
 # black ball is the parameter at time t0, when devices d0 and d1 both read it.
 # Both gradients point left, downhill. At t1 d0 applies its update: the gray
 # ball. At t2 d1 applies its gradient, computed at t0, to the parameter that d0
 # has already moved: the white ball shoots past the minimum.
 #
 # We produce the picture with a real run. The model has one parameter $w$ and
-# predicts $\hat y = w x$; the data are the 50 points $x$ of text 3 with
+# predicts $\hat y = w x$; the data are the 50 points $x$ of the y = x² question with
 # targets $y = 0.5\,x$, so the loss $L(w) = \mathrm{mean}((w x - y)^2)$ is a
 # parabola with its minimum at $w^* = 0.5$ and curvature
 # $L''(w) = 2\,\mathrm{mean}(x^2)$. Change the three numbers in the next cell to
@@ -286,7 +301,7 @@ plt.close(figure)  # shown once, by the numbered figure below
 # ```{glue:figure} stale-gradient-figure
 # :name: fig-stale-gradient
 #
-# Text 1's stale gradient, from the runs above ($\eta a$ = 0.6). The balls
+# The stale-gradient article's figure, from the runs above ($\eta a$ = 0.6). The balls
 # are the parameter $w$: black when both devices read it (t0), gray after
 # the first update (t1), white after the second (t2). (a) Asynchronous: d1's
 # gradient, read at t0, is applied after d0's update and carries $w$ past the
@@ -296,7 +311,7 @@ plt.close(figure)  # shown once, by the numbered figure below
 # where the stale pair loses to the fresh one yet beats the synchronous step.
 # ```
 #
-# {numref}`fig-stale-gradient` shows text 1's two claims side by side, and
+# {numref}`fig-stale-gradient` shows the stale-gradient article's two claims side by side, and
 # why they do not contradict each other. **Staleness hurts** per update:
 # panel (a) against panel (b), the same two gradients' worth of work, and
 # the stale pair overshoots and ends farther away, once $\eta a$ passes the
@@ -320,7 +335,7 @@ plt.close(figure)  # shown once, by the numbered figure below
 # $n - 1$ others applies one update. So the staleness should be $n - 1$. We
 # measure it for 1, 2, 4 and 8 workers with small random delays
 # (`jitter=0.3`: each step takes 30% longer on average, at random), 400 updates
-# each, on text 3's network:
+# each, on the y = x² network:
 
 # %%
 stalenesses = {}
@@ -353,7 +368,8 @@ figure = plots.staleness_histograms(stalenesses)
 # contributes few updates, and each of them is very stale (the other three
 # apply about four updates each while it computes one), while the fast workers'
 # updates become a little *fresher*, because the slow one rarely gets in
-# between. Asynchronous training does not wait for stragglers; it lets them
+# between. Asynchronous training does not wait for {term}`stragglers <straggler>`
+# (devices slower than the others); it lets them
 # apply old news.
 #
 # Notice that the mean over *all* updates is still 2.98. That is no accident:
@@ -364,8 +380,8 @@ figure = plots.staleness_histograms(stalenesses)
 # speeds change is how it is shared out.
 #
 # With real threads the staleness depends on the machine and the moment, so
-# the next cell's numbers change from run to run (nbval ignores its output
-# and checks only what must hold):
+# the next cell's numbers change from run to run; the cell checks what must
+# hold whatever they are:
 
 # %% tags=["nbval-ignore-output"]
 trainer = AsyncTrainer(pargrad.parabola_model(seed=0), pargrad.squared_error, devices[:2],
@@ -380,7 +396,12 @@ assert free["staleness"].max() >= 1
 # Measuring speed with real threads on a CPU takes two settings, which
 # `benchmarks/async.py` uses: one intra-op thread
 # (`tf.config.threading.set_intra_op_parallelism_threads(1)`, before
-# TensorFlow starts), and `AsyncTrainer(..., jit_compile=True)`, which lets
+# TensorFlow starts; *intra-op* threads split one operation over the cores,
+# *{term}`inter-op threads`* run independent operations side by side), and
+# `AsyncTrainer(..., jit_compile=True)`. `jit_compile=True`
+# ({term}`jit_compile`) is the `tf.function` option that compiles a function
+# with {term}`XLA`, TensorFlow's optimising compiler, which fuses its
+# operations into a few kernels; here it lets
 # XLA run each worker's gradient step, and each update, as one computation on
 # the worker's own thread. Without them, one worker alone already spreads its operations over
 # both cores, and a second worker has no core of its own to add. With them,
@@ -392,7 +413,7 @@ assert free["staleness"].max() >= 1
 # Stale gradients are gradients of the wrong point. With a small learning rate
 # the parameters move little between a read and an apply, and the staleness
 # hardly matters. With a larger one, the overshoot of the figure above repeats
-# at every step, and it grows with the staleness. We train text 3's network
+# at every step, and it grows with the staleness. We train the y = x² network
 # with 1, 4 and 8 equally fast workers (staleness 0, 3 and 7) at two learning
 # rates, 400 updates each. Each worker computes on its own share of the 50
 # points, so the recorded losses jump from worker to worker; the plots show
@@ -409,7 +430,7 @@ def train(workers, learning_rate, staleness_aware=False, updates=400, speeds=Non
 
 
 def full_loss(weights):
-    """The loss of text 3's network with these weights on all 50 points."""
+    """The loss of the y = x² network with these weights on all 50 points."""
     model = pargrad.parabola_model(seed=0)
     model.set_weights(weights)
     return float(pargrad.squared_error(y, model(x)))
@@ -607,15 +628,16 @@ print("tf.Variable: lost", lost_updates(tf.Variable(0.0), threads=2, increments=
 #
 # ## Is asynchronous worse?
 #
-# Text 1 concludes that, for the same wall-clock time, asynchronous training
+# The stale-gradient article concludes that, for the same wall-clock time, asynchronous training
 # is not necessarily worse than synchronous, and that both are used. Per
 # update, asynchronous training loses (stale gradients, smaller safe learning
 # rates); per second, it gains whenever devices are uneven, because nobody
 # waits for the slowest. The benchmark `benchmarks/async.py` measures both on
 # two devices, one made twice as slow. The fair measure is DAWNBench's
 # {cite}`coleman2017dawnbench`: the time to reach a target accuracy. (The page
-# text 1 comes from lists DAWNBench among its related articles; the article
-# itself does not use it.) Text 3's answer went further and claimed
+# the stale-gradient article comes from lists DAWNBench among its related articles; the article
+# itself does not use it.) The answer to the y = x² question went
+# further and claimed
 # that synchronous training "was mostly abandoned". The field went the other
 # way: Chen et al. {cite}`chen2016revisiting` showed that synchronous training
 # with a few backup workers beats asynchronous training, large-batch
@@ -637,7 +659,7 @@ print("tf.Variable: lost", lost_updates(tf.Variable(0.0), threads=2, increments=
 #   workers the parameter overshoots the minimum of a parabola when
 #   $\eta a > 1/2$. Against the same two updates made fresh, staleness costs
 #   once $\eta a$ passes about $2 - \sqrt 2$; against one synchronous step in
-#   the same wall time, only beyond about $2/3$. Both of text 1's claims
+#   the same wall time, only beyond about $2/3$. Both of the article's claims
 #   hold, for different comparisons.
 # - Staleness acts like momentum $1 - 1/n$ {cite}`mitliagkas2016asynchrony`:
 #   at a small learning rate 4 stale workers trained *better* per update than
@@ -657,14 +679,71 @@ print("tf.Variable: lost", lost_updates(tf.Variable(0.0), threads=2, increments=
 #    1.2. Then add a third worker (`devices[:3]`, `speeds=[1, 0.9, 0.8]`,
 #    `updates=3`): from which value of $\eta a$ on does the third update
 #    overshoot? Compare with $1 - k\eta a$.
+#
+#    *Hint:* after $k$ stale updates computed at the same point, the distance
+#    to the minimum is multiplied by $1 - k\eta a$; it overshoots when that
+#    is negative.
 # 2. Set `SPEEDS = [0.8, 1.0]` in the figure's cell. Which worker applies
 #    first now, and does the picture change? Why?
+#
+#    *Hint:* the two workers read the same parameters; which gradient is
+#    stale depends only on who applies second.
 # 3. In the staleness measurements, make one of 8 workers ten times slower.
 #    Predict the mean staleness of its updates before you run it.
+#
+#    *Hint:* count the updates the seven others apply while the slow one
+#    computes once.
 # 4. Find the largest learning rate at which 8 equal workers still converge
-#    on text 3's network in 400 updates, with and without the staleness-aware
+#    on the y = x² network in 400 updates, with and without the staleness-aware
 #    rate. How do the two compare with $1/8$ of the single worker's largest
 #    rate?
+#
+#    *Hint:* with 8 workers the mean staleness is 7; a stale step behaves
+#    roughly like part of one step 8 times as long.
 # 5. Run `lost_updates` with 1, 2 and 4 threads on a Keras variable. Why is
 #    nothing lost with one thread? Wrap the `assign_add` in a
 #    `threading.Lock` and check that nothing is lost with four.
+#
+#    *Hint:* a lost update needs two threads between the read and the write
+#    of `assign(self + value)`.
+#
+# ### Solutions
+#
+# These exercises change the chapter's runs; their solutions say what to look
+# for, and the chapter's cells give the code to start from.
+#
+# ```{dropdown} Solution to exercise 1
+# With two workers the second update overshoots when $1 - 2\eta a < 0$, that
+# is from $\eta a = 0.5$ on; at 0.4 it stops short, at 1.2 it lands far
+# beyond. With three workers reading the same point, the third update
+# overshoots from $\eta a = 1/3$ on: the limit shrinks as $1/k$.
+# ```
+#
+# ```{dropdown} Solution to exercise 2
+# Worker 1 (now the faster) applies first and worker 0's gradient is the
+# stale one; the picture is the same with the roles of d0 and d1 swapped,
+# because both gradients were computed at the same point.
+# ```
+#
+# ```{dropdown} Solution to exercise 3
+# While the slow worker computes once (ten time units), each of the seven
+# others applies about ten updates, so its updates have a staleness of about
+# 70; the fast workers' updates stay near 7 or below, since the slow worker
+# lands only once per ten of their steps.
+# ```
+#
+# ```{dropdown} Solution to exercise 4
+# Without the correction, the largest stable rate with 8 workers is roughly
+# an eighth of the single worker's, since about eight stale steps computed at
+# nearly the same point add up. Dividing each update's rate by its staleness
+# plus one brings the usable rate close to the single worker's again, at the
+# price of smaller steps per update.
+# ```
+#
+# ```{dropdown} Solution to exercise 5
+# With one thread every `assign` reads the value the previous one wrote, so
+# nothing is lost. With two or four threads, two of them can read the same
+# old value and both write old + 1: one increment disappears. Holding a
+# `threading.Lock` around each `assign_add` makes read and write one step,
+# and four threads lose nothing.
+# ```

@@ -9,16 +9,20 @@
 #
 # **In this chapter you will**
 #
-# - see text 1's synchronous mode as code: `pargrad.SyncTrainer`, a custom
-#   training loop on `tf.distribute.MirroredStrategy`;
+# - see the stale-gradient article's synchronous mode as code:
+#   `pargrad.SyncTrainer`, a custom training loop on
+#   `tf.distribute.MirroredStrategy`;
 # - take all-reduce apart with a picture drawn by running the ring algorithm;
-# - answer text 3: its $y = x^2$ network, trained with its batch of 50 split
+# - answer the y = x² question: its network, trained with its batch of 50 split
 #   over 2 and 5 devices and over two operating-system processes
 #   (`MultiWorkerMirroredStrategy`), ends with the *same* weights as one
 #   device with the full batch;
 # - measure the price: a timeline of every replica in every step, a
 #   straggler that makes the others wait, and throughput against the number
-#   of devices.
+#   of devices;
+# - answer it again in the asker's TensorFlow 1: one tower per device,
+#   gradients averaged in the graph, and see which TF1 construct became which
+#   TF2 one.
 #
 # Runs in under a minute on two CPU cores; no GPU needed.
 
@@ -56,7 +60,8 @@ print(devices)
 # %% [markdown]
 # ## Synchronous mode
 #
-# Text 1 describes one synchronous iteration: all devices read the same
+# The stale-gradient article ([Where this book starts](00_sources))
+# describes one synchronous iteration: all devices read the same
 # parameters, each computes gradients on different data, the gradients are
 # averaged, and one update is applied; every iteration waits for the slowest
 # device. Why does that compute the same as one device on the whole batch?
@@ -66,10 +71,16 @@ print(devices)
 # $$\nabla \frac{1}{B}\sum_{i=1}^{B} \ell_i
 #   = \sum_{r=1}^{R} \nabla \Big(\frac{1}{B}\sum_{i \in \text{shard } r} \ell_i\Big).$$
 #
-# So replica $r$ scales its shard's loss by the *global* batch size $B$ (not by
+# Each device holds a {term}`replica`: a full copy of the model that computes
+# the gradient of its share of the batch, its *shard*; replica $r$ of $R$
+# works on shard $r$. So replica $r$ scales its shard's loss by the *global*
+# batch size $B$ (not by
 # its shard's size, `tf.nn.compute_average_loss` does exactly this), and the
 # *sum* of the replicas' gradients is the full-batch gradient. Summing over
-# replicas, and handing the sum back to every replica, is an **all-reduce**.
+# replicas, and handing the sum back to every replica, is an
+# **{term}`all-reduce`**. `tf.distribute.MirroredStrategy` ({term}`MirroredStrategy`)
+# is TensorFlow's way to run one replica per device of one machine and
+# all-reduce their gradients.
 #
 # First each replica takes its shard. The data sit in memory on the host, and
 # replica $r$ gathers the $B/R$ rows that follow $r \cdot B/R$ in the batch
@@ -111,7 +122,7 @@ except ValueError as error:
 # %% [markdown]
 # ## All-reduce
 #
-# Text 3 imagines a *master*: the workers send their gradients to it, it
+# The y = x² question imagines a *master*: the workers send their gradients to it, it
 # averages them and sends back the result. That is one way to all-reduce, and
 # its weakness is the master's link: with $R$ replicas it receives $R$
 # gradients each step. The **ring all-reduce** {cite}`sergeev2018horovod`
@@ -120,14 +131,14 @@ except ValueError as error:
 # adds it to its own; then every chunk is complete on one replica, and in
 # $R - 1$ *all-gather* steps the finished chunks travel around the ring once
 # more. Each replica sends $2(R-1)/R$ of its gradient in total, almost the same
-# whatever $R$ is.
+# whatever $R$ is. {numref}`fig-ring-all-reduce` shows every step.
 #
 # `pargrad.sync.ring_all_reduce` runs the algorithm in NumPy. Four replicas
 # hold the gradients `[1 2 3 4]`, `[10 20 30 40]`, ...; each cell shows a
 # replica's current value of a chunk, darker when it holds more replicas'
 # contributions (white: the complete sum):
 
-# %%
+# %% mystnb={"figure": {"caption": "A ring all-reduce of four replicas, step by step. Rows are replicas, columns chunks of the gradient; each cell shows the replica's current value of the chunk, darker when it holds more replicas' contributions, white when it holds the complete sum.", "name": "fig-ring-all-reduce"}}
 gradients = np.array([[1, 2, 3, 4]]) * np.array([[1], [10], [100], [1000]])
 result, states, sent = ring_all_reduce(gradients)
 _, counts, _ = ring_all_reduce(np.ones_like(gradients))
@@ -153,15 +164,15 @@ assert np.array_equal(tf_result, result)
 # trees over NVLink or PCIe). Between processes `MultiWorkerMirroredStrategy`
 # uses TensorFlow's collective ops; by default (`CommunicationImplementation.AUTO`)
 # its all-reduce is a ring over gRPC on CPUs, and NCCL on GPUs. For logical CPUs in one
-# process, `pargrad.sync_strategy` picks `ReductionToOneDevice`: text 3's
-# master, literally, and cheap when all "devices" share one memory. (It also
+# process, `pargrad.sync_strategy` picks `ReductionToOneDevice`: the y = x²
+# question's master, literally, and cheap when all "devices" share one memory. (It also
 # sidesteps a limit of TensorFlow's default, collective ops: two strategies in
 # one process with different numbers of replicas collide on the same
 # collective keys, and this chapter builds several.)
 #
-# ## Text 3, answered
+# ## The y = x² question, answered
 #
-# Text 3 asks to split its batch of 50 points over workers, compute gradients
+# The y = x² question asks to split its batch of 50 points over workers, compute gradients
 # in parallel, average them on a master and apply them. We run it four ways,
 # all from the same initial weights (`pargrad.initial_weights(seed=0)`), 2000
 # steps of gradient descent with learning rate 0.01, this time in float64
@@ -197,8 +208,8 @@ print(cluster.roles)
 # %% [markdown]
 # Meanwhile, in this process: one device, then 2 and 5 replicas. Each
 # replica of `train_parabola` gets a contiguous slice of the 50 points.
-# (`SyncTrainer` shows a progress bar during long runs; here it is off so that
-# the stored page is the same from run to run. `steps_per_call=100` runs 100
+# (`progress=False` switches off the progress bar that `SyncTrainer` shows
+# during long runs. `steps_per_call=100` runs 100
 # steps in one `tf.function` call: each is still one all-reduce and one
 # update.)
 
@@ -285,9 +296,10 @@ for replicas in (2, 5):
 # %% [markdown]
 # A claim such as "equal within $10^{-5}$" in float32 would hold on one
 # machine and fail on the next; in float64 the point is unmistakable on any
-# of them. The loss curves lie on top of each other:
+# of them. The loss curves lie on top of each other
+# ({numref}`fig-sync-loss-curves`):
 
-# %%
+# %% mystnb={"figure": {"caption": "The y = x\u00b2 question's network, trained on one device with the full batch, on 2 and 5 logical devices, and in two processes: the loss curves coincide.", "name": "fig-sync-loss-curves"}}
 import matplotlib.pyplot as plt
 
 fig, ax = plt.subplots(figsize=(6, 3.4))
@@ -296,12 +308,12 @@ for (name, run), style in zip(runs.items(), ["-", "--", ":", "-.", (0, (1, 4))])
 ax.set_yscale("log")
 ax.set_xlabel("step")
 ax.set_ylabel("loss")
-ax.set_title("Text 3's network, one device and split four ways")
+ax.set_title("The y = x² network, one device and split four ways")
 ax.legend(fontsize=7)
 fig.tight_layout()
 
 # %% [markdown]
-# So the answer to text 3 is: yes, and you do not need to write the master.
+# So the answer to the y = x² question is: yes, and you do not need to write the master.
 # Split the batch, scale each shard's loss by the global batch size, and let
 # the strategy all-reduce; the result is the full-batch computation. The
 # processes printed nothing; if they had, `cluster.log()` would show every
@@ -312,7 +324,8 @@ fig.tight_layout()
 # Equal results have a price: a step ends only when *every* replica has
 # contributed its gradient. To see it we need a model whose computation is
 # visible next to the overheads, a small multilayer perceptron on random
-# data, and two replicas with 256 examples each. `stragglers={1: 3}` makes replica 1 three times slower: after
+# data, and two replicas with 256 examples each. A {term}`straggler` is a
+# device slower than the others; `stragglers={1: 3}` makes replica 1 three times slower: after
 # computing its gradient it sleeps twice as long as it computed, inside the
 # step, like a device that is slower or busy with something else. (A sleep
 # rather than repeated work, so that the straggler does not also take the
@@ -348,7 +361,7 @@ histories = {f"straggler x{factor}": measure(perceptron_trainer(2, {1: factor}))
              for factor in (1, 3, 6)}
 
 # %% [markdown]
-# Here are four consecutive steps with the x3 straggler. Each row is a
+# {numref}`fig-sync-timeline` shows four consecutive steps with the x3 straggler. Each row is a
 # replica; blue is its forward and backward pass, orange the straggler's, and
 # red the time between its gradient and its update: the all-reduce, which
 # cannot finish before the slowest replica has contributed. Gray is the time
@@ -357,7 +370,7 @@ histories = {f"straggler x{factor}": measure(perceptron_trainer(2, {1: factor}))
 # replica's matrix products already use both cores, so the runtime tends to
 # run the replicas one after the other). The dotted lines end the steps.
 
-# %% tags=["nbval-ignore-output"]
+# %% mystnb={"figure": {"caption": "Four synchronous steps of two replicas, replica 1 a x3 straggler. Blue and orange: forward and backward passes; red: from a replica's gradient to its update (the all-reduce, waiting for the slowest); gray: before the replica starts. Dotted lines end the steps.", "name": "fig-sync-timeline"}} tags=["nbval-ignore-output"]
 slow = histories["straggler x3"]
 fig = plots.device_timeline(slow, steps=range(4))
 print(f"median compute (ms): {np.round(np.median(slow.compute, axis=0) * 1e3, 2)}")
@@ -368,10 +381,11 @@ assert np.median(slow.wait[:, 0]) > np.median(slow.wait[:, 1])
 # %% [markdown]
 # Replica 0 spends its red time idle, waiting for replica 1. Over
 # every step of the three runs, the step time follows the slowest replica
-# (its start plus its compute) closely, just above the diagonal: the rest is
+# (its start plus its compute) closely, just above the diagonal
+# ({numref}`fig-step-time-slowest`): the rest is
 # the all-reduce and the update.
 
-# %% tags=["nbval-ignore-output"]
+# %% mystnb={"figure": {"caption": "Step time against the time of the slowest replica (its start plus its compute), for every step of the runs with a x1, x3 and x6 straggler.", "name": "fig-step-time-slowest"}} tags=["nbval-ignore-output"]
 fig = plots.step_time_against_slowest(histories)
 for name, history in histories.items():
     slowest = (history.launch + history.compute).max(axis=1)
@@ -383,7 +397,7 @@ assert (np.median(histories["straggler x6"].step_time)
         > np.median(histories["straggler x1"].step_time))
 
 # %% [markdown]
-# This is the weakness text 1 names, and the reason asynchronous training
+# This is the weakness the stale-gradient article names, and the reason asynchronous training
 # was attractive: a synchronous step is as slow as its slowest device.
 # Chen et al. {cite}`chen2016revisiting` kept synchronous training and
 # removed the tail instead: add a few *backup workers* and apply each update
@@ -393,10 +407,11 @@ assert (np.median(histories["straggler x6"].step_time)
 #
 # With 256 examples a replica, more replicas means a bigger global batch per
 # step. On a machine where each replica has its own processor, the examples
-# per second would grow in proportion (the dashed line). Here all the logical
+# per second would grow in proportion (the dashed line of
+# {numref}`fig-throughput`). Here all the logical
 # devices share the same two CPU cores:
 
-# %% tags=["nbval-ignore-output"]
+# %% mystnb={"figure": {"caption": "Examples per second of synchronous training against the number of logical devices, 256 examples per replica; the dashed line is perfect scaling.", "name": "fig-throughput"}} tags=["nbval-ignore-output"]
 replica_counts = [1, 2, 4, 5]
 rates = []
 for replicas in replica_counts:
@@ -429,9 +444,10 @@ for replicas, rate in zip(replica_counts, rates):
 #
 # ## Was synchronous training "mostly abandoned"?
 #
-# The answer to text 3 claims that synchronous training was mostly abandoned
+# The answer to the y = x² question claims that synchronous training was mostly abandoned
 # for asynchronous training. That was a fair reading of the early 2010s: the
-# parameter-server systems of Dean et al. {cite}`dean2012large` and Hogwild!
+# {term}`parameter server` systems of Dean et al. {cite}`dean2012large` (processes
+# that hold the parameters while workers send them updates) and Hogwild!
 # {cite}`niu2011hogwild` trained asynchronously to avoid waiting for stragglers.
 # It has not held since. Chen et al. {cite}`chen2016revisiting` showed that
 # synchronous training with backup workers converged faster and to better
@@ -443,14 +459,181 @@ for replicas, rate in zip(replica_counts, rates):
 # DistributedDataParallel do today. The chapter "Sync vs async in the same
 # time" measures both against the wall clock.
 #
+# ## The answer in TensorFlow 1: one tower per device
+#
+# The asker of the y = x² question wrote TensorFlow 1: placeholders, a
+# `Session`, `compute_gradients` and `apply_gradients`. In TensorFlow 1 the
+# answer was *in-graph replication*. One graph holds one copy of the forward
+# and backward pass per device, a {term}`tower`, placed with `tf.device`;
+# every tower reads the same variables and gets its shard of the batch; the
+# towers' gradients are averaged in the graph, on the CPU, the "master" of the
+# question; and one `apply_gradients` applies the mean. One `session.run`
+# runs all towers, and TensorFlow runs them at the same time when they are on
+# different devices. `pargrad.tf1.multi_tower_step` builds this; these are the
+# lines that carry the idea:
+
+# %%
+from pargrad import tf1
+from pargrad.book import show_lines
+
+v1 = tf.compat.v1
+show_lines(tf1.multi_tower_step, "input_shards = tf.split", "train_step = optimizer.apply_gradients")
+
+# %% [markdown]
+# `tf.split` cuts the batch into one shard per device. In the loop, each
+# tower's loss and `compute_gradients` are created under `tf.device(device)`,
+# so its forward and backward pass run there. Under `tf.device(average_on)`
+# (the CPU by default) `average_tower_gradients` adds the towers' gradients of
+# each variable with `tf.add_n` and divides by the number of towers, and one
+# `apply_gradients` updates the shared variables. The rest of the function
+# checks its arguments; the whole source is in the collapsed cell below.
+
+# %% tags=["hide-cell"]
+pargrad.show_source(tf1.multi_tower_step)
+
+# %% [markdown]
+# We run the asker's program three ways: as written, on one device with the
+# full batch, and with 2 and 5 towers on our logical devices, 2000 steps of
+# gradient descent from the same initial weights. This time the variables and
+# data are float64: float32 sums depend on the order in which they are added,
+# which differs between one device and several towers and between CPUs, while
+# float64 carries about 16 significant digits against float32's 7, so the
+# rounding differences stay far below a tolerance of $10^{-12}$ on any
+# machine.
+
+# %%
+x64, y64 = x.astype(np.float64), y.astype(np.float64)
+
+
+def tf1_parabola(towers=None, steps=2000):
+    """The y = x² question's TF1 program in float64; returns the final weights and the
+    devices its ops ran on. ``towers=None``: one device, the full batch."""
+    graph = tf.Graph()
+    with graph.as_default():
+        xs = v1.placeholder(tf.float64, [50, 1])
+        ys = v1.placeholder(tf.float64, [50, 1])
+        variables = [tf.Variable(w.astype(np.float64)) for w in pargrad.initial_weights(seed=0)]
+        optimizer = v1.train.GradientDescentOptimizer(0.01)
+
+        def tower_loss(x_shard, y_shard):
+            return pargrad.squared_error(y_shard, pargrad.parabola_forward(x_shard, variables))
+
+        if towers is None:
+            train_step = optimizer.minimize(tower_loss(xs, ys))
+        else:
+            train_step = tf1.multi_tower_step(tower_loss, optimizer, xs, ys,
+                                              devices[:towers]).train_step
+        init = v1.global_variables_initializer()
+    trace = v1.RunMetadata()
+    with v1.Session(graph=graph) as session:
+        session.run(init)
+        session.run(train_step, {xs: x64, ys: y64}, run_metadata=trace,
+                    options=v1.RunOptions(trace_level=v1.RunOptions.FULL_TRACE))
+        for _ in range(steps - 1):
+            session.run(train_step, {xs: x64, ys: y64})
+        ran_on = sorted({stats.device.split("/")[-1] for stats in trace.step_stats.dev_stats})
+        return session.run(variables), ran_on
+
+
+full_batch, ran_on = tf1_parabola()
+print(f"one device, full batch: ops ran on {ran_on}")
+tower_runs = {}
+for towers in (2, 5):
+    tower_runs[towers], ran_on = tf1_parabola(towers)
+    print(f"{towers} towers:             ops ran on {ran_on}")
+
+# %% [markdown]
+# The trace of the first step confirms that the towers' operations ran on 2
+# and 5 different devices. And the weights after 2000 steps:
+
+# %% tags=["nbval-ignore-output"]
+TOLERANCE = 1e-12
+for towers, weights in tower_runs.items():
+    gap = max(float(np.max(np.abs(a - b))) for a, b in zip(weights, full_batch))
+    print(f"{towers} towers vs the full batch after 2000 steps: largest weight gap "
+          f"{gap:.1e} (tolerance {TOLERANCE:.0e})")
+    assert gap < TOLERANCE
+
+# %% [markdown]
+# The towers compute the full batch's training to the last bits of float64
+# (the gap printed above depends on the CPU; the cell checks it against the
+# tolerance). It is the same mathematics as `SyncTrainer`'s: the mean of equal
+# shards' means is the batch's mean.
+#
+# ### Between graphs: `SyncReplicasOptimizer`, and why it is gone
+#
+# Towers in one graph need one process that sees every device. Across
+# machines, TensorFlow 1 used *between-graph replication*: every worker
+# process built its own graph, the variables lived on {term}`parameter
+# servers <parameter server>` (`tf.compat.v1.train.replica_device_setter`), and
+# each worker wrapped its optimizer in
+# `tf.compat.v1.train.SyncReplicasOptimizer(optimizer, replicas_to_aggregate=N)`
+# {cite}`tfsyncreplicas`. Its `apply_gradients` pushed the worker's gradients
+# into one accumulator per variable on the parameter servers instead of
+# applying them; the *chief* worker waited until $N$ gradients had arrived,
+# applied their mean in one update, and released the workers through a queue
+# of tokens; a gradient computed for an older step was dropped as stale. With
+# more workers than `replicas_to_aggregate`, the extra ones were backup
+# workers: the first $N$ gradients made the update {cite}`chen2016revisiting`.
+#
+# Its documentation now says: "This class is deprecated. For synchronous
+# training, please use Distribution Strategies." It is built from graph-mode
+# pieces (queues, accumulators, a chief that runs session hooks) that eager
+# TensorFlow 2 does not have, and it puts the parameter servers in the middle
+# of every step, where an all-reduce between the workers does the same job
+# without a central link. TensorFlow 2 keeps it only under `tf.compat.v1`:
+
+# %%
+print("tf.compat.v1.train.SyncReplicasOptimizer:", hasattr(v1.train, "SyncReplicasOptimizer"))
+print("tf.train.SyncReplicasOptimizer:          ", hasattr(tf.train, "SyncReplicasOptimizer"))
+
+# %% [markdown]
+# ### From TensorFlow 1 to TensorFlow 2
+#
+# | TensorFlow 1 | TensorFlow 2 | in this book |
+# | --- | --- | --- |
+# | `tf.placeholder` and `feed_dict` | function arguments, `tf.data` | chapter "The training loop" |
+# | `Session.run(train_step)` | calling a `tf.function` | chapter "The training loop" |
+# | `optimizer.compute_gradients(loss)` | `tf.GradientTape` and `tape.gradient` | chapter "The training loop" |
+# | one tower per GPU under `tf.device`, gradients averaged in the graph | `MirroredStrategy` and `strategy.run`; the optimizer all-reduces | this chapter, `SyncTrainer` |
+# | `SyncReplicasOptimizer` with parameter servers | `MultiWorkerMirroredStrategy` (all-reduce between workers) | chapter "Beyond one machine" |
+# | asynchronous training with `replica_device_setter` | `ParameterServerStrategy` with a `ClusterCoordinator` | chapter "Beyond one machine" |
+# | `tf.train.ClusterSpec` and `tf.train.Server` per task | `TF_CONFIG` and a cluster resolver | chapter "Beyond one machine" |
+# | accumulator variables, `zero_ops`, `accum_ops` | `GradientAccumulator`, Keras's `gradient_accumulation_steps` | chapters "Accumulating gradients in TF1 graphs" and "Accumulation in TF2 and Keras 3" |
+#
+# ```{admonition} Further reading: TensorFlow's own guides
+# :class: seealso
+#
+# The answer to the y = x² question says that TensorFlow's official
+# documentation has examples of both modes. Today they are:
+#
+# - [Distributed training with TensorFlow](https://www.tensorflow.org/guide/distributed_training): the overview of `tf.distribute` strategies,
+#   synchronous (`MirroredStrategy`, `MultiWorkerMirroredStrategy`,
+#   `TPUStrategy`) and asynchronous (`ParameterServerStrategy`).
+# - [Custom training with tf.distribute.Strategy](https://www.tensorflow.org/tutorials/distribute/custom_training): a custom training loop with `MirroredStrategy`,
+#   the pattern of `SyncTrainer`, including `tf.nn.compute_average_loss`.
+# - [Multi-worker training with Keras](https://www.tensorflow.org/tutorials/distribute/multi_worker_with_keras) and
+#   [Custom training loop with Keras and MultiWorkerMirroredStrategy](https://www.tensorflow.org/tutorials/distribute/multi_worker_with_ctl): synchronous training across processes with
+#   `TF_CONFIG`.
+# - [Parameter server training with ParameterServerStrategy](https://www.tensorflow.org/tutorials/distribute/parameter_server_training): asynchronous training with parameter servers
+#   and a coordinator.
+# ```
+#
 # ## Summary
 #
 # - Synchronous data parallelism: every replica reads the same parameters,
 #   computes the gradient of its shard with the loss scaled by the *global*
 #   batch size, one all-reduce sums the gradients, one update is applied.
-# - It computes what one device computes on the whole batch: text 3's network
-#   on 1, 2 and 5 devices and in two processes ends with the same weights
-#   within $10^{-5}$ after 2000 steps.
+# - It computes what one device computes on the whole batch: the y = x²
+#   question's network on 1, 2 and 5 devices and in two processes ends with
+#   the same weights after 2000 steps, to about twelve digits in float64; in
+#   float32 only within rounding (`pargrad.rounding_tolerance`), whose last
+#   digits depend on the machine.
+# - In TensorFlow 1 the same answer is one tower per device in one graph,
+#   gradients averaged in the graph and one `apply_gradients`
+#   (`pargrad.tf1.multi_tower_step`), equal to the full batch in float64;
+#   `SyncReplicasOptimizer`, its between-graph cousin, gave way to
+#   `tf.distribute` strategies.
 # - A ring all-reduce sends about twice the gradient's size per replica,
 #   however many replicas there are; TensorFlow picks NCCL on GPUs,
 #   collective rings between processes.
@@ -465,22 +648,122 @@ for replicas, rate in zip(replica_counts, rates):
 #
 # ## Exercises
 #
-# 1. Train text 3's network with `SyncTrainer` on 3 logical devices. What
-#    does the trainer say, and which batch sizes would work? Change
-#    `pargrad.parabola_data(n=...)` so that 3 replicas work, and check the
-#    result against `pargrad.fit_one_device` on the same data.
+# 1. Train the y = x² question's network with `SyncTrainer` on 3 logical
+#    devices. What does the trainer say, and which batch sizes would work?
+#    Change `pargrad.parabola_data(n=...)` so that 3 replicas work, and check
+#    the result against `pargrad.fit_one_device` on the same data.
+#
+#    *Hint:* the global batch must split into equal shards; $50 = 2 \cdot 5^2$.
 # 2. Replace `tf.nn.compute_average_loss` in your own copy of the replica
 #    step with a plain mean over the replica's shard. By what factor does the
 #    update change with 5 replicas? Which learning rate would undo it?
+#
+#    *Hint:* a shard's mean divides by its 10 examples, not by the batch's 50,
+#    and the all-reduce *sums* the replicas' gradients.
 # 3. Run `SyncTrainer(..., accumulation_steps=5)` on 2 replicas with the full
 #    batch of 50. What are the micro-batch and the effective batch, and are
 #    the weights still those of one device?
+#
+#    *Hint:* each replica's shard is cut into `accumulation_steps`
+#    micro-batches; `fit` returns a history with `effective_batch_size`.
 # 4. Make two replicas stragglers instead of one, with factors 2 and 4. Which
 #    one sets the step time? Draw the timeline.
+#
+#    *Hint:* `perceptron_trainer(3, {1: 2, 2: 4})`, then `measure` and
+#    `plots.device_timeline`.
 # 5. Start a `LocalCluster` of two workers and kill one of them with
 #    `os.kill(cluster.pids[1], signal.SIGKILL)` while it trains. What does
 #    `wait` raise, and which processes are left afterwards
 #    (`psutil.Process().children()`)?
+#
+#    *Hint:* `wait` raises as soon as one process ends badly; `stop` runs in
+#    the `finally` block.
 # 6. Implement backup workers {cite}`chen2016revisiting` on paper: with 4
 #    replicas and one backup, which gradients would you average, and how
 #    would the update differ from the full-batch one?
+#
+#    *Hint:* five workers compute, four gradients are used: which examples
+#    does the update miss?
+#
+# ### Solutions
+#
+# **Exercise 1.** The trainer refuses 50 points on 3 replicas and says which
+# batch sizes split evenly; 48 points do, and 3 replicas of 16 points then
+# train exactly like one device (200 steps here, to keep it quick):
+
+# %% tags=["hide-cell"]
+strategy3 = sync_strategy(3)
+with strategy3.scope():
+    model3 = pargrad.parabola_model(seed=0)
+try:
+    SyncTrainer(model3, strategy3, progress=False).fit(x, y, steps=1)
+except ValueError as error:
+    print(type(error).__name__, error)
+x48, y48 = pargrad.parabola_data(n=48)
+SyncTrainer(model3, strategy3, progress=False).fit(x48, y48, steps=200, steps_per_call=100)
+_, one_device48 = pargrad.fit_one_device(x48, y48, steps=200, learning_rate=0.01, seed=0)
+gap3 = max(float(np.max(np.abs(a - b))) for a, b in zip(model3.get_weights(), one_device48))
+rounding = pargrad.rounding_tolerance("float32", 200)
+print(f"3 replicas x 16 points vs one device after 200 steps, within rounding: {gap3 < rounding}")
+assert gap3 < rounding
+
+# %% [markdown]
+# **Exercise 2.** Each replica's plain mean is $B/(B/R) = R$ times its share
+# of the batch mean, and the all-reduce adds the $R$ replicas' gradients, so
+# the update is $R = 5$ times too large: a learning rate of $0.01 / 5$ undoes
+# it. Measured on the gradients themselves:
+
+# %% tags=["hide-cell"]
+solution_variables = [tf.Variable(w) for w in pargrad.initial_weights(seed=0)]
+
+
+def mean_loss_gradient(x_part, y_part):
+    with tf.GradientTape() as tape:
+        loss = pargrad.squared_error(y_part, pargrad.parabola_forward(x_part, solution_variables))
+    return tape.gradient(loss, solution_variables)
+
+
+full_gradient = mean_loss_gradient(x, y)
+shard_gradients = [mean_loss_gradient(xs, ys) for xs, ys in zip(np.split(x, 5), np.split(y, 5))]
+summed = [tf.add_n(list(parts)) for parts in zip(*shard_gradients)]
+ratio = (np.linalg.norm(np.concatenate([tf.reshape(g, [-1]) for g in summed]))
+         / np.linalg.norm(np.concatenate([tf.reshape(g, [-1]) for g in full_gradient])))
+print(f"sum of 5 shard-mean gradients / full-batch gradient: {ratio:.4f}")
+assert abs(ratio - 5) < 1e-4
+
+# %% [markdown]
+# **Exercise 3.** Each replica gets 25 points and cuts them into 5
+# micro-batches of 5; the effective batch is $5 \cdot 5 \cdot 2 = 50$, and the
+# weights are still one device's:
+
+# %% tags=["hide-cell"]
+strategy2 = sync_strategy(2)
+with strategy2.scope():
+    model2 = pargrad.parabola_model(seed=0)
+history2 = SyncTrainer(model2, strategy2, accumulation_steps=5, progress=False).fit(
+    x, y, steps=200, steps_per_call=100)
+_, one_device50 = pargrad.fit_one_device(x, y, steps=200, learning_rate=0.01, seed=0)
+gap2 = max(float(np.max(np.abs(a - b))) for a, b in zip(model2.get_weights(), one_device50))
+print("effective batch:", history2.effective_batch_size)
+print(f"2 replicas x 5 micro-batches vs one device after 200 steps, within rounding: "
+      f"{gap2 < rounding}")
+assert history2.effective_batch_size == 50 and gap2 < rounding
+
+# %% [markdown]
+# **Exercise 4.** The x4 replica sets the step time: the step follows the
+# slowest replica, as in {numref}`fig-step-time-slowest`, and in the timeline
+# both other replicas show red waiting time in every step, the x2 replica
+# less than the x1 replica.
+#
+# **Exercise 5.** `wait` raises `pargrad.ClusterError`: "worker 1 exited with
+# signal SIGKILL", followed by its last lines. The surviving worker is stuck
+# in an all-reduce that will never complete; `stop`, in the `finally` block,
+# ends it, and `psutil.Process().children()` is empty afterwards. The test
+# `tests/test_cluster.py` checks exactly this on every run.
+#
+# **Exercise 6.** Five workers each compute the gradient of a fifth of the
+# batch; the update averages the first four to arrive and drops the last. It
+# is the mean gradient of 80% of the batch, a different 80% in every step
+# depending on who is slow: an unbiased but noisier estimate of the
+# full-batch gradient, not equal to it. In exchange, no step waits for the
+# slowest worker. The chapter "Sync vs async in the same time" runs it.

@@ -1,11 +1,12 @@
 # %% [markdown]
 # # Sync vs async in the same time
 #
-# Text 1 ends its comparison of the two modes with a claim: in the same
+# The stale-gradient article ([Where this book starts](00_sources)) ends its
+# comparison of the two modes with a claim: in the same
 # wall-clock time, asynchronous training is not necessarily worse than
 # synchronous training, and both are used in practice. DAWNBench's measure
 # is exactly "the same time": how long it takes to reach a target accuracy
-# {cite}`coleman2017dawnbench`. Text 3's answer goes
+# {cite}`coleman2017dawnbench`. The answer to the y = x² question goes
 # further: synchronous training "was mostly abandoned". This chapter tests
 # both claims with experiments instead of repeating them.
 #
@@ -126,7 +127,7 @@ for name, scenario in race.SCENARIOS.items():
 #
 # ## Three mitigations, as trainer options
 #
-# **Backup workers** (Chen et al. {cite}`chen2016revisiting`). Chen et al.
+# **{term}`Backup workers <backup worker>`** (Chen et al. {cite}`chen2016revisiting`). Chen et al.
 # run $N + b$ workers and apply each update with the first $N$ gradients to
 # arrive, dropping the $b$ latest, so a straggler no longer sets the pace. We
 # keep the same four devices for every method, so here the four are the
@@ -170,7 +171,7 @@ print("virtual step times:", history.virtual_step_time)
 # chapter "Asynchronous training"): `AsyncTrainer(staleness_aware=True)`
 # divides each update's learning rate by its staleness plus one.
 #
-# **Bounded staleness** (stale synchronous parallel, Ho et al.
+# **{term}`Bounded staleness <bounded staleness>`** (stale synchronous parallel, Ho et al.
 # {cite}`ho2013more`): `AsyncTrainer(staleness_bound=s)` makes a worker that
 # has applied more than $s$ updates beyond the slowest wait before it reads
 # again. The rule:
@@ -251,7 +252,7 @@ print(f"best synchronous rate {best['sync']}, best asynchronous rate {best['asyn
 #
 # ### Accuracy against time
 #
-# {numref}`fig-race-virtual` shows the three contenders that answer text 1's
+# {numref}`fig-race-virtual` shows the three contenders that answer the stale-gradient article's
 # question, plain synchronous, synchronous with one backup worker and plain
 # asynchronous, in each scenario (the mitigations of asynchronous training
 # come in the table after it).
@@ -404,7 +405,7 @@ assert heavy["sync, 1 backup", "sync"] == "sync, 1 backup first"
 # "tie" there means exactly that: with these seeds, neither is reliably
 # first.
 #
-# So text 1's claim holds where it was made: with stragglers, plain
+# So the article's claim holds where it was made: with stragglers, plain
 # asynchronous training is not worse than plain synchronous training in the
 # same time, and with a steady 3× straggler it is far better. With equal
 # devices synchronous training wins, and staleness has a measurable cost
@@ -535,7 +536,7 @@ plt.close(figure)
 #
 # ## What happened since
 #
-# Text 3's answer said synchronous training "was mostly abandoned". In the
+# The answer to the y = x² question said synchronous training "was mostly abandoned". In the
 # early 2010s that was a fair description: the parameter-server systems of
 # Dean et al. {cite}`dean2012large` trained asynchronously, and Hogwild!
 # {cite}`niu2011hogwild` dropped even the locks. The field then went the
@@ -559,7 +560,7 @@ plt.close(figure)
 #   trained ResNet-50 to 93% top-5 accuracy in 2 min 38 s (Alibaba Cloud,
 #   March 2020), 2 min 43 s and 9 min 22 s (Huawei Cloud ModelArts, 2019 and
 #   2018), each on clusters of 128 GPUs or more {cite}`dawnbench2020leaderboard`. (The
-#   10 min 28 s often quoted, also on the page text 1 comes from, is an
+#   10 min 28 s often quoted, also on the page the stale-gradient article comes from, is an
 #   earlier figure from a 2018 press report, not the leaderboard's.)
 #
 # Asynchronous training did not disappear. It lives on where its strengths
@@ -567,7 +568,7 @@ plt.close(figure)
 # servers (TensorFlow's `ParameterServerStrategy` is asynchronous), clusters
 # of unreliable or unequal machines, and, with staleness corrections such as
 # the staleness-aware rate or delay compensation {cite}`zheng2017asynchronous`,
-# wherever waiting costs more than staleness. The answer to text 3 is
+# wherever waiting costs more than staleness. The answer to the y = x² question's claim is
 # therefore the reverse of its claim: synchronous training became the
 # default, with its weakness, stragglers, handled by backup workers and by
 # homogeneous hardware.
@@ -598,12 +599,69 @@ plt.close(figure)
 # 1. Add a fourth scenario with two devices twice as slow. How many backup
 #    workers does synchronous training need, and what does it cost with equal
 #    devices?
+#
+#    *Hint:* every step must be able to drop both slow devices' gradients.
 # 2. Run the learning-rate sweep yourself: `race.race("async", "equal devices",
 #    learning_rate=...)` for 0.1, 0.2, 0.4 and 0.8, and the same for `"sync"`.
 #    Is the best synchronous rate four times the best asynchronous one?
+#
+#    *Hint:* one synchronous update averages four workers' gradients; four
+#    asynchronous updates each apply one.
 # 3. Try `staleness_bound` 0, 1, 4 and 8 with the 3× slower device. Where does
 #    bounded staleness stop hurting, and why?
+#
+#    *Hint:* how far ahead does a fast worker get in one step of the slow
+#    one?
 # 4. Lower the target to 93% and raise it to 96%. Which rankings change?
+#
+#    *Hint:* a lower target rewards early speed, a higher one the quality of
+#    the late updates.
 # 5. Run `benchmarks/sync_vs_async.py --step-ms 5` on your machine. What
 #    happens to synchronous training when the step is small next to the cost
 #    of launching it?
+#
+#    *Hint:* a synchronous step pays the launch and the all-reduce once per
+#    update, whatever the step's size.
+#
+# ### Solutions
+#
+# These exercises change the chapter's runs; their solutions say what to look
+# for, and the chapter's cells give the code to start from.
+#
+# ```{dropdown} Solution to exercise 1
+# Two: with two slow devices, a step that waits for the first $N$ of
+# $N + 2$ gradients never waits for a slow one. With equal devices the two
+# backup workers' gradients are computed and dropped, so each update uses
+# fewer examples than the workers computed: the cost is wasted work, not
+# time.
+# ```
+#
+# ```{dropdown} Solution to exercise 2
+# Roughly, but not exactly: the averaged synchronous gradient is four times
+# less noisy and tolerates a larger rate (the linear scaling rule), while the
+# asynchronous updates are stale and tolerate a smaller one; the sweep shows
+# how close to four the ratio of the best rates comes on this task.
+# ```
+#
+# ```{dropdown} Solution to exercise 3
+# A bound of 0 makes the fast workers wait for the slow one at every step,
+# like synchronous training. A bound of at least the number of updates the
+# fast workers make during one slow step (about 3 with a 3× slower device)
+# never makes them wait, and the bounded run behaves like plain
+# asynchronous training: the bound then limits only rare excursions.
+# ```
+#
+# ```{dropdown} Solution to exercise 4
+# At 93% the fastest starters win, and asynchronous training with its many
+# early updates gains; at 96% the late updates count, where stale gradients
+# hurt, and synchronous training (with backup workers when a device is slow)
+# gains. Ties between close methods can swap order.
+# ```
+#
+# ```{dropdown} Solution to exercise 5
+# With steps of a few milliseconds, the fixed cost of a synchronous step
+# (launching it on every replica and the all-reduce) becomes a large part of
+# each update, so synchronous training falls behind even with equal devices;
+# accumulating several micro-batches per update, or larger batches, spreads
+# that cost again.
+# ```

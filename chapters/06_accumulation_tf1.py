@@ -2,12 +2,13 @@
 # # Accumulating gradients in TF1 graphs
 #
 # A batch that does not fit in memory can still be trained on: split it into
-# $k$ *micro-batches*, compute their gradients one after the other, add them
-# up, and update the weights once. This is *gradient accumulation*. Done
+# $k$ *{term}`micro-batches <micro-batch>`*, compute their gradients one after the other, add them
+# up, and update the weights once. This is *{term}`gradient accumulation`*. Done
 # right, the update is exactly the one the big batch would have given; done
 # wrong, it is $k$ times too large, or it silently re-runs part of the graph.
 #
-# Our guide is a Russian Q&A thread, "how to update parameters with
+# Our guide is the accumulation thread ([Where this book starts](00_sources)),
+# a Russian Q&A, "how to update parameters with
 # accumulated gradients", written for TensorFlow 1's graph mode. Its five
 # answers contain one recipe that sums, one that works but is slow, one that
 # is right, one trap, and a remark about PyTorch. We run every one of them.
@@ -54,12 +55,13 @@ import numpy as np
 import pargrad
 import tensorflow as tf
 from pargrad import plots, tf1
+from pargrad.book import show_lines
 
 v1 = tf.compat.v1
 print("TensorFlow", tf.__version__)
 
 # %% [markdown]
-# ## The setting: text 3's network, one batch, five micro-batches
+# ## The setting: the y = x² network, one batch, five micro-batches
 #
 # We reuse the 1-5-1 `tanh` network fitting $y = x^2$ from the chapter "The
 # training loop": 50 points, mean squared error, learning rate $10^{-2}$, the
@@ -73,7 +75,7 @@ NAMES = ["W1", "b1", "W2", "b2"]
 
 
 def parabola_graph():
-    """Text 3's network in the current graph: placeholders, variables, mean loss."""
+    """The y = x² question's network in the current graph: placeholders, variables, mean loss."""
     x = v1.placeholder(tf.float32, [None, 1], name="x")
     y = v1.placeholder(tf.float32, [None, 1], name="y")
     variables = [tf.Variable(w, name=n) for w, n in zip(pargrad.initial_weights(), NAMES)]
@@ -208,7 +210,8 @@ print(f"Adam: answer 1's step is {length:.3f} x the big batch's, same direction:
 
 # %% [markdown]
 # So with Adam the bug hides (up to Adam's $\epsilon$), and with SGD or momentum
-# it changes the learning rate. What does that do to training? Here is text 3's
+# it changes the learning rate. What does that do to training?
+# {numref}`fig-answer1-curves` shows the y = x² question's
 # network trained for 200 updates of 50 examples each: plainly, with answer 1
 # and 5 micro-batches of 10, and with answer 1 and 50 micro-batches of one
 # example.
@@ -249,7 +252,7 @@ assert np.isfinite(curves["answer 1, k = 5"][-1]) and len(curves["answer 1, k = 
 assert not np.isfinite(curves["answer 1, k = 50"][-1])
 assert len(curves["answer 1, k = 50"]) <= DIVERGES_WITHIN
 
-# %%
+# %% mystnb={"figure": {"caption": "The y = x\u00b2 network's full-batch loss over 200 updates: plain big-batch training, and answer 1's summed accumulation with 5 micro-batches of 10 and with 50 micro-batches of one example.", "name": "fig-answer1-curves"}}
 figure = None
 for label, losses in curves.items():
     figure = plots.loss_curve(losses, ax=figure.axes[0] if figure else None, label=label,
@@ -667,10 +670,34 @@ print(f".grad after 5 backward passes of 2*w / 5:   {averaged:.1f}  (the mean, a
 # resource variables and any `tf.compat.v1.train` optimizer, counts the
 # micro-batches, reads the variables in `train_step` (so fetching it never
 # re-runs `accum_ops` and needs no feed), and refuses to divide by a counter
-# of 0. Its source:
+# of 0. Two parts of it carry the idea. First the two op lists that a
+# training loop runs:
 
 # %%
-print(inspect.getsource(tf1.accumulation_ops))
+show_lines(tf1.accumulation_ops, "zero_ops = [accumulator.assign",
+           "accum_ops.append(counter.assign_add(1.0))")
+
+# %% [markdown]
+# `zero_ops` zeroes every accumulator and the counter. `accum_ops` adds one
+# micro-batch's gradient to each accumulator (`_add_gradient` also handles
+# the sparse gradients of embedding layers) and 1 to the counter: answer 3's
+# recipe. With `num_examples`, a second branch adds each gradient times the
+# micro-batch's size and counts examples instead, the weighting the next
+# chapter explains. Then the training step:
+
+# %%
+show_lines(tf1.accumulation_ops, "# Read the variables", "train_step = optimizer.apply_gradients")
+
+# %% [markdown]
+# The division reads the *variables* (`read_value()`), never the tensors
+# that `assign_add` returned: the fix for answer 4's trap. `assert_positive`
+# makes a `train_step` with nothing accumulated fail instead of applying
+# $0/0$, and `tf.control_dependencies` makes the division wait for that
+# check. The rest of the function checks its arguments and creates the
+# variables; the whole source is in the collapsed cell below.
+
+# %% tags=["hide-cell"]
+pargrad.show_source(tf1.accumulation_ops)
 
 # %% [markdown]
 # Fetching `train_step` runs no accumulate op, whatever is fed:
@@ -692,7 +719,7 @@ with v1.Session(graph=graph) as session:
         print(type(error).__name__, error.message.splitlines()[2].split("]")[0] + "]")
 
 # %% [markdown]
-# And it trains text 3's network exactly as the big batch does. We train 200
+# And it trains the y = x² network exactly as the big batch does. We train 200
 # updates with 5 micro-batches of 10 and compare with the plain big-batch
 # loss curve from answer 1's experiment ($k = 1$ there is plain training):
 
@@ -736,18 +763,137 @@ print(f"largest gap between the two curves: {np.abs(losses - big_losses).max():.
 # ## Exercises
 #
 # 1. Change answer 1's experiment to a momentum optimizer
-#    (`v1.train.MomentumOptimizer(LEARNING_RATE, 0.9)`). For which $k$ does
-#    training diverge now? Why earlier than with SGD?
+#    (`v1.train.MomentumOptimizer(LEARNING_RATE, 0.9)`). Does training now
+#    diverge at a smaller $k$ than with SGD, or at a larger one? Why?
+#
+#    *Hint:* with momentum $\beta$, a constant gradient moves the weights by
+#    up to $\eta / (1 - \beta)$ per update; but what happens in a direction
+#    where the gradient changes sign from one step to the next?
 # 2. Answer 3 divides by the number of micro-batches. Cut the 50 points into
 #    micro-batches of 16, 16, 16 and 2, and measure how far the step lands
 #    from the big batch's. Then pass `num_examples=tf.shape(x)[0]` to
 #    `accumulation_ops` and measure again.
+#
+#    *Hint:* `step_ratio` compares a step with the big batch's.
 # 3. Fetch `ops.accum_ops` and `ops.train_step` in the *same*
 #    `session.run` call several times. Is the result always the same? Use
 #    `tf1.ops_run_by` to explain.
+#
+#    *Hint:* is there a path from the accumulate ops to `train_step`'s reads?
 # 4. Rewrite the `tf.cond` attempt so that the ops are created inside the
 #    branch functions. Does it give 2.0 now? What does the sixth run do to
 #    the accumulator?
+#
+#    *Hint:* write the branches as `lambda: acum.assign_add(value)` and, once
+#    as in the answer and once reading the variable, as the division.
 # 5. With $k$ micro-batches of $n$ examples, answer 2 moves $(k+1)$ copies of
 #    the gradients through Python per update. Estimate the time this takes
 #    for a 100-million-parameter model over a 16 GB/s PCIe link, per update.
+#
+#    *Hint:* a float32 parameter is 4 bytes.
+#
+# ### Solutions
+#
+# **Exercise 1.** At a larger one, not a smaller one. On a slope that stays
+# the same, momentum's steps grow to $\eta/(1-\beta)$, ten times SGD's, which
+# speeds up the slow directions. But stability is decided in the steepest
+# direction, where the gradient changes sign from step to step and momentum
+# partly cancels it: for gradient descent with momentum the limit is
+# $\eta\lambda < 2(1+\beta)$ instead of SGD's $\eta\lambda < 2$ ($\lambda$ the
+# largest curvature), almost twice as large for $\beta = 0.9$. So $k = 50$,
+# where answer 1 with SGD diverged, still trains with momentum:
+
+# %% tags=["hide-cell"]
+momentum = lambda: v1.train.MomentumOptimizer(LEARNING_RATE, 0.9)  # noqa: E731
+
+
+def final_loss_answer1(make_optimizer, k, updates=200):
+    """Full-batch loss after `updates` answer-1 updates of k micro-batches (inf if it diverged)."""
+    graph = tf.Graph()
+    with graph.as_default():
+        x, y, variables, loss, zero_ops, accum_ops, train_step = answer1_graph(make_optimizer)
+        init = v1.global_variables_initializer()
+    with v1.Session(graph=graph) as session:
+        session.run(init)
+        for _ in range(updates):
+            session.run(zero_ops)
+            for xb, yb in micro_batches(k):
+                session.run(accum_ops, {x: xb, y: yb})
+            session.run(train_step)
+        value = session.run(loss, {x: x_all, y: y_all})
+    return value if np.isfinite(value) else np.inf
+
+
+momentum_losses = {k: final_loss_answer1(momentum, k) for k in (5, 50)}
+for k, value in momentum_losses.items():
+    print(f"momentum, answer 1, k = {k}: loss after 200 updates {value:.2g}")
+sgd_k50 = curves["answer 1, k = 50"]
+print(f"SGD,      answer 1, k = 50: {'diverged' if not np.isfinite(sgd_k50[-1]) else 'trained'}")
+assert np.isfinite(momentum_losses[50]) and not np.isfinite(sgd_k50[-1])
+
+# %% [markdown]
+# **Exercise 2.** Counting micro-batches gives the two last points the
+# weight of sixteen, and the step lands visibly off the big batch's; weighting
+# by examples puts it back:
+
+# %% tags=["hide-cell"]
+unequal = list(zip(np.split(x_all, [16, 32, 48]), np.split(y_all, [16, 32, 48])))
+for weighted in (False, True):
+    graph = tf.Graph()
+    with graph.as_default():
+        x, y, variables, loss = parabola_graph()
+        ops = tf1.accumulation_ops(loss, sgd(), num_examples=tf.shape(x)[0] if weighted else None)
+        init = v1.global_variables_initializer()
+    with v1.Session(graph=graph) as session:
+        session.run(init)
+        session.run(ops.zero_ops)
+        for xb, yb in unequal:
+            session.run(ops.accum_ops, {x: xb, y: yb})
+        session.run(ops.train_step)
+        after = session.run(variables)
+    length, cosine = step_ratio(after, big_sgd)
+    print(f"{'weighted by examples' if weighted else 'counting micro-batches'}: step is "
+          f"{length:.3f} x the big batch's, direction {cosine:.3f}, "
+          f"max |difference| {max_difference(after, big_sgd):.6f}")
+assert max_difference(after, big_sgd) < 1e-6
+
+# %% [markdown]
+# **Exercise 3.** Not reliably. `tf1.ops_run_by(ops.train_step)` contains no
+# `AssignAddVariableOp`: the reads of the accumulators in `train_step` do not
+# depend on the adds in `accum_ops`, so within one `session.run` TensorFlow
+# may run the reads before, after or between the adds. The result depends on
+# scheduling: apply in a separate `run` call.
+#
+# **Exercise 4.** Created inside the branches, the ops run only in the branch
+# taken. Written as in the answer (the division of the value returned by a
+# new `assign_add`), the sixth run still adds once more and gives 2.4; reading
+# the variable in the division branch gives 2.0 and leaves 10:
+
+# %% tags=["hide-cell"]
+for divide_reads_variable in (False, True):
+    graph = tf.Graph()
+    with graph.as_default():
+        value = v1.placeholder(tf.float32, [], name="value")
+        acum = tf.Variable(0.0, name="acum")
+        counter = tf.Variable(0.0, name="counter")
+        count_op = counter.assign_add(1.0)
+        if divide_reads_variable:
+            divide_branch = lambda: acum.read_value() / 5.0  # noqa: E731
+        else:
+            divide_branch = lambda: acum.assign_add(value) / 5.0  # noqa: E731
+        result = tf.cond(counter.read_value() < 5.0, lambda: acum.assign_add(value), divide_branch)
+        init = v1.global_variables_initializer()
+    with v1.Session(graph=graph) as session:
+        session.run(init)
+        for run in range(1, 7):
+            got = session.run(result, {value: 2.0})
+            session.run(count_op)
+        print(f"division {'reads the variable' if divide_reads_variable else 'as in the answer'}: "
+              f"sixth run {got:.1f}, accumulator {session.run(acum):.1f}")
+assert got == 2.0
+
+# %% [markdown]
+# **Exercise 5.** $10^8$ float32 parameters are 400 MB; at 16 GB/s one copy
+# takes 25 ms, so $(k+1)$ copies take $25(k+1)$ ms per update: 225 ms for
+# $k = 8$, typically more than the computation of the update itself. The
+# in-graph recipe keeps the accumulators on the device and moves nothing.

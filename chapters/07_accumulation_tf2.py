@@ -20,7 +20,10 @@
 # - measure how far accumulation is from the big batch when the model has
 #   BatchNorm;
 # - measure the memory that accumulation saves, the reason to use it;
-# - connect the effective batch size with the learning rate.
+# - connect the effective batch size with the learning rate;
+# - measure the accumulation thread's premise, that a small batch's gradient
+#   is too noisy, and see when accumulation or a learning-rate schedule is
+#   the better answer.
 #
 # Runs in about 30 seconds on a two-core CPU; no GPU needed.
 
@@ -80,7 +83,7 @@ print(inspect.getsource(GradientAccumulator.mean_gradients))
 # The state lives in variables, so the same object works eagerly and inside a
 # `tf.function`. A training loop over micro-batches calls `step`, which
 # accumulates and, every `steps` calls, applies and starts a new window. We
-# use text 3's network and data again: 50 points, micro-batches of 10, so
+# use the y = x² question's network and data again: 50 points, micro-batches of 10, so
 # `steps=5` makes one update from the whole data set.
 
 # %%
@@ -195,9 +198,8 @@ for name, make_optimizer in KERAS_OPTIMIZERS.items():
 # [20582](https://github.com/keras-team/keras/issues/20582); tf.keras users met
 # the same limit in their own accumulation code
 # ([keras issue 17429](https://github.com/keras-team/keras/issues/17429)).
-# The cell below expects the error; if a future Keras fixes it, the cell
-# prints a different line, nbval notices that the stored output no longer
-# matches, and this section gets rewritten.
+# The cell below expects the error, and says so if a future Keras no longer
+# raises it.
 
 # %%
 strategy = tf.distribute.MirroredStrategy(devices)
@@ -353,7 +355,7 @@ print("identical to the uninterrupted run, bit for bit:",
 # normalisation {cite}`ioffe2015batch` breaks it: in training, each example is
 # normalised with the mean and variance *of its batch*. Accumulating $k$
 # micro-batches normalises with $k$ different micro-batch statistics, which
-# the big batch never does. We put a `BatchNormalization` layer into text 3's
+# the big batch never does. We put a `BatchNormalization` layer into the y = x²
 # network and compare the accumulated gradient with the big batch's, with
 # the 50 points shuffled into micro-batches of 10 as a data pipeline would:
 
@@ -406,7 +408,7 @@ for batch_norm in (False, True):
 # (on Linux the peak is reset before each update). It takes about ten
 # seconds:
 
-# %% tags=["nbval-ignore-output"]
+# %% mystnb={"figure": {"caption": "Peak memory of one update against the batch size, the whole batch at once and accumulated from micro-batches of 64, on a model with 2048 inputs and two hidden layers of 512.", "name": "fig-peak-memory"}} tags=["nbval-ignore-output"]
 BATCH_SIZES = [64, 512, 2048, 8192]
 MICRO_BATCH = 64
 memory = peak_memory(BATCH_SIZES, MICRO_BATCH)
@@ -423,24 +425,24 @@ _ = plots.peak_memory_against_batch(BATCH_SIZES, memory["whole_mb"], memory["acc
                                     MICRO_BATCH, device=memory["device"])
 
 # %% [markdown]
-# The whole batch's peak grows with the batch (the batch itself, the
+# In {numref}`fig-peak-memory`, the whole batch's peak grows with the batch (the batch itself, the
 # activations and their gradients); accumulation stays flat at the cost of
 # one micro-batch, for any number of examples per update. (The numbers
-# depend on the machine; the cell asserts that the whole batch's growth
-# dwarfs the accumulated one's, and nbval does not compare the numbers.) The price is time:
+# depend on the machine; the cell checks that the whole batch's growth
+# dwarfs the accumulated one's.) The price is time:
 # $k$ small matrix products use the hardware less well than one big one,
 # which the benchmark `benchmarks/accumulation.py` measures.
 #
 # ## The learning rate and the effective batch size
 #
 # Accumulating $k$ micro-batches of $b$ examples, on $r$ replicas, makes
-# updates from an **effective batch** of $b \cdot k \cdot r$ examples. With
+# updates from an **{term}`effective batch`** of $b \cdot k \cdot r$ examples. With
 # the mean (not the sum) the update is the one of that batch, so the
 # learning rate to use is the one that suits *that* batch size. Going from
 # batches of 10 to accumulated batches of 50 means five times fewer updates
 # per epoch; Goyal et al.'s *linear scaling rule* {cite}`goyal2017accurate`
 # compensates by multiplying the learning rate by the same factor (with a
-# warm-up for large factors). On text 3's network, 200 epochs of shuffled
+# warm-up for large factors). On the y = x² network, 200 epochs of shuffled
 # data:
 
 # %%
@@ -473,7 +475,7 @@ for label, losses in runs.items():
 gap = np.abs(runs["batch 10 x 5 accumulated, lr 0.01"] - runs["batch 50, lr 0.01"]).max()
 print(f"accumulated batch of 50 vs real batch of 50, largest loss gap: {gap:.4f}")
 
-# %%
+# %% mystnb={"figure": {"caption": "The y = x\u00b2 network's loss after each epoch: batches of 10, 5 accumulated micro-batches of 10 (an effective batch of 50) at the same and at a five times larger learning rate. A real batch of 50 lies exactly under the accumulated run at the same learning rate.", "name": "fig-effective-batch"}}
 figure = None
 for label, losses in runs.items():
     if label != "batch 50, lr 0.01":  # it lies exactly under the accumulated run
@@ -483,10 +485,114 @@ _ = figure.axes[0].set_xlabel("epoch")
 
 # %% [markdown]
 # Accumulating 5 micro-batches of 10 *is* training with batches of 50: the
-# curves coincide. Per epoch it is slower than batches of 10, because it
+# curves coincide ({numref}`fig-effective-batch`). Per epoch it is slower than batches of 10, because it
 # makes a fifth of the updates; scaled up by 5, the learning rate brings it
 # back. Accumulation changes how the work is done, not what is computed; the
 # hyperparameters belong to the effective batch.
+#
+# ## Noise: the accumulation thread's other reason
+#
+# Memory is one reason to accumulate. The asker of the accumulation thread
+# ([Where this book starts](00_sources)) gave another: the gradient of one
+# small batch is too noisy. A mini-batch gradient is an estimate of the
+# full-batch gradient $g$, and its {term}`gradient noise`, the mean of
+# $\lVert g_b - g \rVert^2$ over random batches of $b$ examples, falls as
+# $1/b$: with $\sigma^2$ the mean of $\lVert g_i - g \rVert^2$ over the
+# $N$ examples' own gradients $g_i$, drawing $b$ of them without replacement
+# gives $\frac{\sigma^2}{b} \cdot \frac{N - b}{N - 1}$. We measure it on the
+# y = x² question's network, from the 50 examples' own gradients (float64, so
+# that only the sampling varies), at the initial weights and after 2000
+# full-batch steps, with 2000 random batches for each size:
+
+# %%
+def per_example_gradients(weights):
+    """One row per example: the gradient of its squared error, all weights flattened."""
+    variables = [tf.Variable(w.astype(np.float64)) for w in weights]
+    x64, y64 = x_all.astype(np.float64), y_all.astype(np.float64)
+    with tf.GradientTape() as tape:
+        losses = tf.reduce_sum(tf.square(pargrad.parabola_forward(x64, variables) - y64), axis=1)
+    return np.concatenate([tf.reshape(j, [len(x64), -1]).numpy()
+                           for j in tape.jacobian(losses, variables)], axis=1)
+
+
+_, trained_weights = pargrad.fit_one_device(x_all, y_all, steps=2000, learning_rate=0.01, seed=0)
+NOISE_SIZES, DRAWS, N = [1, 2, 5, 10, 25], 2000, len(x_all)
+noise = {}
+for label, weights in [("initial weights", pargrad.initial_weights(seed=0)),
+                       ("after 2000 steps", trained_weights)]:
+    per_example = per_example_gradients(weights)
+    full = per_example.mean(axis=0)
+    sigma2 = np.mean(np.sum((per_example - full) ** 2, axis=1))
+    rng = np.random.default_rng(0)
+    measured = [np.mean([np.sum((per_example[rng.choice(N, b, replace=False)].mean(axis=0)
+                                 - full) ** 2) for _ in range(DRAWS)]) for b in NOISE_SIZES]
+    predicted = [sigma2 / b * (N - b) / (N - 1) for b in NOISE_SIZES]
+    # accumulating 5 micro-batches of 2, drawn without replacement within a window
+    accumulated = np.mean([np.sum((np.mean(np.split(per_example[rng.choice(N, 10, replace=False)], 5),
+                                           axis=(0, 1)) - full) ** 2) for _ in range(DRAWS)])
+    scale = np.sum(full ** 2)
+    noise[label] = (np.array(measured) / scale, np.array(predicted) / scale, accumulated / scale)
+    print(f"{label}: noise / |g|^2 for batches of {NOISE_SIZES}:",
+          [f"{v:.3g}" for v in noise[label][0]])
+    print(f"{'':{len(label)}}  5 accumulated micro-batches of 2: {noise[label][2]:.3g}"
+          f"  (a batch of 10: {noise[label][0][NOISE_SIZES.index(10)]:.3g})")
+    assert all(abs(m / p - 1) < 0.15 for m, p in zip(measured, predicted))
+at_start, trained = noise["initial weights"][0], noise["after 2000 steps"][0]
+assert at_start[NOISE_SIZES.index(5)] < 1 < trained[NOISE_SIZES.index(25)]
+
+# %% mystnb={"figure": {"caption": "Gradient noise of the y = x\u00b2 network against the batch size, relative to the squared length of the full-batch gradient, at the initial weights and after 2000 full-batch steps. Dots: measured over random batches; dashed: the prediction, which falls as one over the batch size.", "name": "fig-gradient-noise"}}
+import matplotlib.pyplot as plt
+
+fig, ax = plt.subplots(figsize=(6, 3.4))
+for (label, (measured, predicted, _)), color in zip(noise.items(), ["C0", "C1"]):
+    ax.loglog(NOISE_SIZES, measured, "o", color=color, label=f"{label}, measured")
+    ax.loglog(NOISE_SIZES, predicted, "--", color=color, label=f"{label}, predicted")
+ax.set_xlabel("batch size b")
+ax.set_ylabel("noise / |full-batch gradient|²")
+ax.legend(fontsize=7)
+fig.tight_layout()
+
+# %% [markdown]
+# {numref}`fig-gradient-noise` confirms the $1/b$ law, and shows when the
+# asker is right. At the initial weights the full-batch gradient is large: a
+# batch of 5 points already has less noise than the squared length of the
+# gradient it estimates. After 2000 steps the full-batch gradient is small and
+# the examples' own gradients are not: even a batch of 25 has more noise than
+# that, and an update from one or two points is mostly noise. Accumulating
+# $k$ micro-batches of $b$, drawn without replacement, is a batch of $kb$ and
+# has its noise (the line "5 accumulated micro-batches of 2" above differs
+# from a batch of 10 only by sampling), for the memory of one micro-batch.
+#
+# ### Accumulation, or a smaller learning rate?
+#
+# What the noise does to training is the random part of each step,
+# $\eta\,(g_b - g)$: its size grows with the learning rate $\eta$ and falls
+# with the batch $b$. To first order, SGD's wandering depends on the
+# ratio $\eta / b$ {cite}`smith2018dont,mccandlish2018empirical`, so there are
+# two ways to quiet it: a larger (accumulated) batch, or a smaller learning
+# rate, for example a schedule that lowers $\eta$ as training goes on. The
+# previous section's runs show the trade on this problem: 5 accumulated
+# micro-batches of 10 at the same learning rate make a fifth of the updates,
+# each five times less noisy, and end far higher than plain batches of 10;
+# scaled by 5, the learning rate brings them level. Here, noise is not what
+# limits training, the number of updates is.
+#
+# So, on one device:
+#
+# - **A learning-rate schedule** (lower $\eta$ as the loss flattens) is the
+#   cheaper answer to noise alone: no extra memory, no fewer updates per
+#   epoch. Smith et al. {cite}`smith2018dont` show that growing the batch
+#   during training works like decaying the learning rate, with fewer
+#   updates.
+# - **Accumulation** is the right tool when the *effective batch* itself is
+#   what you need: a recipe (learning rate, schedule, warm-up) tuned for a
+#   batch that does not fit your device; updates that are expensive, such as
+#   an all-reduce across machines, which accumulation makes $k$ times rarer
+#   (chapter "Accumulate and distribute"); or an optimizer whose per-update
+#   state should see large-batch gradients. Beyond the batch size at which
+#   the noise is small next to the gradient, McCandlish et al.'s *critical
+#   batch size* {cite}`mccandlish2018empirical`, a larger batch only costs
+#   time.
 #
 # ## Summary
 #
@@ -506,19 +612,148 @@ _ = figure.axes[0].set_xlabel("epoch")
 #   the whole batch's grows with it.
 # - The effective batch is micro-batch × steps × replicas; choose the
 #   learning rate for it (linear scaling rule).
+# - Gradient noise falls as one over the batch size, and accumulating $k$
+#   micro-batches of $b$ has the noise of a batch of $kb$; against noise
+#   alone a learning-rate schedule is cheaper, accumulation is for when the
+#   effective batch itself is needed.
 #
 # ## Exercises
 #
 # 1. Give `keras_fit` a data set of 48 points and batches of 16, so that every
 #    micro-batch is full. Does Keras's `gradient_accumulation_steps=3` now
 #    match `fit` with batches of 48?
+#
+#    *Hint:* Keras divides by the number of micro-batches; when they are
+#    equal, that is the same as weighting by examples.
 # 2. Use `accumulator.step` inside `strategy.run`. What error do you get, and
 #    why is it the same problem as Keras issue 20582?
+#
+#    *Hint:* `step` decides inside the replica, with a `tf.cond`, whether to
+#    call `apply`.
 # 3. In the BatchNorm experiment, replace `BatchNormalization` by
 #    `LayerNormalization`. How large is the gradient error now? Why?
+#
+#    *Hint:* which examples does layer normalisation look at to normalise
+#    one example?
 # 4. Add `MICRO_BATCH = 512` to the memory experiment. Where does the
 #    accumulated curve sit now? Which micro-batch size would you choose on a
 #    GPU, and what decides it?
+#
+#    *Hint:* the accumulated peak is the peak of one micro-batch.
 # 5. Train with batches of 10 accumulated 25 times (effective batch 250, on
 #    a data set repeated 5 times) with the learning rate scaled by 25. Does the
 #    linear scaling rule still hold? Compare with Goyal et al.'s warm-up.
+#
+#    *Hint:* `train_epochs(10, 25, 0.25)` makes one update every five
+#    epochs of the 50 points, the same as 250 points repeated.
+# 6. Measure the gradient noise at the initial weights for batches drawn
+#    *with* replacement. Which factor of the prediction disappears?
+#
+#    *Hint:* `rng.choice(N, b, replace=True)`.
+#
+# ### Solutions
+#
+# **Exercise 1.** Yes: with equal micro-batches, Keras's mean over
+# micro-batches is the mean over examples, and the weights match the big
+# batch's to float32 rounding:
+
+# %% tags=["hide-cell"]
+def keras_fit_on(x, y, batch_size, accumulation_steps=None, epochs=3):
+    keras.utils.set_random_seed(0)
+    model = pargrad.parabola_model()
+    options = {} if accumulation_steps is None else {
+        "gradient_accumulation_steps": accumulation_steps}
+    model.compile(optimizer=keras.optimizers.SGD(0.05, **options), loss="mse")
+    model.fit(x, y, batch_size=batch_size, epochs=epochs, shuffle=False, verbose=0)
+    return model.get_weights()
+
+
+x48, y48 = pargrad.parabola_data(n=48)
+gap48 = max_difference(keras_fit_on(x48, y48, 16, accumulation_steps=3),
+                       keras_fit_on(x48, y48, 48))
+print(f"fit(batch 16, 3 accumulation steps) vs fit(batch 48), 48 points: {gap48:.6f}")
+assert gap48 < 1e-6
+
+# %% [markdown]
+# **Exercise 2.** `step` would apply inside a `tf.cond` in the replica's
+# function. `GradientAccumulator` refuses with its own error: under a
+# strategy its sums only add up across replicas outside `strategy.run`. Had
+# it gone on, the optimizer's `apply_gradients` would have needed a
+# `merge_call` across replicas inside control flow, which TensorFlow refuses:
+# exactly Keras's problem. Decide outside the replicas (call `accumulate` in
+# `strategy.run`, `apply` outside), as this chapter does:
+
+# %% tags=["hide-cell"]
+with strategy.scope():
+    model = pargrad.parabola_model()
+    accumulator = GradientAccumulator(model.trainable_variables, K, keras.optimizers.SGD(0.05))
+
+
+def replica_step(x, y):
+    with tf.GradientTape() as tape:
+        loss = mean_squared_error(model, x, y)
+    return accumulator.step(tape.gradient(loss, model.trainable_variables), tf.shape(x)[0])
+
+
+try:
+    for xb, yb in batches:
+        tf.function(lambda x, y: strategy.run(replica_step, (x, y)))(xb, yb)
+        break
+    print("UNEXPECTED: accumulator.step worked inside strategy.run")
+except Exception as error:  # noqa: BLE001  (we report whatever TensorFlow raises)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error))
+    print([line.strip() for line in text.splitlines() if line.strip()][-1])
+
+# %% [markdown]
+# **Exercise 3.** Layer normalisation normalises each example with its own
+# features' statistics, so each example's loss again depends on that example
+# only: the accumulated gradient equals the big batch's to rounding.
+
+# %% tags=["hide-cell"]
+def parabola_with_layer_norm():
+    keras.utils.set_random_seed(0)
+    return keras.Sequential([keras.Input(shape=(1,)), keras.layers.Dense(5),
+                             keras.layers.LayerNormalization(),
+                             keras.layers.Activation("tanh"), keras.layers.Dense(1)])
+
+
+model = parabola_with_layer_norm()
+accumulator = GradientAccumulator(model.trainable_variables, K)
+for xb, yb in shuffled:
+    accumulator.accumulate(gradients_of(xb, yb), len(xb))
+exact = gradients_of(x_all, y_all)
+scale = max(float(np.abs(g).max()) for g in exact)
+layer_norm_error = max_difference(accumulator.mean_gradients(), exact) / scale
+print(f"LayerNorm: accumulated vs big-batch gradient, relative error: {layer_norm_error:.4f}")
+assert layer_norm_error < 1e-5
+
+# %% [markdown]
+# **Exercise 4.** With micro-batches of 512 the accumulated curve is flat
+# again, at the height of the whole-batch curve at 512: accumulation's peak
+# is one micro-batch's. On a GPU, choose the largest micro-batch that fits
+# in memory with room to spare, because a larger micro-batch uses the GPU
+# better ({numref}`fig-peak-memory` shows the memory side; the benchmark
+# `benchmarks/accumulation.py` the time side).
+#
+# **Exercise 5.** Run it and compare the losses with the batch-10 run:
+
+# %% tags=["hide-cell"]
+scaled_25 = train_epochs(10, 25, 0.25)
+print(f"batch 10, lr 0.01:                  loss after 200 epochs: {runs['batch 10, lr 0.01'][-1]:.4f}")
+print(f"batch 10 x 25 accumulated, lr 0.25: loss after 200 epochs: {scaled_25[-1]:.4f}")
+assert scaled_25[-1] < runs["batch 10, lr 0.01"][-1]
+
+# %% [markdown]
+# On this small network the rule holds, and more: 40 updates of an
+# effective batch of 250 at 25 times the learning rate end lower than 1000
+# updates of batches of 10. The rule assumes that the gradient changes
+# little over the 25 small steps it replaces by one large step; that fails
+# where the loss curves sharply, typically at the start of training. Goyal
+# et al. {cite}`goyal2017accurate` found it failing there for large factors
+# on ResNet-50 and added a warm-up: the learning rate ramps up from the
+# small-batch value over the first epochs.
+#
+# **Exercise 6.** Drawn with replacement, the $b$ examples are independent,
+# so the noise is $\sigma^2 / b$ exactly: the finite-population factor
+# $(N - b)/(N - 1)$ disappears. It matters for large $b$: a batch of all 50
+# points, drawn without replacement, has no noise at all.

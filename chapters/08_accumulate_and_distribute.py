@@ -49,7 +49,8 @@ from pargrad.sync import SyncTrainer, sync_strategy
 # %% [markdown]
 # ## The effective batch
 #
-# An update of synchronous training with accumulation sees
+# An update of synchronous training with accumulation sees an
+# {term}`effective batch`:
 #
 # $$\text{effective batch} = \text{micro-batch} \times k \times \text{replicas},$$
 #
@@ -60,7 +61,7 @@ from pargrad.sync import SyncTrainer, sync_strategy
 # mean gradient over all its examples: the same update as one device on one
 # batch of that size.
 #
-# We check this on text 3's network with 48 of its points (48 splits evenly
+# We check this on the y = x² question's network with 48 of its points (48 splits evenly
 # over 4 replicas and 3 micro-batches), starting three runs from the same
 # initial weights:
 #
@@ -83,7 +84,7 @@ tolerance = pargrad.rounding_tolerance("float64", STEPS)
 
 
 def train_parabola(replicas, accumulation_steps):
-    """STEPS full-batch updates of text 3's network; returns (history, weights, updates)."""
+    """STEPS full-batch updates of the y = x² network; returns (history, weights, updates)."""
     strategy = four_replicas if replicas == 4 else sync_strategy(replicas)
     with strategy.scope():
         model = pargrad.parabola_model(seed=0, dtype="float64")
@@ -217,7 +218,7 @@ for name, (seen, losses, test_accuracy) in results.items():
     print(f"{name:42} updates {len(losses):3}  final loss {np.mean(losses[-4:]):.3f}  "
           f"test accuracy {test_accuracy:.3f}")
 
-# %%
+# %% mystnb={"figure": {"caption": "Training loss of the digits MLP on four replicas against the examples seen, for effective batches of 32, 256 and 1024, with the learning rate unchanged and scaled with the batch (the linear scaling rule).", "name": "fig-linear-scaling"}}
 fig, ax = plt.subplots(figsize=(6.5, 3.6))
 for name, (seen, losses, _) in results.items():
     ax.plot(seen, losses, label=name)
@@ -229,7 +230,7 @@ ax.legend(fontsize=8)
 fig.tight_layout()
 
 # %% [markdown]
-# With the learning rate unchanged, the larger effective batch learns far less
+# In {numref}`fig-linear-scaling`, with the learning rate unchanged, the larger effective batch learns far less
 # from the same examples: it makes eight times fewer steps of the same length.
 # Scaling the learning rate with the batch brings it back close to the small
 # batch. Push $k$ further and the rule's approximation breaks: the gradients do
@@ -354,11 +355,53 @@ assert sum_bytes == parameter_bytes
 #
 # 1. Add a run with 2 replicas and $k = 6$ (micro-batch 4) to the first table.
 #    Does it still match one device?
+#
+#    *Hint:* `train_parabola(2, 6)`; $4 \times 6 \times 2 = 48$.
 # 2. In the linear-scaling experiment, add a warm-up: train the batch-1024 run
 #    with learning rate 0.05 for its first few updates, then 1.6. Does the
 #    overshoot at the start disappear? (Hint: call `fit` twice; the trainer
 #    continues where it stopped, and `trainer.optimizer.learning_rate` can be
 #    assigned.)
+#
+#    *Hint:* compare the losses of the first updates, where the overshoot
+#    happens, not only the final accuracy.
 # 3. Replace the micro-batch count $k$ by replicas: 8 logical devices with
 #    $k = 4$ against 4 with $k = 8$. Which is faster on two CPU cores, and why
 #    would the answer differ on eight real GPUs?
+#
+#    *Hint:* on two cores, what does a replica add that a micro-batch does
+#    not?
+#
+# ### Solutions
+#
+# **Exercise 1.** Yes: the effective batch is again 48, and the weights are
+# one device's:
+
+# %% tags=["hide-cell"]
+history, weights, updates = train_parabola(2, 6)
+gap = max(np.max(np.abs(a - b)) for a, b in zip(weights, reference))
+print(f"2 replicas, k = 6: effective batch {history.effective_batch_size}, micro-batch "
+      f"{history.micro_batch_size}, updates {updates}, same weights as one device (1e-5): "
+      f"{gap < 1e-5}")
+assert history.effective_batch_size == 48 and gap < 1e-5
+
+# %% [markdown]
+# ```{dropdown} Solution to exercise 2
+# Train with `learning_rate=0.05` for a few updates (`fit(..., steps=3)`),
+# assign `trainer.optimizer.learning_rate = 1.6`, and call `fit` again for
+# the remaining updates. The first updates then take small steps while the
+# gradient changes fastest, which is where a step 32 times the small-batch
+# step overshoots. Compare the first losses of the two runs to see how much
+# of the overshoot it removes; whether the final accuracy recovers depends on
+# how far the rule's approximation holds later: warm-up addresses the start,
+# not the limit of the rule.
+# ```
+#
+# ```{dropdown} Solution to exercise 3
+# On two CPU cores, 4 replicas with $k = 8$ are usually faster: every
+# replica adds a shard to the all-reduce and a copy of the step to launch,
+# while the two cores stay two; a micro-batch adds only computation. On eight
+# real GPUs each replica brings its own compute, so 8 replicas with $k = 4$
+# halve the time per update, as long as the all-reduce of the gradients
+# stays small next to the computation.
+# ```

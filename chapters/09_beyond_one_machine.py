@@ -6,7 +6,7 @@
 # two modes of the earlier chapters across processes:
 # `MultiWorkerMirroredStrategy` (synchronous: every step all-reduces the
 # gradients of all workers) and `ParameterServerStrategy` (asynchronous: the
-# parameters live on *parameter servers*, workers read and update them on
+# parameters live on *{term}`parameter servers <parameter server>`*, workers read and update them on
 # their own), the architecture of the first large systems
 # {cite}`dean2012large,abadi2016tensorflow`.
 #
@@ -20,7 +20,7 @@
 #
 # - start local clusters of processes with `pargrad.LocalCluster`: workers
 #   only, or a coordinator with workers and parameter servers, always stopped;
-# - train text 3's network synchronously in 2 and 3 worker processes and get
+# - train the y = x² question's network synchronously in 2 and 3 worker processes and get
 #   the same weights as in one process;
 # - train it asynchronously with `ParameterServerStrategy` and a
 #   `ClusterCoordinator`, with the variables cut into shards on two
@@ -124,7 +124,7 @@ for bad in ({"workers": 0}, {"workers": 2, "parameter_servers": -1}, {"workers":
 # the gradient of its shard of the
 # batch, one all-reduce over the network sums them, and every worker applies
 # the same update. The worker function is the `SyncTrainer` loop of the
-# chapter "Synchronous training", on 48 of text 3's points so that 2 and 3
+# chapter "Synchronous training", on 48 of the y = x² question's points so that 2 and 3
 # workers split the batch evenly (the checkpoint part is for later):
 
 # %%
@@ -189,7 +189,7 @@ assert all(gap(weights) < tolerance for weights in runs.values())
 #   free: read the parameters from the parameter servers, compute, write the
 #   update back. Nobody waits for anybody.
 #
-# Our coordinator function trains text 3's network (the model of the
+# Our coordinator function trains the y = x² network (the model of the
 # asynchronous chapter, from the same initial weights) with full-batch
 # updates. Besides the weights, it keeps a `version` counter on a parameter
 # server:
@@ -264,9 +264,10 @@ assert staleness[~both].max() <= 1           # one worker left: hardly any overl
 # update land while they computed; after the kill, with one worker left, the
 # updates are almost never stale (the few exceptions are closures that were
 # already running when the worker died). The loss follows that of one
-# device closely, as the asynchronous chapter found for small staleness:
+# device closely, as the asynchronous chapter found for small staleness
+# ({numref}`fig-ps-updates`):
 
-# %%
+# %% mystnb={"figure": {"caption": "Parameter-server training of the y = x\u00b2 network across processes: when each worker applied an update, with the moment one worker was killed, and the loss per update against that of one device.", "name": "fig-ps-updates"}}
 reference_loss, _ = pargrad.fit_one_device(*pargrad.parabola_data(), steps=UPDATES, learning_rate=0.01)
 fig = plots.parameter_server_updates(ps_run, kill_time=killed_wall, reference_loss=reference_loss)
 
@@ -376,9 +377,10 @@ shutil.rmtree(checkpoints)  # the checkpoints have served their purpose
 
 # %% [markdown]
 # What did the failure cost? The steps done after the last checkpoint, and
-# the time from the kill until the restarted job made progress again:
+# the time from the kill until the restarted job made progress again
+# ({numref}`fig-recovery`):
 
-# %% tags=["nbval-ignore-output"]
+# %% mystnb={"figure": {"caption": "Steps done against wall-clock time for the synchronous run that lost a worker and for its restart from the last checkpoint; the marks show the checkpoints and the kill.", "name": "fig-recovery"}} tags=["nbval-ignore-output"]
 def steps_seen(cluster):
     """(seconds, step) of worker 0's progress lines, since the first run started."""
     return [(t - started, int(line.split()[1]))
@@ -479,15 +481,77 @@ for index in range(3):
 # 1. Start `LocalCluster(train_parabola_multiworker, workers=4)` with
 #    `kwargs={"steps": 300, "points": 50}`. What does each worker raise, and
 #    which numbers of points work for 4 workers?
+#
+#    *Hint:* each worker runs `SyncTrainer`, which checks that the global
+#    batch splits evenly over the replicas.
 # 2. Run `train_parameter_server` with 3 workers and 1 parameter server
 #    (`parameter_servers=1`). How does the staleness proxy change, and where do
 #    the variables live now?
+#
+#    *Hint:* the staleness proxy counts the updates of *other* workers that
+#    land while one computes.
 # 3. Kill a *parameter server* instead of a worker in the parameter-server
 #    run. What does the coordinator raise? What would you need to resume?
+#
+#    *Hint:* the parameter servers hold the only copy of the variables.
 # 4. In the synchronous failure experiment, save a checkpoint every 50 steps.
 #    How many steps are lost now, and how much longer does the run take?
 #    Where is the break-even for a checkpoint that takes 1 s to write?
+#
+#    *Hint:* with failures every $T$ seconds and a checkpoint every $\tau$
+#    seconds, you lose about $\tau/2$ per failure and spend the writing time
+#    every $\tau$.
 # 5. Start the cluster by hand: in two terminals, set `TF_CONFIG` for worker 0
 #    and worker 1 on 127.0.0.1 and run
 #    `python -m pargrad.cluster pargrad.multiworker:train_parabola_multiworker`.
 #    What happens while only one of them is running?
+#
+#    *Hint:* `MultiWorkerMirroredStrategy` needs every worker for its first
+#    collective operation.
+#
+# ### Solutions
+#
+# These exercises start clusters of processes, which takes many seconds each,
+# so their solutions are written out rather than run here; the tests in
+# `tests/test_multiworker.py`, `tests/test_parameter_server.py` and
+# `tests/test_cluster.py` run the same situations.
+#
+# ```{dropdown} Solution to exercise 1
+# Every worker raises `ValueError` from `SyncTrainer`: 50 examples do not
+# split over 4 replicas, and the message names batch sizes that do (multiples
+# of 4, such as 48 or 52). `LocalCluster.wait` raises `ClusterError` for the
+# first worker that exits with the error, and stops the others.
+# ```
+#
+# ```{dropdown} Solution to exercise 2
+# With three workers, more updates land while one worker computes, so the
+# proxy takes larger values more often (up to 2 when both other workers
+# finish in between). With one parameter server every variable lives whole
+# on `/job:ps/replica:0/task:0`: there is nothing to shard over.
+# ```
+#
+# ```{dropdown} Solution to exercise 3
+# The coordinator's closures fail, and `ClusterCoordinator` raises an error
+# (an `UnavailableError` or a `PSUnavailableError`, depending on the version)
+# instead of rescheduling: a closure can move to another worker, but the
+# variables on the dead parameter server are gone. To resume, the
+# coordinator must have saved checkpoints of the variables, and the job must
+# restart with a new parameter server and restore them.
+# ```
+#
+# ```{dropdown} Solution to exercise 4
+# With a checkpoint every 50 steps at most 50 steps are lost, 25 on average
+# instead of about 75; the run writes three times as many checkpoints.
+# Per failure you save about half the difference in interval; each extra
+# checkpoint costs its writing time. With steps of a few milliseconds, as
+# here, a checkpoint that takes 1 s costs far more than the steps it saves;
+# it pays off only when the steps lost (interval / 2 × step time × failure
+# rate) exceed the writing time per interval.
+# ```
+#
+# ```{dropdown} Solution to exercise 5
+# The first worker starts its server and waits: `MultiWorkerMirroredStrategy`
+# blocks at its first collective operation until every worker in
+# `TF_CONFIG` has joined. When the second starts, both train, and they end with the same
+# weights as the cluster run.
+# ```

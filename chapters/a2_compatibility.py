@@ -13,7 +13,7 @@
 # - see the twelve combinations: Keras `fit` or a custom loop, times
 #   `MirroredStrategy`, `MultiWorkerMirroredStrategy` or
 #   `ParameterServerStrategy`, times with or without gradient accumulation;
-# - run each for a few steps of text 3's network and compare it with the same
+# - run each for a few steps of the y = x² question's network and compare it with the same
 #   steps on one device;
 # - read the table, and the errors behind its failures.
 #
@@ -46,7 +46,7 @@ print("TensorFlow", tf.__version__, "| Keras", keras.__version__)
 # %% [markdown]
 # ## What each combination runs
 #
-# Every combination trains text 3's 1-5-1 network on 48 points for
+# Every combination trains the y = x² question's 1-5-1 network on 48 points for
 # 5 full-batch steps of gradient descent, from the same
 # initial weights, and compares the final weights with the same steps on one
 # device (`pargrad.fit_one_device`). *Accumulation* means 2 micro-batches of
@@ -146,7 +146,38 @@ print("the text agrees with the table")
 #
 # 1. Add a column: Keras `fit` with `steps_per_execution=5`. Does it change
 #    any cell?
+#
+#    *Hint:* `steps_per_execution` changes how many steps one call runs, not
+#    what a step computes.
 # 2. Add a row for `tf.distribute.OneDeviceStrategy`. Which cells would you
 #    expect to work, and do they?
+#
+#    *Hint:* one device means no all-reduce and no `merge_call` across
+#    replicas.
 # 3. Install an older Keras 3 release in a fresh environment and run this
 #    appendix again. Which cells change?
+#
+#    *Hint:* look at the cells that name a Keras issue.
+#
+# ### Solutions
+#
+# ```{dropdown} Solution to exercise 1
+# It should not change any cell that works: `steps_per_execution` runs
+# several steps in one `tf.function` call, each still one update. Cells that
+# fail keep failing, since the failures come from the strategy, not from the
+# number of steps per call.
+# ```
+#
+# ```{dropdown} Solution to exercise 2
+# `OneDeviceStrategy` has one replica and no cross-replica reduction, so
+# `fit`, a custom loop and `gradient_accumulation_steps` are all expected to
+# work, like the plain one-device column; running the appendix with the new
+# row checks it.
+# ```
+#
+# ```{dropdown} Solution to exercise 3
+# The cells that depend on Keras's own distribution code: `fit` under the
+# multi-worker strategy and `gradient_accumulation_steps` under
+# `MirroredStrategy` fail or pass depending on the release; the custom loops
+# work with every release that runs at all.
+# ```

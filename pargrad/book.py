@@ -1,6 +1,7 @@
 """Small helpers for the chapters themselves (used by every chapter)."""
 
 import inspect
+import textwrap
 
 from IPython.display import Code
 
@@ -12,3 +13,38 @@ def show_source(obj):
     runs never drift apart.
     """
     return Code(inspect.getsource(obj), language="python")
+
+
+def show_lines(obj, first, last=None):
+    """Display the lines of ``obj``'s source that carry an idea, highlighted.
+
+    From the first line that contains the text ``first`` through the first
+    line after it that contains ``last`` (default: only that line),
+    extended until its brackets close, dedented.  The excerpt is read
+    from the package's code when the chapter runs, so it cannot drift from
+    the code; if the marker text is no longer there, it raises
+    ``ValueError`` and the chapter fails instead of showing stale code.
+    """
+    lines = inspect.getsource(obj).splitlines()
+    name = getattr(obj, "__qualname__", repr(obj))
+    start = next((i for i, line in enumerate(lines) if first in line), None)
+    if start is None:
+        raise ValueError(f"no line of {name} contains {first!r}; update the chapter's excerpt.")
+    if last is None:
+        end = start
+    else:
+        end = next((i for i in range(start, len(lines)) if last in lines[i]), None)
+        if end is None:
+            raise ValueError(f"no line of {name} after {first!r} contains {last!r}; "
+                             "update the chapter's excerpt.")
+    depth = sum(_bracket_depth(line) for line in lines[start:end + 1])
+    while depth > 0 and end + 1 < len(lines):  # finish the statement the excerpt opened
+        end += 1
+        depth += _bracket_depth(lines[end])
+    return Code(textwrap.dedent("\n".join(lines[start:end + 1])), language="python")
+
+
+def _bracket_depth(line):
+    """Opening minus closing brackets on a line of code, ignoring a trailing comment."""
+    code = line.split("#")[0]
+    return sum(code.count(c) for c in "([{") - sum(code.count(c) for c in ")]}")

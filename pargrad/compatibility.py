@@ -10,7 +10,7 @@ Taught in the appendix "Compatibility matrix".  Each combination of
   ``ParameterServerStrategy`` (coordinator, 2 workers, 1 parameter server),
 * gradient accumulation over 2 micro-batches or none,
 
-trains text 3's network for a few full-batch steps and is compared with the
+trains the y = x² question's network for a few full-batch steps and is compared with the
 same steps on one device.  The four combinations of one strategy run one
 after the other in the same process (or cluster); the three strategies run
 at the same time.  A combination that does not finish within its time limit

@@ -1,7 +1,7 @@
 """Synchronous training across processes, and surviving a failure with checkpoints.
 
 Taught in the chapter "Beyond one machine".  :func:`train_parabola_multiworker`
-is text 3's network trained by :class:`pargrad.SyncTrainer` in every worker
+is the y = x² question's network trained by :class:`pargrad.SyncTrainer` in every worker
 of a cluster (``MultiWorkerMirroredStrategy``), optionally with a
 ``tf.train.CheckpointManager``.  Under this strategy every step needs every
 worker, so when one dies the step cannot finish: the job stops, is started
@@ -30,7 +30,7 @@ def _task():
 def train_parabola_multiworker(steps=600, points=48, checkpoint_dir=None, checkpoint_every=100,
                                report_every=25, learning_rate=1e-2, seed=0, verbose=True,
                                seconds_between_reports=0.0, dtype="float32", deterministic=False):
-    """Train text 3's network synchronously on ``points`` points, full batch, ``steps`` steps.
+    """Train the y = x² network synchronously on ``points`` points, full batch, ``steps`` steps.
 
     Runs in every worker of a :class:`pargrad.LocalCluster` (or in one
     process, on its logical devices); 48 points split evenly over 2, 3, 4

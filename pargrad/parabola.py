@@ -1,4 +1,4 @@
-"""Text 3's problem: a 1-5-1 tanh network fitting y = x² on 50 points.
+"""The y = x² question's problem: a 1-5-1 tanh network fitting y = x² on 50 points.
 
 Taught in the chapter "The training loop"; the synchronous and accumulation
 chapters reuse it, always starting from the same initial weights.
@@ -40,9 +40,9 @@ def _float_dtype(dtype):
 
 
 def initial_weights(seed=0, hidden=5, dtype="float32"):
-    """Random-normal weights, as text 3's ``add_layer`` makes them, and biases of 0.1.
+    """Random-normal weights, as the y = x² question's ``add_layer`` makes them, and biases of 0.1.
 
-    Text 3 draws its biases from a normal distribution too; the book keeps
+    The question draws its biases from a normal distribution too; the book keeps
     them constant because every claim compares runs from the same initial
     weights, so how they were drawn changes no conclusion.
 
@@ -62,7 +62,7 @@ def initial_weights(seed=0, hidden=5, dtype="float32"):
 
 
 def add_layer(inputs, weights, biases, activation=None):
-    """One fully connected layer, as text 3 writes it: ``activation(x @ W + b)``."""
+    """One fully connected layer, as the y = x² question writes it: ``activation(x @ W + b)``."""
     outputs = tf.matmul(inputs, weights) + biases
     return outputs if activation is None else activation(outputs)
 
@@ -75,7 +75,7 @@ def parabola_forward(x, variables):
 
 
 def squared_error(y, prediction):
-    """Text 3's loss: the mean over examples of the squared error."""
+    """The y = x² question's loss: the mean over examples of the squared error."""
     return tf.reduce_mean(tf.reduce_sum(tf.square(y - prediction), axis=1))
 
 

@@ -5,7 +5,7 @@ parameter servers, cut into shards; the workers only compute; a
 *coordinator* process (task type ``chief``) holds the training loop.  It
 *schedules* each update as a small function (a *closure*); whichever worker
 is free runs it: it reads the latest parameters from the parameter servers,
-computes the gradient of text 3's loss on the full batch, and applies its
+computes the gradient of the y = x² question's loss on the full batch, and applies its
 update to the parameter servers at once, without waiting for the other
 workers.  It is the asynchronous trainer of the chapter "Asynchronous
 training", across processes.
@@ -65,7 +65,7 @@ def _shards(variable):
 
 def train_parameter_server(updates=400, learning_rate=1e-2, seed=0, shards=None,
                            report_every=50, slow_worker=None, slow_seconds=0.0):
-    """Train text 3's y = x² network asynchronously with parameter servers.
+    """Train the y = x² question's network asynchronously with parameter servers.
 
     Runs in the coordinator of a :class:`pargrad.LocalCluster` with
     ``parameter_servers >= 1``.  The four weights of the 1-5-1 network start

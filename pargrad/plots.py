@@ -43,7 +43,7 @@ def parabola_fit(x, y, predictions, ax=None, title="Fitting y = x²"):
 
 def stale_gradient(weights, losses, async_path, fresh_path, sync_path, sweep=None,
                    async_workers=("d0", "d1")):
-    """Text 1's figure, with the two runs it needs beside it, and where staleness costs.
+    """The stale-gradient article's figure, with the two runs it needs beside it, and where staleness costs.
 
     ``weights`` and ``losses`` trace the loss curve of a one-parameter model.
     ``async_path`` holds the parameter at t0 (both workers read it), t1 (the

@@ -219,7 +219,7 @@ class SyncHistory:
 # ----------------------------------------------------------------------------
 
 def squared_error_per_example(y, prediction):
-    """Text 3's loss for each example: the squared error summed over outputs."""
+    """The y = x² question's loss for each example: the squared error summed over outputs."""
     return tf.reduce_sum(tf.square(y - prediction), axis=-1)
 
 
@@ -283,7 +283,7 @@ class SyncTrainer:
     * ``strategy``: a ``MirroredStrategy`` or ``MultiWorkerMirroredStrategy``
       (:func:`sync_strategy` makes the right one).
     * ``loss``: ``loss(y, prediction)`` returning one loss per example
-      (default: squared error summed over outputs, text 3's loss).
+      (default: squared error summed over outputs, the y = x² question's loss).
     * ``optimizer``: a Keras optimizer created inside ``strategy.scope()``;
       default plain gradient descent (``keras.optimizers.SGD``) with
       ``learning_rate``.
@@ -576,7 +576,7 @@ class SyncTrainer:
 
         ``batch_size`` is the global batch of one update, over all replicas
         and micro-batches (default: all of ``x``, full-batch gradient descent
-        as in text 3).  Batches are taken from ``x`` in order, wrapping
+        as in the y = x² question).  Batches are taken from ``x`` in order, wrapping
         around at the end; each is cut into equal contiguous shards, one a
         replica (and ``accumulation_steps`` micro-batches within a shard).
         Calling ``fit`` again with the same arrays and batch size continues
@@ -745,12 +745,12 @@ def _progress_bar(total, show, description):
 
 
 # ----------------------------------------------------------------------------
-# Text 3's network, trained synchronously
+# The y = x² question's network, trained synchronously
 # ----------------------------------------------------------------------------
 
 def train_parabola(replicas=None, steps=2000, learning_rate=1e-2, seed=0, steps_per_call=100,
                    progress=False, dtype="float32"):
-    """Train text 3's y = x² network synchronously on the full batch of 50 points.
+    """Train the y = x² question's network synchronously on the full batch of 50 points.
 
     In one process the batch is split over ``replicas`` logical devices
     (:func:`sync_strategy`); in a worker of :class:`pargrad.LocalCluster`

@@ -1,4 +1,4 @@
-"""Gradient accumulation in a TF1 graph, the recipe of text 2 with its bugs fixed.
+"""Gradient accumulation in a TF1 graph, the accumulation thread's recipe with its bugs fixed.
 
 Taught in the chapter "Accumulating gradients in TF1 graphs".  The graph gets
 one accumulator variable per trained variable and a counter; ``zero_ops``
@@ -183,3 +183,105 @@ def ops_run_by(fetch):
             if parent not in seen:
                 stack.append((parent, False))
     return order
+
+
+# ---------------------------------------------------------------------------
+# The y = x² question's answer in TF1: in-graph replication, one tower a device
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class MultiTowerOps:
+    """What :func:`multi_tower_step` adds to a graph.
+
+    ``train_step``: one update with the mean of the towers' gradients.
+    ``tower_losses``: each tower's loss (a mean over its shard).
+    ``tower_gradients``: each tower's ``(gradient, variable)`` pairs.
+    ``mean_gradients``: the averaged ``(gradient, variable)`` pairs that
+    ``train_step`` applies.
+    """
+
+    train_step: tf.Operation
+    tower_losses: list
+    tower_gradients: list
+    mean_gradients: list
+
+
+def average_tower_gradients(tower_gradients):
+    """Average lists of ``(gradient, variable)`` pairs, one list per tower, variable by variable.
+
+    Every tower must list the same variables in the same order (the towers
+    share the variables).  Returns one list of ``(mean gradient, variable)``.
+    Taught in the chapter "Synchronous training".
+    """
+    if not tower_gradients:
+        raise ValueError("average_tower_gradients needs the gradients of at least one tower.")
+    averaged = []
+    for pairs in zip(*tower_gradients):
+        variables = {id(variable) for _, variable in pairs}
+        if len(variables) != 1:
+            raise ValueError(
+                "the towers list different variables at the same position; build every tower "
+                "from the same shared variables, in the same order."
+            )
+        gradients = [tf.convert_to_tensor(gradient) for gradient, _ in pairs]
+        averaged.append((tf.add_n(gradients) / float(len(gradients)), pairs[0][1]))
+    return averaged
+
+
+def multi_tower_step(tower_loss, optimizer, inputs, targets, devices, average_on="/cpu:0",
+                     var_list=None):
+    """One synchronous update from several devices, in one TF1 graph (in-graph replication).
+
+    ``inputs`` and ``targets`` hold the whole batch (placeholders or tensors);
+    they are cut into ``len(devices)`` equal shards with ``tf.split``.  For
+    each device, under ``tf.device``, ``tower_loss(x_shard, y_shard)`` builds
+    that tower's forward pass and mean loss from the graph's *shared*
+    variables, and ``optimizer.compute_gradients`` its backward pass.  On
+    ``average_on`` (the "master") the towers' gradients are averaged, and one
+    ``optimizer.apply_gradients`` applies the mean.  With a loss that is a
+    mean over examples and equal shards, the mean of the towers' gradients is
+    the full batch's gradient, so the update is the full batch's.
+    ``optimizer`` is a ``tf.compat.v1.train`` optimizer.  Returns a
+    :class:`MultiTowerOps`.
+
+    Taught in the chapter "Synchronous training" (the y = x² question's
+    answer in TensorFlow 1).
+    """
+    if tf.executing_eagerly():
+        raise RuntimeError(
+            "multi_tower_step builds a TF1 graph: call it inside "
+            "`with tf.Graph().as_default():` and run train_step with tf.compat.v1.Session; "
+            "in TensorFlow 2 use pargrad.SyncTrainer or tf.distribute.MirroredStrategy."
+        )
+    if not isinstance(optimizer, tf.compat.v1.train.Optimizer):
+        raise TypeError(
+            f"multi_tower_step needs a tf.compat.v1.train optimizer, got "
+            f"{type(optimizer).__name__}; pass for example "
+            "tf.compat.v1.train.GradientDescentOptimizer(0.01)."
+        )
+    devices = list(devices)
+    if not devices:
+        raise ValueError("multi_tower_step needs at least one device, e.g. ['/cpu:0'].")
+    batch = inputs.shape[0]
+    if batch is not None and batch % len(devices):
+        raise ValueError(
+            f"a batch of {batch} does not split into {len(devices)} equal shards; "
+            f"use a batch size that is a multiple of {len(devices)}."
+        )
+
+    input_shards = tf.split(inputs, len(devices))
+    target_shards = tf.split(targets, len(devices))
+    tower_losses, tower_gradients = [], []
+    for index, (device, x_shard, y_shard) in enumerate(zip(devices, input_shards, target_shards)):
+        with tf.device(device), tf.name_scope(f"tower_{index}"):
+            loss = tower_loss(x_shard, y_shard)                        # forward pass and loss
+            pairs = optimizer.compute_gradients(loss, var_list=var_list)  # backward pass
+        tower_losses.append(loss)
+        tower_gradients.append([(g, v) for g, v in pairs if g is not None])
+
+    with tf.device(average_on), tf.name_scope("average"):
+        mean_gradients = average_tower_gradients(tower_gradients)    # the master averages
+        train_step = optimizer.apply_gradients(mean_gradients)         # one update
+    return MultiTowerOps(train_step=train_step, tower_losses=tower_losses,
+                         tower_gradients=tower_gradients, mean_gradients=mean_gradients)

@@ -35,7 +35,7 @@ KERAS_RATE = float(np.float32(1e-2))
 
 @pytest.fixture(scope="module")
 def reference():
-    """Text 3 on one device with the full batch of 50, in float64: (losses, weights)."""
+    """The y = x² network on one device with the full batch of 50, in float64: (losses, weights)."""
     x, y = pargrad.parabola_data(dtype="float64")
     return pargrad.fit_one_device(x, y, steps=STEPS, learning_rate=KERAS_RATE, seed=0)
 

@@ -166,3 +166,70 @@ def test_bad_arguments_raise():
         other = tf.Variable(3.0)
         with pytest.raises(ValueError, match="depends on none"):
             tf1.accumulation_ops(loss, v1.train.GradientDescentOptimizer(0.1), var_list=[other])
+
+
+# --- multi_tower_step: the y = x² question answered in TF1 -----------------
+
+
+def train_towers(towers, steps=50, dtype=tf.float64):
+    """Weights after `steps` updates of the parabola network, one tower per device (all CPU)."""
+    x_all, y_all = parabola_data()
+    graph = tf.Graph()
+    with graph.as_default():
+        x = v1.placeholder(dtype, [50, 1])
+        y = v1.placeholder(dtype, [50, 1])
+        variables = [tf.Variable(w.astype(dtype.as_numpy_dtype)) for w in initial_weights(seed=0)]
+        if towers is None:  # the full batch, one plain step
+            step = v1.train.GradientDescentOptimizer(0.01).minimize(
+                squared_error(y, parabola_forward(x, variables)))
+        else:
+            ops = tf1.multi_tower_step(
+                lambda xs, ys: squared_error(ys, parabola_forward(xs, variables)),
+                v1.train.GradientDescentOptimizer(0.01), x, y, ["/cpu:0"] * towers)
+            assert len(ops.tower_losses) == towers and len(ops.mean_gradients) == 4
+            step = ops.train_step
+        init = v1.global_variables_initializer()
+    with v1.Session(graph=graph) as session:
+        session.run(init)
+        for _ in range(steps):
+            session.run(step, {x: x_all, y: y_all})
+        return session.run(variables)
+
+
+@pytest.mark.parametrize("towers", [2, 5])
+def test_multi_tower_step_equals_the_full_batch_in_float64(towers):
+    full = train_towers(None)
+    towered = train_towers(towers)
+    assert max_difference(full, towered) < 1e-12
+    assert max_difference(full, train_towers(None, steps=0)) > 1e-3  # it did train
+
+
+def test_average_tower_gradients_averages_and_checks_the_variables():
+    graph = tf.Graph()
+    with graph.as_default():
+        a, b = tf.Variable(1.0), tf.Variable(2.0)
+        mean = tf1.average_tower_gradients([[(tf.constant(1.0), a)], [(tf.constant(3.0), a)]])
+        with pytest.raises(ValueError, match="same shared variables"):
+            tf1.average_tower_gradients([[(tf.constant(1.0), a)], [(tf.constant(3.0), b)]])
+        with pytest.raises(ValueError, match="at least one tower"):
+            tf1.average_tower_gradients([])
+        with v1.Session(graph=graph) as session:
+            assert session.run(mean[0][0]) == pytest.approx(2.0)
+            assert mean[0][1] is a
+
+
+def test_multi_tower_step_bad_arguments_raise():
+    sgd = v1.train.GradientDescentOptimizer(0.1)
+    with pytest.raises(RuntimeError, match="tf.Graph"):
+        tf1.multi_tower_step(None, sgd, tf.zeros([4, 1]), tf.zeros([4, 1]), ["/cpu:0"])
+    graph = tf.Graph()
+    with graph.as_default():
+        x, y = v1.placeholder(tf.float32, [50, 1]), v1.placeholder(tf.float32, [50, 1])
+        loss = lambda xs, ys: tf.reduce_mean(xs - ys)  # noqa: E731
+        import keras
+        with pytest.raises(TypeError, match="tf.compat.v1.train"):
+            tf1.multi_tower_step(loss, keras.optimizers.SGD(0.1), x, y, ["/cpu:0"])
+        with pytest.raises(ValueError, match="at least one device"):
+            tf1.multi_tower_step(loss, sgd, x, y, [])
+        with pytest.raises(ValueError, match="multiple of 3"):
+            tf1.multi_tower_step(loss, sgd, x, y, ["/cpu:0"] * 3)
