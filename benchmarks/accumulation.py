@@ -13,13 +13,17 @@ one device, everything compiled with ``tf.function``.  Prints:
    plain step on the ``--steps``-times larger batch.
 
 Contenders are traced first, then timed in interleaved rounds so that a busy
-moment of a shared machine hits all of them; the best round counts.
+moment of a shared machine hits all of them; the best round counts.  Both
+sides of a ratio run on the same device (the first of
+``pargrad.logical_devices(1)``, a GPU if there is one), uncompiled by XLA.
+The last line, ``RESULT accumulate_vs_plain=...``, is ratio 1 for a script.
 """
 
 import argparse
 import time
 
 import pargrad  # first: it imports TensorFlow quietly
+from _common import describe_machine, result_line, verdict
 
 import keras
 import numpy as np
@@ -60,7 +64,13 @@ def main():
     parser.add_argument("--repeats", type=int, default=40)
     args = parser.parse_args()
     k, b = args.steps, args.micro_batch
+    device = pargrad.logical_devices(1)[0]
+    with tf.device(device):
+        run(args, k, b, device)
 
+
+def run(args, k, b, device):
+    """Time the contenders on ``device`` and print the results."""
     rng = np.random.default_rng(0)
     x_big = tf.constant(rng.standard_normal((k * b, INPUTS)).astype(np.float32))
     y_big = tf.constant(rng.integers(0, CLASSES, k * b).astype(np.int32))
@@ -113,15 +123,17 @@ def main():
                 accumulator.reset()
     best = {name: min(times) for name, times in results.items()}
 
-    print(f"model {INPUTS}-{HIDDEN}-{HIDDEN}-{CLASSES}, micro-batch {b}, {k} steps, "
-          f"best of {args.rounds} rounds, TensorFlow {tf.__version__}")
+    print(describe_machine([device]))
+    print(f"model {INPUTS}-{HIDDEN}-{HIDDEN}-{CLASSES} on {device}, micro-batch {b}, {k} steps, "
+          f"best of {args.rounds} rounds")
     for name, seconds in best.items():
         print(f"  {name:28s} {1000 * seconds:8.2f} ms")
     ratio = best["accumulate, micro-batch"] / best["plain step, micro-batch"]
     print(f"accumulate / plain step on the same micro-batch: {ratio:.2f}x "
-          f"(target <= 1.15x: {'met' if ratio <= 1.15 else 'NOT met'})")
+          f"({verdict(ratio, 1.15, at_least=False)})")
     window_ratio = best[f"window of {k} micro-batches"] / best[f"plain step, batch {k}x"]
     print(f"window of {k} micro-batches / one step on the {k}x batch: {window_ratio:.2f}x")
+    print(result_line(accumulate_vs_plain=ratio))
 
 
 if __name__ == "__main__":

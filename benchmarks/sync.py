@@ -1,28 +1,52 @@
-"""Steps per second of pargrad.SyncTrainer, Keras fit and a hand-written strategy.run loop.
+"""Step time of pargrad.SyncTrainer against Keras fit, a hand-written loop and one bare device.
 
-    .venv/bin/python benchmarks/sync.py [--replicas 2] [--steps 300] [--rounds 3]
+    .venv/bin/python benchmarks/sync.py [--replicas 2] [--steps 100] [--rounds 8]
+                                        [--steps-per-call 100]
 
-One run, one model (a 64-256-256-1 perceptron), one data set, one
-MirroredStrategy over ``--replicas`` logical devices, 256 examples a replica.
-Each contender is traced first, then timed over ``--steps`` steps; the
-rounds are interleaved (SyncTrainer, fit, loop, ...) so that a busy moment
-of a shared machine hits all of them, and the best round counts.
-SyncTrainer runs three ways: with its defaults (one step a call, no
-per-replica timestamps), recording per-replica times (as the chapter's
-timelines do), and with ten steps a call.
+One run, one model (a 64-256-256-1 perceptron), one data set, plain SGD,
+one ``MirroredStrategy`` over ``--replicas`` logical devices with 256
+examples a replica.  Every contender trains on the same global batch:
+
+* the *bare* step: the same model, loss, optimizer and batch on one device,
+  no strategy: the floor, what the step costs when nothing is distributed;
+* ``SyncTrainer`` with one step a ``tf.function`` call and with
+  ``--steps-per-call`` steps a call;
+* Keras ``fit`` under the same strategy (``steps_per_execution`` 1, its
+  default, and ``--steps-per-call``);
+* the hand-written ``strategy.run`` loop of TensorFlow's custom-training
+  tutorial (one step a call).
+
+Each runs twice: plain TensorFlow, and with each replica's (or the bare
+device's) forward and backward pass compiled by XLA.  Keras ``fit`` has no
+XLA run: with ``jit_compile=True`` under ``MirroredStrategy`` it fails
+(XLA cannot reach the other replicas' variables), which the script shows.
+A ratio compares contenders in the same compile mode and with the same
+number of steps a call, unless its line says otherwise.  Contenders are
+traced first, then timed in interleaved rounds so that a busy moment of a
+shared machine hits all of them; the best round counts (the median and
+every round are printed too, and the process's CPU milliseconds a step, all
+threads, in its least busy round).
+
+The last line holds the ratios for a script (plain TensorFlow; ``_xla``:
+both sides compiled): ``sync_vs_fit`` (Keras fit's step time over
+SyncTrainer's fastest setting, target >= 4), ``sync_vs_loop``
+(the hand-written loop's over SyncTrainer's, both one step a call),
+``sync_vs_bare`` (SyncTrainer's fastest step over the bare step with as
+many steps a call, target <= 1.15).
 """
 
 import argparse
-import time
 
 import pargrad  # first: it imports TensorFlow quietly
 
 import keras
 import numpy as np
 import tensorflow as tf
+
+from _common import best_of_rounds, describe_machine, result_line, timed, verdict
 from pargrad.sync import SyncTrainer, sync_strategy
 
-FEATURES, WIDTH, PER_REPLICA = 64, 256, 256
+FEATURES, WIDTH, PER_REPLICA, EXAMPLES = 64, 256, 256, 8192
 
 
 def perceptron():
@@ -35,55 +59,89 @@ def perceptron():
     ])
 
 
-def data(n=8192):
+def data():
     rng = np.random.default_rng(0)
-    return (rng.standard_normal((n, FEATURES)).astype(np.float32),
-            rng.standard_normal((n, 1)).astype(np.float32))
+    return (rng.standard_normal((EXAMPLES, FEATURES)).astype(np.float32),
+            rng.standard_normal((EXAMPLES, 1)).astype(np.float32))
 
 
-def sync_trainer_runner(strategy, x, y, batch, steps_per_call=1, record_times=None):
+def squared_error_gradients(model, global_batch):
+    """The loss and gradients SyncTrainer computes, as a function of a batch."""
+    def gradients(features, targets):
+        with tf.GradientTape() as tape:
+            per_example = tf.reduce_sum(tf.square(targets - model(features, training=True)), axis=-1)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+        return loss, tape.gradient(loss, model.trainable_variables)
+    return gradients
+
+
+def bare_runner(device, x, y, batch, jit_compile, steps_per_call):
+    """One device, no strategy: take the next batch, gradients, update; as SyncTrainer does."""
+    with tf.device(device):
+        model = perceptron()
+        optimizer = keras.optimizers.SGD(0.01)
+        optimizer.build(model.trainable_variables)
+        x, y = tf.constant(x), tf.constant(y)
+    gradients = squared_error_gradients(model, batch)
+    if jit_compile:
+        gradients = tf.function(gradients, jit_compile=True, autograph=False)
+
+    def steps(position, n):
+        def body(i, _):
+            rows = (position + i * batch + tf.range(batch)) % EXAMPLES
+            loss, grads = gradients(tf.gather(x, rows), tf.gather(y, rows))
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return i + 1, loss
+        with tf.device(device):
+            return tf.while_loop(lambda i, _: i < n, body, (tf.constant(0), tf.constant(0.0)))[1]
+
+    steps = tf.function(steps, autograph=False)
+    position = [0]
+
+    def run(count):
+        for _ in range(count // steps_per_call):
+            steps(tf.constant(position[0]), tf.constant(steps_per_call)).numpy()
+            position[0] = (position[0] + steps_per_call * batch) % EXAMPLES
+    run(2 * steps_per_call)
+    return lambda count: timed(run, count)
+
+
+def sync_trainer_runner(strategy, x, y, batch, jit_compile, steps_per_call=1, record_times=None):
     with strategy.scope():
         model = perceptron()
     trainer = SyncTrainer(model, strategy, learning_rate=0.01, record_times=record_times,
-                          progress=False)
+                          progress=False, jit_compile=jit_compile)
     trainer.fit(x, y, steps=2 * steps_per_call, batch_size=batch, steps_per_call=steps_per_call)
-
-    def run(steps):
-        start = time.perf_counter()
-        trainer.fit(x, y, steps=steps, batch_size=batch, steps_per_call=steps_per_call)
-        return time.perf_counter() - start
-    return run
+    return lambda steps: timed(trainer.fit, x, y, steps, batch, steps_per_call)
 
 
-def keras_fit_runner(strategy, x, y, batch):
+def keras_fit_runner(strategy, x, y, batch, steps_per_execution=1, jit_compile=False):
     with strategy.scope():
         model = perceptron()
-        model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mean_squared_error")
+        model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mean_squared_error",
+                      steps_per_execution=steps_per_execution, jit_compile=jit_compile)
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(batch, drop_remainder=True)
-    model.fit(dataset, steps_per_epoch=2, epochs=1, verbose=0, shuffle=False)
-
-    def run(steps):
-        start = time.perf_counter()
-        model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False)
-        return time.perf_counter() - start
-    return run
+    model.fit(dataset, steps_per_epoch=2 * steps_per_execution, epochs=1, verbose=0, shuffle=False)
+    return lambda steps: timed(
+        lambda: model.fit(dataset, steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False))
 
 
-def hand_written_runner(strategy, x, y, batch):
-    """The loop of TensorFlow's custom-training tutorial, nothing more."""
+def hand_written_runner(strategy, x, y, batch, jit_compile):
+    """The loop of TensorFlow's custom-training tutorial; with XLA, the replica's
+    forward and backward pass compiled as SyncTrainer compiles them."""
     with strategy.scope():
         model = perceptron()
         optimizer = keras.optimizers.SGD(0.01)
         optimizer.build(model.trainable_variables)
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(batch, drop_remainder=True)
     iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    gradients = squared_error_gradients(model, batch)
+    if jit_compile:
+        gradients = tf.function(gradients, jit_compile=True, autograph=False)
 
     def replica_step(features, targets):
-        with tf.GradientTape() as tape:
-            per_example = tf.reduce_sum(tf.square(targets - model(features, training=True)), axis=-1)
-            loss = tf.nn.compute_average_loss(per_example, global_batch_size=batch)
-        gradients = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+        loss, grads = gradients(features, targets)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
 
     @tf.function
@@ -91,49 +149,106 @@ def hand_written_runner(strategy, x, y, batch):
         losses = strategy.run(replica_step, args=next(iterator))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
 
-    train_step(iterator).numpy()
-
     def run(steps):
-        start = time.perf_counter()
         losses = [train_step(iterator) for _ in range(steps)]
         losses[-1].numpy()
-        return time.perf_counter() - start
-    return run
+    run(2)
+    return lambda steps: timed(run, steps)
+
+
+def keras_fit_with_xla_fails(strategy, x, y, batch):
+    """What Keras fit(jit_compile=True) does under MirroredStrategy: its message, or None."""
+    try:
+        keras_fit_runner(strategy, x[:4 * batch], y[:4 * batch], batch, jit_compile=True)
+    except Exception as error:  # noqa: BLE001 - shown, not handled
+        return f"{type(error).__name__}: " + next(
+            (line.strip().split(" (defined")[0] + " ..." for line in str(error).splitlines()
+             if "Trying to access" in line), str(error).splitlines()[0][:200])
+    return None
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--replicas", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=100, help="steps a contender trains per round")
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--steps-per-call", type=int, default=100)
     args = parser.parse_args()
+    k = args.steps_per_call
+    if args.steps % k:
+        parser.error(f"--steps ({args.steps}) must be a multiple of --steps-per-call ({k})")
 
-    pargrad.logical_devices(args.replicas)
+    devices = pargrad.logical_devices(args.replicas)
     strategy = sync_strategy(args.replicas)
     x, y = data()
     batch = PER_REPLICA * args.replicas
-    runners = {
-        "SyncTrainer": sync_trainer_runner(strategy, x, y, batch),
-        "Keras model.fit": keras_fit_runner(strategy, x, y, batch),
-        "hand-written strategy.run loop": hand_written_runner(strategy, x, y, batch),
-        "SyncTrainer, record_times=True": sync_trainer_runner(
-            strategy, x, y, batch, record_times=True),
-        "SyncTrainer, steps_per_call=10": sync_trainer_runner(strategy, x, y, batch, 10),
-    }
-    best = {name: float("inf") for name in runners}
-    for _ in range(args.rounds):
-        for name, run in runners.items():
-            best[name] = min(best[name], run(args.steps))
+    print(describe_machine(devices))
+    print(f"MirroredStrategy over {strategy.extended.worker_devices}, all-reduce "
+          f"{type(strategy.extended._cross_device_ops).__name__}; bare step on {devices[0]}; "
+          f"global batch {batch} ({PER_REPLICA} a replica), {args.steps} steps a round, "
+          f"best of {args.rounds} rounds")
 
-    kind = strategy.extended.worker_devices[0].split("device:")[-1].split(":")[0]
-    print(f"MirroredStrategy over {args.replicas} logical {kind}s, "
-          f"global batch {batch}, {args.steps} steps, best of {args.rounds} rounds")
-    rate = {name: args.steps / seconds for name, seconds in best.items()}
-    for name, steps_per_second in rate.items():
-        print(f"  {name:34s} {steps_per_second:8.1f} steps/s  {1e3 / steps_per_second:7.2f} ms/step")
-    for name in ("SyncTrainer", "SyncTrainer, record_times=True", "SyncTrainer, steps_per_call=10"):
-        print(f"{name}: {rate[name] / rate['Keras model.fit']:.2f}x Keras fit, "
-              f"{rate[name] / rate['hand-written strategy.run loop']:.2f}x the hand-written loop")
+    runners = {}
+    for jit in (False, True):
+        mode = "XLA" if jit else "plain"
+        runners[mode, "bare, 1 step a call"] = bare_runner(devices[0], x, y, batch, jit, 1)
+        runners[mode, f"bare, {k} steps a call"] = bare_runner(devices[0], x, y, batch, jit, k)
+        runners[mode, "SyncTrainer, 1 step a call"] = sync_trainer_runner(strategy, x, y, batch, jit)
+        runners[mode, f"SyncTrainer, {k} steps a call"] = sync_trainer_runner(
+            strategy, x, y, batch, jit, k)
+        runners[mode, "hand-written strategy.run loop"] = hand_written_runner(
+            strategy, x, y, batch, jit)
+    runners["plain", "SyncTrainer, 1 step a call, record_times"] = sync_trainer_runner(
+        strategy, x, y, batch, False, record_times=True)
+    runners["plain", "Keras fit"] = keras_fit_runner(strategy, x, y, batch)
+    runners["plain", f"Keras fit, steps_per_execution={k}"] = keras_fit_runner(strategy, x, y, batch, k)
+    xla_fit = keras_fit_with_xla_fails(strategy, x, y, batch)
+
+    best, every, cpu = best_of_rounds(runners, args.rounds, args.steps)
+    print("  mode  contender                                  best ms/step  median  CPU ms/step"
+          "   all rounds")
+    for (mode, name), seconds in best.items():
+        rounds = " ".join(f"{1e3 * s:.2f}" for s in every[mode, name])
+        print(f"  {mode:5s} {name:42s} {1e3 * seconds:8.3f} {1e3 * np.median(every[mode, name]):9.3f}"
+              f" {1e3 * cpu[mode, name]:10.3f}     {rounds}")
+    if xla_fit:
+        print(f"  XLA   Keras fit(jit_compile=True): fails under MirroredStrategy: {xla_fit}")
+
+    ratios = {}
+    print("\nRatios (times; like with like unless said):")
+    for mode in ("plain", "XLA"):
+        t = {name: best[m, name] for m, name in best if m == mode}
+        sync_1, sync_k = t["SyncTrainer, 1 step a call"], t[f"SyncTrainer, {k} steps a call"]
+        fastest = min(sync_1, sync_k)
+        setting = "1 step" if sync_1 <= sync_k else f"{k} steps"
+        bare = t["bare, 1 step a call"] if sync_1 <= sync_k else t[f"bare, {k} steps a call"]
+        suffix = "" if mode == "plain" else "_xla"
+        ratios["sync_vs_loop" + suffix] = t["hand-written strategy.run loop"] / sync_1
+        ratios["sync_vs_bare" + suffix] = fastest / bare
+        print(f"  {mode}: SyncTrainer's fastest setting is {setting} a call ({1e3 * fastest:.3f} ms)")
+        print(f"    sync_vs_bare{suffix}: SyncTrainer / bare step, {setting} a call = "
+              f"{ratios['sync_vs_bare' + suffix]:.3f}x ({verdict(ratios['sync_vs_bare' + suffix], 1.15, False)}); "
+              f"1 step a call: {sync_1 / t['bare, 1 step a call']:.3f}x, {k} steps a call: "
+              f"{sync_k / t[f'bare, {k} steps a call']:.3f}x")
+        print(f"    sync_vs_loop{suffix}: hand-written loop / SyncTrainer, both 1 step a call = "
+              f"{ratios['sync_vs_loop' + suffix]:.2f}x; the loop / SyncTrainer's fastest = "
+              f"{t['hand-written strategy.run loop'] / fastest:.2f}x")
+        if mode == "plain":
+            ratios["sync_vs_fit"] = t["Keras fit"] / fastest
+            print(f"    sync_vs_fit: Keras fit (its default, 1 step a call) / SyncTrainer's fastest = "
+                  f"{ratios['sync_vs_fit']:.2f}x ({verdict(ratios['sync_vs_fit'], 4)}); "
+                  f"both 1 step a call: {t['Keras fit'] / sync_1:.2f}x; both {k} steps a call: "
+                  f"{t[f'Keras fit, steps_per_execution={k}'] / sync_k:.2f}x")
+            print(f"    per-replica timestamps (record_times=True) cost "
+                  f"{t['SyncTrainer, 1 step a call, record_times'] / sync_1:.2f}x the step")
+    xla_over_plain = min(best["XLA", "SyncTrainer, 1 step a call"],
+                         best["XLA", f"SyncTrainer, {k} steps a call"]) / min(
+        best["plain", "SyncTrainer, 1 step a call"], best["plain", f"SyncTrainer, {k} steps a call"])
+    print(f"  SyncTrainer with XLA / without (each its fastest) = {xla_over_plain:.2f}x the time; "
+          f"bare step with XLA / without ({k} steps a call) = "
+          f"{best['XLA', f'bare, {k} steps a call'] / best['plain', f'bare, {k} steps a call']:.2f}x")
+    print(describe_machine(devices).split("; ")[3])
+    print(result_line(**ratios))
 
 
 if __name__ == "__main__":

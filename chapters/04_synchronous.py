@@ -433,6 +433,22 @@ for replicas, rate in zip(replica_counts, rates):
 # synchronous training *behaves* (the equal results, the waiting), not how
 # fast it can be.
 #
+# Two settings can make each step cheaper; by default `SyncTrainer` leaves
+# both off, which is what this chapter's timings need. `fit(...,
+# steps_per_call=100)` runs 100 steps in one `tf.function` call, as Keras's
+# `steps_per_execution` does: each step is still one all-reduce and one
+# update, with the same numbers, but Python launches the graph once per 100
+# updates. Turn it on whenever you train for speed; keep 1 when each step
+# must be timed from Python or planned before it runs (backup workers, next
+# chapter). `SyncTrainer(..., jit_compile=True)` compiles each replica's
+# forward and backward pass with XLA; the all-reduce and the update stay
+# outside, since XLA compiles for one device and the all-reduce spans all of
+# them. The result equals the plain step up to float32 rounding (the tests
+# check it). Turn it on when a step is many small operations, as with tiny
+# models on a GPU, and measure first: `benchmarks/sync.py` times both against
+# the same step on one device without any strategy, Keras `fit` and a
+# hand-written loop on your machine.
+#
 # On real GPUs each replica brings its own compute. With the per-replica batch
 # fixed, the compute time per step stays the same, and what grows is the
 # all-reduce: with the ring, each GPU sends about twice the model's size per

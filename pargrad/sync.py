@@ -311,6 +311,18 @@ class SyncTrainer:
       by sleeping to ``step_seconds`` times its ``replica_times`` entry
       (default 1), and a dropped backup replica is cut off (no sleep).
       Taught in the chapter "Sync vs async in the same time".
+    * ``jit_compile``: compile each replica's forward and backward pass
+      (all its ``accumulation_steps`` micro-batches) with XLA into one
+      computation on the replica's device, traced once per replica.  The
+      all-reduce and the update stay outside XLA: under ``MirroredStrategy``
+      the optimizer sums the gradients with a ``merge_call`` into the
+      strategy, which reaches every replica's device, and an XLA
+      computation runs on one device (Keras ``fit(jit_compile=True)`` fails
+      under ``MirroredStrategy`` for that reason).  The result equals the
+      uncompiled step up to the order of floating-point additions.  It
+      pays when a step is many small ops (tiny models on a GPU are
+      launch-bound); ``benchmarks/sync.py`` measures it against the plain
+      step on your machine.
 
     How the times are measured: the step is one ``tf.function``; inside each
     replica's part, ``tf.timestamp()`` ops tied by control dependencies run
@@ -330,7 +342,7 @@ class SyncTrainer:
 
     def __init__(self, model, strategy, loss=None, optimizer=None, learning_rate=1e-2,
                  accumulation_steps=1, stragglers=None, record_times=None, progress=True,
-                 backup_workers=0, step_seconds=None):
+                 backup_workers=0, step_seconds=None, jit_compile=False):
         if not isinstance(strategy, tf.distribute.Strategy):
             raise TypeError(
                 f"SyncTrainer needs a tf.distribute strategy, got {strategy!r}; "
@@ -404,6 +416,7 @@ class SyncTrainer:
         self.progress = progress
         self.backup_workers = int(backup_workers)
         self.step_seconds = None if step_seconds is None else float(step_seconds)
+        self.jit_compile = bool(jit_compile)
         if self.backup_workers or self.step_seconds:
             # The plan of the next step, set by fit from replica_times: each
             # replica's gradient weight and its emulated seconds.
@@ -427,6 +440,12 @@ class SyncTrainer:
         self._last_data, self._position = None, 0
         # No AutoGraph: the step is plain TensorFlow, so nothing depends on
         # source transformation (and its caches) of this class's methods.
+        # With jit_compile, a replica's forward and backward passes (all k
+        # micro-batches) are one XLA computation, traced once per replica;
+        # the all-reduce and the update stay outside it (see the docstring).
+        self._replica_gradients = (
+            tf.function(self._local_gradients, autograph=False, jit_compile=True)
+            if self.jit_compile else self._local_gradients)
         self._step_function = tf.function(self._distributed_step, autograph=False)
         self._steps_function = tf.function(self._distributed_steps, autograph=False)
 
@@ -446,10 +465,7 @@ class SyncTrainer:
             with tf.control_dependencies([compute_start]):
                 x, y = tf.identity(x), tf.identity(y)  # work starts after the stamp
 
-        if self.accumulation_steps == 1:
-            loss, grads = self._gradients(x, y, variables, global_batch_size)
-        else:
-            loss, grads = self._accumulated_gradients(x, y, variables, global_batch_size)
+        loss, grads = self._replica_gradients(x, y, global_batch_size)
 
         if self.record_times:
             with tf.control_dependencies(grads):
@@ -481,6 +497,13 @@ class SyncTrainer:
         with tf.control_dependencies([tf.identity(_tf_variable(v)) for v in variables]):
             update_end = tf.timestamp()
         return loss, tf.stack([compute_start, compute_end, update_end])
+
+    def _local_gradients(self, x, y, global_batch_size):
+        """This replica's loss and gradient sum, before any communication."""
+        variables = self.model.trainable_variables
+        if self.accumulation_steps == 1:
+            return self._gradients(x, y, variables, global_batch_size)
+        return self._accumulated_gradients(x, y, variables, global_batch_size)
 
     def _gradients(self, x, y, variables, global_batch_size):
         with tf.GradientTape() as tape:
@@ -663,7 +686,9 @@ class SyncTrainer:
             stragglers=dict(self.stragglers), used=used, virtual_step_time=virtual_step_time,
         )
         show = self.progress if progress is None else progress
-        global_batch = tf.constant(batch_size, tf.int32)
+        # A Python int: the step is traced for this batch size, so every
+        # shape in it is static (fewer ops a step, and XLA sees fixed shapes).
+        global_batch = int(batch_size)
         bar = _progress_bar(steps, show, f"sync x{self.replicas}")
         done = 0
         try:

@@ -317,3 +317,46 @@ def test_ring_all_reduce_gives_every_replica_the_sum(replicas):
     assert len(states) == 2 * (replicas - 1) + 1 and len(sent) == 2 * (replicas - 1)
     # every replica sends one chunk a step: 2 (n - 1) / n of its vector in all
     assert all(sorted(s for s, _, _ in step) == list(range(replicas)) for step in sent)
+
+
+# -- XLA ----------------------------------------------------------------------------
+
+# XLA fuses and reorders the float32 arithmetic of a step, so the runs may
+# drift apart by float32 roundings of the weights (a few 1e-7 after 200
+# steps on the machine that wrote this), far below the book's bound.
+JIT_TOLERANCE = TOLERANCE
+
+
+@pytest.mark.parametrize("accumulation_steps, steps_per_call", [(1, 1), (1, 100), (5, 1), (5, 100)])
+def test_jit_compile_equals_the_plain_step_and_the_full_batch(accumulation_steps, steps_per_call):
+    x, y = pargrad.parabola_data()
+    steps = 200
+    losses, weights = pargrad.fit_one_device(x, y, steps=steps)
+    plain = trainer_for(2, accumulation_steps=accumulation_steps)
+    compiled = trainer_for(2, accumulation_steps=accumulation_steps, jit_compile=True)
+    plain_history = plain.fit(x, y, steps=steps, steps_per_call=steps_per_call)
+    history = compiled.fit(x, y, steps=steps, steps_per_call=steps_per_call)
+    assert max_gap(compiled.model.get_weights(), plain.model.get_weights()) < JIT_TOLERANCE
+    assert np.max(np.abs(history.loss - plain_history.loss)) < JIT_TOLERANCE
+    assert max_gap(compiled.model.get_weights(), weights) < JIT_TOLERANCE
+    assert np.max(np.abs(history.loss - losses)) < JIT_TOLERANCE
+    assert history.loss[-1] < history.loss[0] / 2             # it did train
+
+
+def test_jit_compile_takes_minibatches_like_one_device():
+    x, y = mlp_data(n=256, features=4)
+    single = trainer_for(1, lambda: mlp(4, 16))
+    double = trainer_for(2, lambda: mlp(4, 16), jit_compile=True)
+    single.fit(x, y, steps=10, batch_size=64)
+    double.fit(x, y, steps=10, batch_size=64, steps_per_call=5)
+    assert max_gap(single.model.get_weights(), double.model.get_weights()) < JIT_TOLERANCE
+
+
+def test_jit_compile_traces_once_per_replica_and_records_times():
+    x, y = mlp_data()
+    trainer = trainer_for(2, mlp, jit_compile=True, record_times=True)
+    for _ in range(3):
+        history = trainer.fit(x, y, steps=10, batch_size=512, steps_per_call=5)
+    # One XLA computation per replica, compiled once, not once per call.
+    assert trainer._replica_gradients.experimental_get_tracing_count() == 2
+    assert (history.compute > 0).all() and (history.wait > -1e-4).all()

@@ -1,0 +1,63 @@
+"""What the benchmarks share: the machine line, interleaved best-of rounds, the RESULT line.
+
+Not a benchmark itself.  A benchmark imports it after ``pargrad`` (which
+imports TensorFlow quietly).
+"""
+
+import os
+import platform
+import time
+
+import numpy as np
+
+from pargrad._quiet import import_tensorflow_quietly
+
+tf = import_tensorflow_quietly()
+
+
+def describe_machine(devices):
+    """One line: the devices used, the cores, the load average, the versions."""
+    load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
+    gpus = tf.config.list_physical_devices("GPU")
+    return (f"devices used: {list(devices)}; physical GPUs: {len(gpus)}; "
+            f"{os.cpu_count()} CPU cores ({platform.processor() or platform.machine()}); "
+            f"load average {load}; TensorFlow {tf.__version__}")
+
+
+def best_of_rounds(runners, rounds, steps):
+    """Seconds per step of each runner: the best of ``rounds`` interleaved rounds.
+
+    ``runners`` maps a name to ``run(steps)``, which trains ``steps`` steps
+    and returns the seconds it took.  The rounds go runner by runner, so
+    that a busy moment of a shared machine hits all of them; the best round
+    is what the runner can do.  Returns ``({name: best}, {name: [all]},
+    {name: cpu})``: ``cpu`` is the process's CPU seconds a step (all its
+    threads) in the least busy round, the work the step costs however
+    loaded the machine is.
+    """
+    every = {name: [] for name in runners}
+    cpu = {name: [] for name in runners}
+    for _ in range(rounds):
+        for name, run in runners.items():
+            started = time.process_time()
+            every[name].append(run(steps) / steps)
+            cpu[name].append((time.process_time() - started) / steps)
+    return ({name: min(times) for name, times in every.items()}, every,
+            {name: min(seconds) for name, seconds in cpu.items()})
+
+
+def timed(function, *args):
+    """Seconds that ``function(*args)`` took."""
+    start = time.perf_counter()
+    function(*args)
+    return time.perf_counter() - start
+
+
+def verdict(value, target, at_least=True):
+    met = value >= target if at_least else value <= target
+    return f"target {'>=' if at_least else '<='} {target}: {'met' if met else 'NOT met'}"
+
+
+def result_line(**ratios):
+    """The machine-readable last line: ``RESULT name=value ...``."""
+    return "RESULT " + " ".join(f"{name}={np.round(value, 3):.3f}" for name, value in ratios.items())
