@@ -357,8 +357,8 @@ def measure(trainer, steps=20):
     return trainer.fit(features, targets, steps=steps, batch_size=batch)
 
 
-histories = {f"straggler x{factor}": measure(perceptron_trainer(2, {1: factor}))
-             for factor in (1, 3, 6)}
+trainers = {factor: perceptron_trainer(2, {1: factor}) for factor in (1, 3, 6)}
+histories = {f"straggler x{factor}": measure(trainer) for factor, trainer in trainers.items()}
 
 # %% [markdown]
 # {numref}`fig-sync-timeline` shows four consecutive steps with the x3 straggler. Each row is a
@@ -393,8 +393,14 @@ for name, history in histories.items():
           f"slowest replica {np.median(slowest) * 1e3:.2f} ms")
     # "follows the slowest replica closely": the rest (all-reduce, update) is a small part
     assert np.median(history.step_time - slowest) < 0.5 * np.median(history.step_time)
-assert (np.median(histories["straggler x6"].step_time)
-        > np.median(histories["straggler x1"].step_time))
+# A slower straggler makes a longer step: compared in interleaved rounds, so
+# that a moment when the machine was busy cannot favour one of them.
+best = {factor: np.inf for factor in trainers}
+for _ in range(3):
+    for factor, trainer in trainers.items():
+        history = trainer.fit(features, targets, steps=10, batch_size=512)
+        best[factor] = min(best[factor], np.median(history.step_time))
+assert best[6] > best[1]
 
 # %% [markdown]
 # This is the weakness the stale-gradient article names, and the reason asynchronous training
@@ -563,7 +569,7 @@ for towers in (2, 5):
 # and 5 different devices. And the weights after 2000 steps:
 
 # %% tags=["nbval-ignore-output"]
-TOLERANCE = 1e-12
+TOLERANCE = pargrad.rounding_tolerance("float64", 2000)
 for towers, weights in tower_runs.items():
     gap = max(float(np.max(np.abs(a - b))) for a, b in zip(weights, full_batch))
     print(f"{towers} towers vs the full batch after 2000 steps: largest weight gap "

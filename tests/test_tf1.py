@@ -200,7 +200,7 @@ def train_towers(towers, steps=50, dtype=tf.float64):
 def test_multi_tower_step_equals_the_full_batch_in_float64(towers):
     full = train_towers(None)
     towered = train_towers(towers)
-    assert max_difference(full, towered) < 1e-12
+    assert max_difference(full, towered) < pargrad.rounding_tolerance("float64", 50)
     assert max_difference(full, train_towers(None, steps=0)) > 1e-3  # it did train
 
 
