@@ -283,6 +283,9 @@ def main():
                   f"{ratios['sync_vs_fit']:.2f}x ({verdict(ratios['sync_vs_fit'], 4)}); "
                   f"both 1 step a call: {t['Keras fit'] / sync_1:.2f}x; both {k} steps a call: "
                   f"{t[f'Keras fit, steps_per_execution={k}'] / sync_k:.2f}x")
+            if ratios["sync_vs_fit"] > ratios["sync_vs_fit_limit"]:
+                print("    sync_vs_fit is ABOVE its limit: the rounds did not catch the bare step "
+                      "at its best (a busy machine), or the benchmark is wrong; do not trust it")
             print(f"    per-replica timestamps (record_times=True) cost "
                   f"{t['SyncTrainer, 1 step a call, record_times'] / sync_1:.2f}x the step")
     xla_over_plain = min(best["XLA", "SyncTrainer, 1 step a call"],
