@@ -11,6 +11,43 @@ everywhere.  In one process the replicas are the devices of a
 The trainer is a custom training loop, not Keras ``fit``: Keras 3's ``fit``
 fails under ``MultiWorkerMirroredStrategy`` and its gradient accumulation
 fails under ``MirroredStrategy`` (see the book's design notes).
+
+:class:`SyncTrainer` holds only the idea.  Its per-replica step,
+:meth:`SyncTrainer._replica_step`, is two lines: the replica's gradients,
+then one all-reduce and one update.  What the book adds to *show* a step
+(each replica's timestamps, stragglers, emulated devices, backup workers)
+is a subclass in the book's layer,
+:class:`pargrad.book.instruments.InstrumentedSyncTrainer`, which wraps those
+instruments around the same two lines and sets its per-step plan in the one
+hook of the loop, :meth:`SyncTrainer._before_step`.  This module never
+imports the book.
+
+A reader's map: where ``learning_rate`` goes, from the call to the update.
+
+1. ``SyncTrainer(model, strategy, learning_rate=0.01)``: ``__init__`` makes
+   ``keras.optimizers.SGD(learning_rate)`` inside ``strategy.scope()`` (or
+   takes your ``optimizer``, which carries its own rate), builds it for the
+   model's variables and keeps it as ``self.optimizer``.  Nothing else in
+   this module reads the rate.
+2. ``trainer.fit(x, y, steps, batch_size)``: checks that ``batch_size``
+   splits over replicas x ``accumulation_steps``, then per step calls
+   ``self._step_function``, the ``tf.function`` of :meth:`_distributed_step`
+   (or ``_steps_function``, a graph loop of it, with ``steps_per_call``).
+3. :meth:`_distributed_step`: ``strategy.run`` runs, on every replica,
+   :meth:`_shard` (its rows of the batch) and :meth:`_replica_step`.
+4. :meth:`_replica_step`: :meth:`_local_gradients` -> :meth:`_gradients`
+   computes the loss summed over the shard and divided by the *global*
+   batch size (``tf.nn.compute_average_loss``) and its gradients; then
+   ``self.optimizer.apply_gradients(...)``.
+5. Inside Keras (``keras/src/backend/tensorflow/optimizer.py``):
+   ``_backend_update_step`` sums the replicas' gradients with one all-reduce
+   (``_all_reduce_sum_gradients``) and calls ``SGD.update_step`` on each
+   mirrored variable: ``variable -= learning_rate * gradient``, the same
+   update on every replica.
+
+``batch_size`` takes the same road: ``fit`` passes it to every step as a
+Python int (so shapes are static), :meth:`_shard` cuts ``batch_size /
+replicas`` rows per replica and :meth:`_gradients` divides the loss by it.
 """
 
 import dataclasses
