@@ -40,7 +40,19 @@ from pargrad.sync import (  # noqa: E402
 )
 
 # -- the book's instruments ---------------------------------------------------
-from pargrad.book import digits, race, show_lines, show_source  # noqa: E402
+from pargrad.book import (  # noqa: E402  (the modules, as pargrad.race etc. before)
+    allreduce_timing,
+    compatibility,
+    digits,
+    instruments,
+    multiworker,
+    parabola,
+    parameter_server,
+    plots,
+    race,
+    show_lines,
+    show_source,
+)
 from pargrad.book.instruments import (  # noqa: E402
     InstrumentedSyncTrainer,
     backup_worker_mask,
