@@ -7,6 +7,15 @@ applies its update without waiting for anyone.  While it computes, other
 workers may update the parameters, so its gradient is *stale*: the number of
 updates that landed between its read and its apply is its staleness, and the
 trainer records it for every update.
+
+Where to read what: a free-running worker's loop, :meth:`AsyncTrainer._work`,
+is plain asynchronous SGD (read, gradients, apply).  What the book adds
+around it sits in methods of its own: :meth:`AsyncTrainer._claim_update`
+(claim one of the requested updates; with ``staleness_bound``, first wait
+until :meth:`AsyncTrainer.may_start`, the bounded staleness of the chapter
+"Sync vs async in the same time"), :meth:`AsyncTrainer._extra_time` (the
+sleep that emulates a slower device) and, in :meth:`AsyncTrainer._apply`,
+the staleness-aware learning rate.
 """
 
 import heapq

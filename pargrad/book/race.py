@@ -1,7 +1,7 @@
 """Synchronous against asynchronous training in the same time, on the digits.
 
 Taught in the chapter "Sync vs async in the same time".  :func:`race` trains
-the digits MLP (:mod:`pargrad.book.digits`) with :class:`pargrad.sync.SyncTrainer`
+the digits MLP (:mod:`pargrad.book.digits`) with :class:`pargrad.book.instruments.InstrumentedSyncTrainer`
 or :class:`pargrad.asynchronous.AsyncTrainer` on four devices for a fixed
 time, keeps a copy of the parameters at checkpoints along the way, and
 evaluates every copy on the test set afterwards (so evaluating never slows
@@ -15,7 +15,7 @@ Two clocks:
   drawn by :func:`pargrad.asynchronous.random_delay`).  An asynchronous
   worker applies its update when its step ends; a synchronous step lasts as
   long as the slowest replica, or, with ``b`` backup workers, as long as the
-  ``(N - b)``-th fastest (:func:`pargrad.sync.sync_step_times`).  Every
+  ``(N - b)``-th fastest (:func:`pargrad.book.instruments.sync_step_times`).  Every
   gradient and update is really computed by the trainers; only the durations
   come from the model.  Communication is free on this clock, for both.
   Seeded, so a run repeats exactly.
