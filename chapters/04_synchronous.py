@@ -101,6 +101,13 @@ pargrad.show_source(SyncTrainer._shard)
 pargrad.show_source(SyncTrainer._replica_step)
 
 # %% [markdown]
+# `_replica_gradients` is, with one micro-batch a replica (the chapter
+# "Accumulate and distribute" sums several), this forward and backward pass:
+
+# %%
+pargrad.show_source(SyncTrainer._gradients)
+
+# %% [markdown]
 # The trainer wants the model's variables created inside the strategy's
 # scope, so that every replica holds a mirrored copy; it refuses a model built
 # anywhere else, and a batch that does not split evenly:

@@ -416,6 +416,7 @@ class SyncTrainer:
         return self._accumulated_gradients(x, y, variables, global_batch_size)
 
     def _gradients(self, x, y, variables, global_batch_size):
+        """The loss of ``(x, y)`` divided by the *global* batch size, and its gradients."""
         with tf.GradientTape() as tape:
             prediction = self.model(x, training=True)
             loss = tf.nn.compute_average_loss(
