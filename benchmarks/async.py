@@ -56,6 +56,7 @@ import keras  # noqa: E402
 
 from _common import describe_machine, result_line, verdict  # noqa: E402
 from pargrad.asynchronous import AsyncTrainer  # noqa: E402
+from pargrad.book.instruments import InstrumentedSyncTrainer  # noqa: E402
 from pargrad.sync import SyncTrainer, sync_strategy  # noqa: E402
 
 INPUTS, HIDDEN = 512, 1024
@@ -111,8 +112,10 @@ class Sync:
         strategy = sync_strategy(2)
         with strategy.scope():
             model = big_model()
-        self.trainer = SyncTrainer(model, strategy, learning_rate=1e-3, stragglers=stragglers,
-                                   progress=False, jit_compile=jit_compile)
+        trainer_class = InstrumentedSyncTrainer if stragglers else SyncTrainer
+        self.trainer = trainer_class(model, strategy, learning_rate=1e-3, progress=False,
+                                     jit_compile=jit_compile,
+                                     **({"stragglers": stragglers} if stragglers else {}))
         self._fit(2 * steps_per_call)
         started = time.perf_counter()
         self._fit(steps_per_call)

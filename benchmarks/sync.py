@@ -48,6 +48,7 @@ import numpy as np
 import tensorflow as tf
 
 from _common import best_of_rounds, describe_machine, result_line, timed, verdict
+from pargrad.book.instruments import InstrumentedSyncTrainer
 from pargrad.sync import SyncTrainer, sync_strategy
 
 FEATURES, WIDTH, PER_REPLICA, EXAMPLES = 64, 256, 256, 8192
@@ -113,8 +114,12 @@ def bare_runner(device, x, y, batch, jit_compile, steps_per_call):
 def sync_trainer_runner(strategy, x, y, batch, jit_compile, steps_per_call=1, record_times=None):
     with strategy.scope():
         model = perceptron()
-    trainer = SyncTrainer(model, strategy, learning_rate=0.01, record_times=record_times,
-                          progress=False, jit_compile=jit_compile)
+    if record_times:    # the book's instrumented trainer, with per-replica timestamps
+        trainer = InstrumentedSyncTrainer(model, strategy, learning_rate=0.01, record_times=True,
+                                          progress=False, jit_compile=jit_compile)
+    else:
+        trainer = SyncTrainer(model, strategy, learning_rate=0.01, progress=False,
+                              jit_compile=jit_compile)
     trainer.fit(x, y, steps=2 * steps_per_call, batch_size=batch, steps_per_call=steps_per_call)
     return per_step_of_calls(lambda steps: trainer.fit(x, y, steps, batch, steps_per_call))
 

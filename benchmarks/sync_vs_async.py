@@ -7,7 +7,7 @@ on the wall clock: real threads for ``AsyncTrainer``, a real
 by sleeping to ``--step-ms`` times its ``(1 + delay) / speed`` (emulated
 devices: four logical devices on two cores cannot compute side by side).
 Writes the test accuracy and loss at each checkpoint, the time-to-target
-table and a description of the machine to ``pargrad/data/sync_vs_async.json``,
+table and a description of the machine to ``pargrad/book/data/sync_vs_async.json``,
 which the chapter reads.  Every contender is warmed up the same way before
 its clock starts (``pargrad.race.WARM_UP_STEPS`` untimed steps on the same
 arrays, then the weights are reset), so no run pays for tracing on the clock.
@@ -42,9 +42,9 @@ DEVICES = pargrad.logical_devices(4)
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from pargrad import race  # noqa: E402
+from pargrad.book import race  # noqa: E402
 
-OUTPUT = pathlib.Path(__file__).resolve().parent.parent / "pargrad" / "data" / "sync_vs_async.json"
+OUTPUT = pathlib.Path(__file__).resolve().parent.parent / "pargrad" / "book" / "data" / "sync_vs_async.json"
 VIRTUAL_OUTPUT = OUTPUT.with_name("sync_vs_async_virtual.json")
 # The learning-rate grids of the sweep behind race.METHODS' rates (equal devices).
 RATES = {"sync": (0.2, 0.4, 0.8, 1.6, 3.2), "async": (0.05, 0.1, 0.2, 0.4, 0.8)}

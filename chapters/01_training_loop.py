@@ -39,7 +39,7 @@ if "google.colab" in sys.modules:
 import numpy as np
 import pargrad
 import tensorflow as tf
-from pargrad import plots
+from pargrad.book import plots
 
 # %% [markdown]
 # ## One iteration, four steps

@@ -53,7 +53,7 @@ import keras
 import matplotlib.pyplot as plt
 import numpy as np
 import tensorflow as tf
-from pargrad import plots
+from pargrad.book import plots
 from pargrad.asynchronous import AsyncTrainer, lost_updates
 from pargrad.book import show_lines
 
@@ -93,9 +93,10 @@ show_lines(AsyncTrainer._work, "parameters, version = self._read()", "self._appl
 # worker's data, and `_apply` updates the shared parameters. In between, a
 # device that is slower than the others (`speed` below 1) or a random delay
 # waits the extra time. Around these lines, in the collapsed cell below, the
-# loop claims one of the requested updates and, for the *bounded staleness*
-# of the chapter "Sync vs async in the same time", waits while the worker is
-# too far ahead of the others.
+# loop claims one of the requested updates (`_claim_update`, where the
+# *bounded staleness* of the chapter "Sync vs async in the same time" will
+# make a worker wait while it is too far ahead of the others) and stops when
+# the run is over.
 
 # %% tags=["hide-cell"]
 pargrad.show_source(AsyncTrainer._work)

@@ -49,9 +49,11 @@ import pargrad  # first: it imports TensorFlow quietly
 import keras
 import numpy as np
 import tensorflow as tf
-from pargrad import plots
+from pargrad.book import plots
 from pargrad.cluster import LocalCluster
-from pargrad.sync import SyncTrainer, ring_all_reduce, sync_strategy, train_parabola
+from pargrad.book.instruments import InstrumentedSyncTrainer
+from pargrad.book.parabola import train_parabola
+from pargrad.sync import SyncTrainer, ring_all_reduce, sync_strategy
 
 devices = pargrad.logical_devices(5)
 keras.utils.set_random_seed(0)
@@ -90,14 +92,20 @@ print(devices)
 pargrad.show_source(SyncTrainer._shard)
 
 # %% [markdown]
-# Then comes the part of `pargrad.SyncTrainer` that runs on every replica; the
-# optimizer's `apply_gradients` performs the one all-reduce and the update.
-# With `record_times=True` the `tf.timestamp()` lines record when the replica
-# started, finished its gradients and had its update, for the timelines later
-# on:
+# Then comes the part of `pargrad.SyncTrainer` that runs on every replica: its
+# gradients, computed with the loss divided by the *global* batch size, and the
+# optimizer's `apply_gradients`, which performs the one all-reduce and the
+# update:
 
 # %%
 pargrad.show_source(SyncTrainer._replica_step)
+
+# %% [markdown]
+# `_replica_gradients` is, with one micro-batch a replica (the chapter
+# "Accumulate and distribute" sums several), this forward and backward pass:
+
+# %%
+pargrad.show_source(SyncTrainer._gradients)
 
 # %% [markdown]
 # The trainer wants the model's variables created inside the strategy's
@@ -329,7 +337,14 @@ fig.tight_layout()
 # computing its gradient it sleeps twice as long as it computed, inside the
 # step, like a device that is slower or busy with something else. (A sleep
 # rather than repeated work, so that the straggler does not also take the
-# other replica's core.)
+# other replica's core.) Stragglers and the timelines below are the book's
+# instruments, not part of the lesson's step: `pargrad.InstrumentedSyncTrainer`
+# wraps `tf.timestamp()` lines (when the replica started, finished its
+# gradients and had its update) and the straggler's sleep around the same two
+# lines as `SyncTrainer._replica_step` (collapsed below).
+
+# %% tags=["hide-cell"]
+pargrad.show_source(InstrumentedSyncTrainer._replica_step)
 
 # %%
 rng = np.random.default_rng(0)
@@ -348,7 +363,8 @@ def perceptron_trainer(replicas, stragglers=None):
             keras.layers.Dense(256, activation="relu"),
             keras.layers.Dense(1),
         ])
-    return SyncTrainer(model, strategy, stragglers=stragglers, record_times=True, progress=False)
+    return InstrumentedSyncTrainer(model, strategy, stragglers=stragglers, record_times=True,
+                                   progress=False)
 
 
 def measure(trainer, steps=20):

@@ -52,9 +52,10 @@ import pargrad  # first: it imports TensorFlow quietly
 import keras
 import matplotlib.pyplot as plt
 import numpy as np
-from pargrad import digits, plots, race
+from pargrad.book import digits, plots, race
 from pargrad.asynchronous import AsyncTrainer
-from pargrad.sync import SyncTrainer, backup_worker_mask, sync_step_times, sync_strategy
+from pargrad.book.instruments import InstrumentedSyncTrainer, backup_worker_mask, sync_step_times
+from pargrad.sync import sync_strategy
 
 devices = pargrad.logical_devices(4)
 keras.utils.set_random_seed(0)
@@ -139,14 +140,15 @@ for name, scenario in race.SCENARIOS.items():
 pargrad.show_source(backup_worker_mask)
 
 # %% [markdown]
-# `SyncTrainer(backup_workers=b)` applies this rule inside the real step:
-# before the step it sets each replica's weight, $N/(N-b)$ for the replicas
+# The book's `InstrumentedSyncTrainer(backup_workers=b)`, the synchronous
+# trainer with the instruments of this chapter wrapped around its core step,
+# applies this rule inside the real step: before the step it sets each replica's weight, $N/(N-b)$ for the replicas
 # that arrive first and 0 for the others; every replica multiplies its
 # gradient by its weight before the one all-reduce, so the update is the mean
 # gradient over the examples that arrived in time.
 
 # %%
-pargrad.show_source(SyncTrainer._set_plan)
+pargrad.show_source(InstrumentedSyncTrainer._set_plan)
 
 # %% [markdown]
 # What is real and what is not: the gradients, the weighting and the
@@ -159,8 +161,8 @@ pargrad.show_source(SyncTrainer._set_plan)
 strategy = sync_strategy(4)
 with strategy.scope():
     sync_model = digits.digits_model(seed=0)
-trainer = SyncTrainer(sync_model, strategy, loss=race.cross_entropy_per_example,
-                      learning_rate=0.8, backup_workers=1, progress=False)
+trainer = InstrumentedSyncTrainer(sync_model, strategy, loss=race.cross_entropy_per_example,
+                                  learning_rate=0.8, backup_workers=1, progress=False)
 history = trainer.fit(x_train, y_train, steps=2, batch_size=128,
                       replica_times=np.array([[1.0, 5.0, 1.2, 1.1], [2.0, 1.0, 1.0, 1.0]]))
 print("gradients used:\n", history.used.astype(int))
@@ -174,7 +176,8 @@ print("virtual step times:", history.virtual_step_time)
 # **{term}`Bounded staleness <bounded staleness>`** (stale synchronous parallel, Ho et al.
 # {cite}`ho2013more`): `AsyncTrainer(staleness_bound=s)` makes a worker that
 # has applied more than $s$ updates beyond the slowest wait before it reads
-# again. The rule:
+# again (a free-running worker waits for it in `AsyncTrainer._claim_update`,
+# the one line of its loop that bounded staleness adds). The rule:
 
 # %%
 pargrad.show_source(AsyncTrainer.may_start)
@@ -201,7 +204,7 @@ for key in ("worker", "read_time", "time", "staleness"):
 # control with equal devices, six seeds each (the seed sets the initial
 # weights, the batches and the delays), plus the learning-rate sweep. That
 # takes several minutes, so `benchmarks/sync_vs_async.py --clock virtual`
-# ran it and stored every checkpoint in `pargrad/data/sync_vs_async_virtual.json`.
+# ran it and stored every checkpoint in `pargrad/book/data/sync_vs_async_virtual.json`.
 # The virtual clock is seeded, so the file can be checked: this cell re-runs
 # four of its races live and compares them with the file.
 
@@ -454,7 +457,7 @@ assert all(holds for claim, holds in live_claims.items() if claim.endswith("befo
 # %% [markdown]
 # The full measured sweep, 45 runs of 6 seconds, takes several minutes, so it
 # lives in a data file: `benchmarks/sync_vs_async.py` ran it and wrote
-# `pargrad/data/sync_vs_async.json`, together with a description of the
+# `pargrad/book/data/sync_vs_async.json`, together with a description of the
 # machine and its load; it checks the same claims and fails when one does
 # not hold. Run the script to measure your own machine.
 

@@ -54,7 +54,8 @@ import time
 import numpy as np
 import pargrad
 import tensorflow as tf
-from pargrad import plots, tf1
+from pargrad import tf1
+from pargrad.book import plots
 from pargrad.book import show_lines
 
 v1 = tf.compat.v1

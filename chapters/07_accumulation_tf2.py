@@ -56,7 +56,7 @@ devices = pargrad.logical_devices(2)
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from pargrad import plots  # noqa: E402
+from pargrad.book import plots  # noqa: E402
 from pargrad.accumulate import GradientAccumulator, peak_memory  # noqa: E402
 
 keras.utils.set_random_seed(0)

@@ -43,7 +43,7 @@ import keras
 import matplotlib.pyplot as plt
 import numpy as np
 import tensorflow as tf
-from pargrad import digits
+from pargrad.book import digits
 from pargrad.sync import SyncTrainer, sync_strategy
 
 # %% [markdown]
@@ -142,7 +142,7 @@ def examples_per_second(accumulation_steps, micro_batch=8, steps=40):
     with strategy.scope():
         model = digits.digits_model(seed=0)
     trainer = SyncTrainer(model, strategy, loss=per_example_cross_entropy, learning_rate=0.1,
-                          accumulation_steps=accumulation_steps, record_times=False, progress=False)
+                          accumulation_steps=accumulation_steps, progress=False)
     batch = micro_batch * accumulation_steps * strategy.num_replicas_in_sync
     trainer.fit(x_digits, y_digits, steps=5, batch_size=batch, steps_per_call=5)  # compile, warm up
     start = time.perf_counter()
@@ -198,7 +198,7 @@ def train_digits(accumulation_steps, learning_rate, micro_batch=8):
         model = digits.digits_model(seed=0)
     trainer = SyncTrainer(model, strategy, loss=per_example_cross_entropy,
                           learning_rate=learning_rate, accumulation_steps=accumulation_steps,
-                          record_times=False, progress=False)
+                          progress=False)
     batch = micro_batch * accumulation_steps * strategy.num_replicas_in_sync
     steps = EXAMPLES // batch
     history = trainer.fit(x_train, y_train, steps=steps, batch_size=batch, steps_per_call=steps)
@@ -256,7 +256,7 @@ def train_with_warm_up(accumulation_steps, peak_rate, warm_up_updates, evaluate_
         model = digits.digits_model(seed=0)
     trainer = SyncTrainer(model, strategy, loss=per_example_cross_entropy,
                           learning_rate=BASE_RATE, accumulation_steps=accumulation_steps,
-                          record_times=False, progress=False)
+                          progress=False)
     batch = micro_batch * accumulation_steps * strategy.num_replicas_in_sync
     accuracies = {}
     for update in range(max(evaluate_after)):
@@ -311,7 +311,7 @@ assert long > short + 0.1
 with four_replicas.scope():
     model = digits.digits_model(seed=0)
 trainer = SyncTrainer(model, four_replicas, loss=per_example_cross_entropy, learning_rate=0.1,
-                      accumulation_steps=4, record_times=False, progress=False)
+                      accumulation_steps=4, progress=False)
 micro_x = tf.reshape(tf.constant(x_train[:32]), (4, 8, -1))  # k = 4 micro-batches of 8
 micro_y = tf.reshape(tf.constant(y_train[:32]), (4, 8))
 per_replica = four_replicas.run(lambda: trainer._accumulated_gradients(

@@ -62,10 +62,10 @@ import time
 
 import keras
 import numpy as np
-from pargrad import plots
+from pargrad.book import plots
 from pargrad.cluster import ClusterError, LocalCluster, tf_config
-from pargrad.multiworker import train_parabola_multiworker
-from pargrad.parameter_server import train_parameter_server
+from pargrad.book.multiworker import train_parabola_multiworker
+from pargrad.book.parameter_server import train_parameter_server
 
 devices = pargrad.logical_devices(3)
 keras.utils.set_random_seed(0)
@@ -423,7 +423,7 @@ hosts = {"worker": ["10.0.0.1:2222", "10.0.0.2:2222", "10.0.0.3:2222"]}
 for index in range(3):
     print(f"# on {hosts['worker'][index].split(':')[0]}:")
     print(f"TF_CONFIG='{tf_config(hosts, 'worker', index)}' \\\n"
-          f"  python -m pargrad.cluster pargrad.multiworker:train_parabola_multiworker '{{\"steps\": 300}}'")
+          f"  python -m pargrad.cluster pargrad.book.multiworker:train_parabola_multiworker '{{\"steps\": 300}}'")
 
 # %% [markdown]
 # For `ParameterServerStrategy`, the workers and parameter servers run
@@ -503,7 +503,7 @@ for index in range(3):
 #    every $\tau$.
 # 5. Start the cluster by hand: in two terminals, set `TF_CONFIG` for worker 0
 #    and worker 1 on 127.0.0.1 and run
-#    `python -m pargrad.cluster pargrad.multiworker:train_parabola_multiworker`.
+#    `python -m pargrad.cluster pargrad.book.multiworker:train_parabola_multiworker`.
 #    What happens while only one of them is running?
 #
 #    *Hint:* `MultiWorkerMirroredStrategy` needs every worker for its first

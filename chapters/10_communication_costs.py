@@ -56,7 +56,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import tensorflow as tf
 from myst_nb import glue
-from pargrad import allreduce_timing, cost, plots
+from pargrad import cost
+from pargrad.book import allreduce_timing, plots
 
 devices = pargrad.logical_devices(4)
 keras.utils.set_random_seed(0)

@@ -39,7 +39,7 @@ import pargrad  # first: it imports TensorFlow quietly
 import keras
 import tensorflow as tf
 from IPython.display import Markdown
-from pargrad import compatibility
+from pargrad.book import compatibility
 
 print("TensorFlow", tf.__version__, "| Keras", keras.__version__)
 

@@ -7,6 +7,15 @@ applies its update without waiting for anyone.  While it computes, other
 workers may update the parameters, so its gradient is *stale*: the number of
 updates that landed between its read and its apply is its staleness, and the
 trainer records it for every update.
+
+Where to read what: a free-running worker's loop, :meth:`AsyncTrainer._work`,
+is plain asynchronous SGD (read, gradients, apply).  What the book adds
+around it sits in methods of its own: :meth:`AsyncTrainer._claim_update`
+(claim one of the requested updates; with ``staleness_bound``, first wait
+until :meth:`AsyncTrainer.may_start`, the bounded staleness of the chapter
+"Sync vs async in the same time"), :meth:`AsyncTrainer._extra_time` (the
+sleep that emulates a slower device) and, in :meth:`AsyncTrainer._apply`,
+the staleness-aware learning rate.
 """
 
 import heapq
@@ -373,24 +382,12 @@ class AsyncTrainer:
         """The single-device training loop, run by one worker's thread."""
         delays = np.random.default_rng([seed, worker, 1])
         try:
-            while not self._stop.is_set():
-                with self._lock:
-                    while not self.may_start(worker):  # staleness bound: too far ahead
-                        self._caught_up.wait(0.05)
-                        if self._stop.is_set():
-                            return
-                    if self._claimed == updates:  # claim one of the requested updates
-                        return
-                    self._claimed += 1
+            while self._claim_update(worker, updates):
                 began = time.perf_counter()
                 parameters, version = self._read()
                 loss, gradients = self._gradients(worker, parameters)
-                # A slower device (speed < 1) or a random delay: wait the extra time.
-                busy = time.perf_counter() - began
-                stretch = (1.0 + random_delay(delays, jitter, self._delay_distribution)) / speed
-                pause = (busy * (stretch - 1.0) if self._step_seconds is None
-                         else self._step_seconds * stretch - busy)
-                if self._stop.wait(max(0.0, pause)):
+                # An emulated slower device or a random delay: wait the extra time.
+                if self._stop.wait(self._extra_time(delays, began, speed, jitter)):
                     return
                 self._apply(worker, gradients, version, loss,
                             began - started, time.perf_counter() - started)
@@ -398,9 +395,43 @@ class AsyncTrainer:
             self._errors.append((worker, error))
             self._stop.set()
         finally:
-            with self._lock:  # a finished worker no longer holds the others back
-                self._finished.add(worker)
-                self._caught_up.notify_all()
+            self._leave(worker)
+
+    def _claim_update(self, worker, updates):
+        """Whether ``worker`` may do one more of the ``updates`` a free-running fit asked for.
+
+        False once the run is stopped or every update is claimed.  With a
+        ``staleness_bound`` the worker first waits, on a condition, while it
+        is too far ahead of the slowest (:meth:`may_start`).
+        """
+        with self._lock:
+            while not self.may_start(worker):  # staleness bound: too far ahead
+                self._caught_up.wait(0.05)
+                if self._stop.is_set():
+                    return False
+            if self._stop.is_set() or self._claimed == updates:
+                return False
+            self._claimed += 1
+            return True
+
+    def _leave(self, worker):
+        """Mark ``worker``'s run as over, so that it no longer holds the others back."""
+        with self._lock:
+            self._finished.add(worker)
+            self._caught_up.notify_all()
+
+    def _extra_time(self, delays, began, speed, jitter):
+        """Seconds a worker sleeps after computing, to emulate its device (see :meth:`fit`).
+
+        A step is stretched to ``(1 + delay) / speed`` times what its
+        computation took, or with ``step_seconds`` to last
+        ``step_seconds * (1 + delay) / speed`` seconds.
+        """
+        busy = time.perf_counter() - began
+        stretch = (1.0 + random_delay(delays, jitter, self._delay_distribution)) / speed
+        pause = (busy * (stretch - 1.0) if self._step_seconds is None
+                 else self._step_seconds * stretch - busy)
+        return max(0.0, pause)
 
     def get_weights(self):
         """The shared parameters as a list of NumPy arrays."""

@@ -11,6 +11,43 @@ everywhere.  In one process the replicas are the devices of a
 The trainer is a custom training loop, not Keras ``fit``: Keras 3's ``fit``
 fails under ``MultiWorkerMirroredStrategy`` and its gradient accumulation
 fails under ``MirroredStrategy`` (see the book's design notes).
+
+:class:`SyncTrainer` holds only the idea.  Its per-replica step,
+:meth:`SyncTrainer._replica_step`, is two lines: the replica's gradients,
+then one all-reduce and one update.  What the book adds to *show* a step
+(each replica's timestamps, stragglers, emulated devices, backup workers)
+is a subclass in the book's layer,
+:class:`pargrad.book.instruments.InstrumentedSyncTrainer`, which wraps those
+instruments around the same two lines and sets its per-step plan in the one
+hook of the loop, :meth:`SyncTrainer._before_step`.  This module never
+imports the book.
+
+A reader's map: where ``learning_rate`` goes, from the call to the update.
+
+1. ``SyncTrainer(model, strategy, learning_rate=0.01)``: ``__init__`` makes
+   ``keras.optimizers.SGD(learning_rate)`` inside ``strategy.scope()`` (or
+   takes your ``optimizer``, which carries its own rate), builds it for the
+   model's variables and keeps it as ``self.optimizer``.  Nothing else in
+   this module reads the rate.
+2. ``trainer.fit(x, y, steps, batch_size)``: checks that ``batch_size``
+   splits over replicas x ``accumulation_steps``, then per step calls
+   ``self._step_function``, the ``tf.function`` of :meth:`_distributed_step`
+   (or ``_steps_function``, a graph loop of it, with ``steps_per_call``).
+3. :meth:`_distributed_step`: ``strategy.run`` runs, on every replica,
+   :meth:`_shard` (its rows of the batch) and :meth:`_replica_step`.
+4. :meth:`_replica_step`: :meth:`_local_gradients` -> :meth:`_gradients`
+   computes the loss summed over the shard and divided by the *global*
+   batch size (``tf.nn.compute_average_loss``) and its gradients; then
+   ``self.optimizer.apply_gradients(...)``.
+5. Inside Keras (``keras/src/backend/tensorflow/optimizer.py``):
+   ``_backend_update_step`` sums the replicas' gradients with one all-reduce
+   (``_all_reduce_sum_gradients``) and calls ``SGD.update_step`` on each
+   mirrored variable: ``variable -= learning_rate * gradient``, the same
+   update on every replica.
+
+``batch_size`` takes the same road: ``fit`` passes it to every step as a
+Python int (so shapes are static), :meth:`_shard` cuts ``batch_size /
+replicas`` rows per replica and :meth:`_gradients` divides the loss by it.
 """
 
 import dataclasses
@@ -159,13 +196,15 @@ class SyncHistory:
     fetching the results, and with more steps a call, the step ends with
     the last replica's update and the three add up to ``step_time`` for
     that replica.
-    Under ``MultiWorkerMirroredStrategy`` only this process's replicas are
-    recorded; with ``SyncTrainer(record_times=False)`` none are (NaN).
+    Only :class:`pargrad.book.instruments.InstrumentedSyncTrainer` records
+    them; the core :class:`SyncTrainer` leaves them NaN.  Under
+    ``MultiWorkerMirroredStrategy`` only this process's replicas are recorded.
 
     When ``fit`` was given ``replica_times`` (the virtual clock, backup
     workers): ``used[i, r]`` tells whether replica ``r``'s gradient counted in
     step ``i``, and ``virtual_step_time[i]`` is the step's length on that
-    clock (:func:`sync_step_times`); otherwise both are None.
+    clock (:func:`pargrad.book.instruments.sync_step_times`); otherwise both
+    are None.  ``stragglers`` is ``{replica: factor}`` of a run with stragglers.
     """
 
     loss: np.ndarray
@@ -177,7 +216,7 @@ class SyncHistory:
     replicas: int
     accumulation_steps: int
     micro_batch_size: int
-    stragglers: dict
+    stragglers: dict = dataclasses.field(default_factory=dict)
     used: np.ndarray = None
     virtual_step_time: np.ndarray = None
 
@@ -223,41 +262,6 @@ def squared_error_per_example(y, prediction):
     return tf.reduce_sum(tf.square(y - prediction), axis=-1)
 
 
-def backup_worker_mask(replica_times, backup_workers):
-    """Which gradients a step with ``backup_workers`` backups uses (Chen et al. 2016).
-
-    ``replica_times[i, r]`` is how long replica ``r`` takes in step ``i``.
-    With N replicas the step uses the first N - b gradients to arrive and
-    drops the b slowest; a tie goes to the lower replica index.  Returns a
-    boolean array shaped like ``replica_times``.  Taught in the chapter
-    "Sync vs async in the same time".
-    """
-    times = np.asarray(replica_times, float)
-    if times.ndim != 2:
-        raise ValueError(f"replica_times needs one row a step and one column a replica, "
-                         f"got shape {times.shape}.")
-    if (isinstance(backup_workers, bool) or not isinstance(backup_workers, numbers.Integral)
-            or not 0 <= backup_workers < times.shape[1]):
-        raise ValueError(f"backup_workers must be a whole number from 0 to {times.shape[1] - 1} "
-                         f"(fewer than the replicas), got {backup_workers!r}.")
-    order = np.argsort(times, axis=1, kind="stable")
-    used = np.zeros(times.shape, bool)
-    np.put_along_axis(used, order[:, :times.shape[1] - backup_workers], True, axis=1)
-    return used
-
-
-def sync_step_times(replica_times, backup_workers=0):
-    """How long each synchronous step lasts: until its (N - b)-th gradient arrives.
-
-    Without backup workers, the slowest replica's time; with ``b``, the
-    (N - b)-th smallest of the step's ``replica_times``.  Taught in the
-    chapter "Sync vs async in the same time".
-    """
-    times = np.asarray(replica_times, float)
-    used = backup_worker_mask(times, backup_workers)
-    return np.where(used, times, -np.inf).max(axis=1)
-
-
 class SyncTrainer:
     """Synchronous data-parallel training: one all-reduce and one update a step.
 
@@ -291,26 +295,7 @@ class SyncTrainer:
       their gradients are summed on the replica and all-reduced once, so an
       update sees ``micro-batch x k x replicas`` examples
       (``SyncHistory.effective_batch_size``).
-    * ``stragglers``: ``{replica: factor}``, makes these replicas ``factor``
-      times slower: after computing its gradients, a straggler sleeps
-      ``(factor - 1)`` times the time it just computed, inside the step.  A
-      sleep, not repeated work, so that on a machine with few cores the
-      straggler does not also slow the others down by taking their cores.
-    * ``record_times``: record each replica's times (below), for a device
-      timeline.  The forward pass then waits for a timestamp, which costs
-      about a tenth of a step as small as the book's (0.4 ms on two CPU
-      cores); without it the step is the plain ``strategy.run`` loop and the
-      per-replica times are NaN.  The default (None) records them only when
-      the run needs them: with ``stragglers`` or ``step_seconds``.
     * ``progress``: show a progress bar (tqdm, notebook-aware) during fit.
-    * ``backup_workers``: ``b`` backup workers (Chen et al. 2016): each step
-      uses the gradients of the first N - b replicas to finish and drops the
-      rest; who finishes when is given by ``fit(replica_times=...)``; see
-      :meth:`fit` for what is real and what is decided from those times.
-    * ``step_seconds``: emulated devices: every replica's step is stretched
-      by sleeping to ``step_seconds`` times its ``replica_times`` entry
-      (default 1), and a dropped backup replica is cut off (no sleep).
-      Taught in the chapter "Sync vs async in the same time".
     * ``jit_compile``: compile each replica's forward and backward pass
       (all its ``accumulation_steps`` micro-batches) with XLA into one
       computation on the replica's device, traced once per replica.  The
@@ -324,13 +309,10 @@ class SyncTrainer:
       launch-bound); ``benchmarks/sync.py`` measures it against the plain
       step on your machine.
 
-    How the times are measured: the step is one ``tf.function``; inside each
-    replica's part, ``tf.timestamp()`` ops tied by control dependencies run
-    when the replica's input is ready, when its gradients exist and when
-    the update has been applied to its parameters (see :class:`SyncHistory`).  Those are the times the
-    runtime executed those ops on the host.  On a GPU, kernels are launched
-    asynchronously, so there the timestamps tell when work was issued and
-    the waiting shows up wherever the runtime synchronises.
+    The book's instruments (each replica's timestamps, stragglers, emulated
+    devices, backup workers) are not here: they are a subclass,
+    :class:`pargrad.book.instruments.InstrumentedSyncTrainer`, that wraps
+    them around the same two lines of :meth:`_replica_step`.
 
     Bad input: a global batch that the replicas (times ``accumulation_steps``)
     cannot split evenly raises ``ValueError`` and names the nearest sizes
@@ -340,9 +322,10 @@ class SyncTrainer:
     Taught in the chapter "Synchronous training".
     """
 
+    record_times = False  # the core keeps no timestamps (InstrumentedSyncTrainer does)
+
     def __init__(self, model, strategy, loss=None, optimizer=None, learning_rate=1e-2,
-                 accumulation_steps=1, stragglers=None, record_times=None, progress=True,
-                 backup_workers=0, step_seconds=None, jit_compile=False):
+                 accumulation_steps=1, progress=True, jit_compile=False):
         if not isinstance(strategy, tf.distribute.Strategy):
             raise TypeError(
                 f"SyncTrainer needs a tf.distribute strategy, got {strategy!r}; "
@@ -371,57 +354,13 @@ class SyncTrainer:
                 f"accumulation_steps must be a whole number >= 1, got {accumulation_steps!r}; "
                 "pass 1 for no accumulation."
             )
-        replicas = strategy.num_replicas_in_sync
-        stragglers = dict(stragglers or {})
-        for replica, factor in stragglers.items():
-            if not isinstance(replica, numbers.Integral) or not 0 <= replica < replicas:
-                raise ValueError(
-                    f"stragglers names replica {replica!r}, but the replicas are "
-                    f"0..{replicas - 1}."
-                )
-            if not isinstance(factor, numbers.Real) or factor < 1:
-                raise ValueError(
-                    f"A straggler's slow-down factor must be a number >= 1, got "
-                    f"{factor!r} for replica {replica}; 1 means no slow-down."
-                )
-
-        if record_times is None:
-            record_times = bool(stragglers) or step_seconds is not None
-        if stragglers and not record_times:
-            raise ValueError(
-                "Stragglers sleep in proportion to the time they computed, which "
-                "needs record_times=True; pass record_times=True or no stragglers."
-            )
-        if (isinstance(backup_workers, bool) or not isinstance(backup_workers, numbers.Integral)
-                or not 0 <= backup_workers < replicas):
-            raise ValueError(
-                f"backup_workers must be a whole number from 0 to {replicas - 1} (a step "
-                f"needs at least one of the {replicas} replicas), got {backup_workers!r}."
-            )
-        if step_seconds is not None and (not isinstance(step_seconds, numbers.Real)
-                                         or not step_seconds > 0 or stragglers
-                                         or not record_times):
-            raise ValueError(
-                "step_seconds (emulated devices) must be a positive number of seconds, "
-                "with record_times=True and without stragglers (give slow replicas "
-                f"larger replica_times instead); got {step_seconds!r}."
-            )
 
         self.model = model
         self.strategy = strategy
-        self.record_times = bool(record_times)
         self.loss = loss or squared_error_per_example
         self.accumulation_steps = int(accumulation_steps)
-        self.stragglers = {int(r): float(f) for r, f in stragglers.items()}
         self.progress = progress
-        self.backup_workers = int(backup_workers)
-        self.step_seconds = None if step_seconds is None else float(step_seconds)
         self.jit_compile = bool(jit_compile)
-        if self.backup_workers or self.step_seconds:
-            # The plan of the next step, set by fit from replica_times: each
-            # replica's gradient weight and its emulated seconds.
-            self._gradient_weights = tf.Variable(tf.ones([replicas]), trainable=False)
-            self._planned_seconds = tf.Variable(tf.zeros([replicas], tf.float64), trainable=False)
         with strategy.scope():
             if optimizer is None:
                 optimizer = keras.optimizers.SGD(learning_rate)
@@ -457,46 +396,17 @@ class SyncTrainer:
     # -- one step --------------------------------------------------------------
 
     def _replica_step(self, x, y, global_batch_size):
-        """One replica's part of a step (runs in replica context)."""
+        """One replica's part of a step (runs in replica context); returns its loss.
+
+        ``x, y`` are this replica's shard.  Its loss is its examples' losses
+        summed and divided by the *global* batch size, so the sum over the
+        replicas is the mean over the whole batch.
+        """
         variables = self.model.trainable_variables
-        if self.record_times:
-            with tf.control_dependencies([x, y]):
-                compute_start = tf.timestamp()       # the input is here
-            with tf.control_dependencies([compute_start]):
-                x, y = tf.identity(x), tf.identity(y)  # work starts after the stamp
-
-        loss, grads = self._replica_gradients(x, y, global_batch_size)
-
-        if self.record_times:
-            with tf.control_dependencies(grads):
-                compute_end = tf.timestamp()
-            factor = self._straggler_factor()
-            if factor is not None:                   # sleep (factor - 1) x compute
-                with tf.control_dependencies([compute_end]):
-                    slept = tf.py_function(
-                        _sleep, [(factor - 1.0) * (compute_end - compute_start)], tf.float64)
-                with tf.control_dependencies([slept]):
-                    compute_end = tf.timestamp()
-                    grads = [tf.identity(g) for g in grads]
-            if self.step_seconds is not None:        # an emulated device: sleep until
-                # its planned time is up, and return when it woke (the clock of
-                # tf.timestamp).  Stateless on purpose: tf.function chains stateful
-                # ops in program order, so the replicas would sleep one by one.
-                compute_end = tf.numpy_function(
-                    _sleep_until, [compute_start + self._replica_value(self._planned_seconds),
-                                   compute_end], tf.float64, stateful=False)
-                grads = [g + 0 * tf.cast(compute_end, g.dtype) for g in grads]  # after it
-
-        if self.backup_workers:  # backup workers: a late gradient counts zero times
-            grads = [g * self._replica_value(self._gradient_weights) for g in grads]
+        loss, grads = self._replica_gradients(x, y, global_batch_size)  # no communication
         # One all-reduce (a sum over replicas) and one update, inside Keras.
         self.optimizer.apply_gradients(zip(grads, variables))
-
-        if not self.record_times:
-            return loss, tf.fill([3], tf.constant(np.nan, tf.float64))
-        with tf.control_dependencies([tf.identity(_tf_variable(v)) for v in variables]):
-            update_end = tf.timestamp()
-        return loss, tf.stack([compute_start, compute_end, update_end])
+        return loss
 
     def _local_gradients(self, x, y, global_batch_size):
         """This replica's loss and gradient sum, before any communication."""
@@ -506,6 +416,7 @@ class SyncTrainer:
         return self._accumulated_gradients(x, y, variables, global_batch_size)
 
     def _gradients(self, x, y, variables, global_batch_size):
+        """The loss of ``(x, y)`` divided by the *global* batch size, and its gradients."""
         with tf.GradientTape() as tape:
             prediction = self.model(x, training=True)
             loss = tf.nn.compute_average_loss(
@@ -521,32 +432,6 @@ class SyncTrainer:
             loss += micro_loss
             grads = [g + m for g, m in zip(grads, micro_grads)]
         return loss, grads
-
-    def _straggler_factor(self):
-        if not self.stragglers:
-            return None
-        context = tf.distribute.get_replica_context()
-        replica = tf.get_static_value(context.replica_id_in_sync_group)
-        if replica is not None:
-            factor = self.stragglers.get(int(replica))
-            return None if factor is None else tf.constant(factor, tf.float64)
-        table = [self.stragglers.get(r, 1.0) for r in range(self.replicas)]
-        return tf.gather(tf.constant(table, tf.float64), context.replica_id_in_sync_group)
-
-    def _replica_value(self, plan):
-        """This replica's entry of a per-replica plan variable (backup workers)."""
-        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
-        return tf.gather(plan, replica)
-
-    def _set_plan(self, used, replica_times):
-        """Before a step: weights N / (N - b) for the used replicas and 0 for the
-        dropped ones (so the sum over replicas is the mean over the used
-        examples), and each used replica's emulated seconds (0: cut off)."""
-        if self.backup_workers:
-            self._gradient_weights.assign(
-                used.astype(np.float32) * self.replicas / (self.replicas - self.backup_workers))
-        if self.step_seconds is not None:
-            self._planned_seconds.assign(np.where(used, replica_times * self.step_seconds, 0.0))
 
     def _shard(self, x, y, position, global_batch_size):
         """This replica's slice of the global batch that starts at ``position``.
@@ -570,13 +455,15 @@ class SyncTrainer:
         return tf.identity(xb), tf.identity(yb)   # on the replica's own device
 
     def _distributed_step(self, x, y, position, global_batch_size):
+        """One step on every replica: the batch's loss, and no replica times (NaN)."""
         def replica_step():
             xb, yb = self._shard(x, y, position, global_batch_size)
             return self._replica_step(xb, yb, global_batch_size)
 
-        losses, times = self.strategy.run(replica_step)
+        losses = self.strategy.run(replica_step)
         loss = self.strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
-        return tf.cast(loss, tf.float64), tf.stack(self.strategy.experimental_local_results(times))
+        local = len(self.strategy.extended.worker_devices)
+        return tf.cast(loss, tf.float64), tf.fill([local, 3], tf.constant(np.nan, tf.float64))
 
     def _distributed_steps(self, x, y, position, global_batch_size, steps):
         """``steps`` synchronous steps in one call (a graph loop, no Python between)."""
@@ -593,8 +480,7 @@ class SyncTrainer:
 
     # -- the loop --------------------------------------------------------------
 
-    def fit(self, x, y, steps, batch_size=None, steps_per_call=1, progress=None,
-            replica_times=None):
+    def fit(self, x, y, steps, batch_size=None, steps_per_call=1, progress=None):
         """Train for ``steps`` updates on ``(x, y)``; return a :class:`SyncHistory`.
 
         ``batch_size`` is the global batch of one update, over all replicas
@@ -609,36 +495,17 @@ class SyncTrainer:
         (like Keras's ``steps_per_execution``): every step is still one
         all-reduce and one update, but Python launches the graph once per
         call.  With 1, ``step_time`` is measured in Python around each step
-        (launch and fetching included); with more, a step lasts from the end
-        of the previous update (or the call's start) to the end of its own
-        update, read from the same in-graph timestamps.
-
-        ``replica_times`` (shape ``(steps, replicas)``) says how long each
-        replica takes in each step, in units of a normal step: the virtual
-        clock of the chapter "Sync vs async in the same time".  The history
-        then records each step's ``virtual_step_time`` (the slowest replica,
-        or with ``backup_workers=b`` the (N - b)-th fastest) and which
-        replicas' gradients were ``used``.  What is real and what is not:
-        every replica really computes its gradient, and the update really is
-        one all-reduce, in which a dropped replica's gradient is multiplied
-        by 0 and the others by N / (N - b), so the update is the mean
-        gradient over the examples of the replicas that arrived first.  Who
-        arrives first is decided from ``replica_times`` before the step, not
-        by a race inside the all-reduce: ``MirroredStrategy``'s all-reduce
-        waits for every replica.  With ``SyncTrainer(step_seconds=...)`` the
-        used replicas also sleep until ``step_seconds`` times their time is
-        up and the dropped ones are cut off (no sleep), so the measured step
-        lasts about as long as the (N - b)-th fastest.  Needs
-        ``steps_per_call=1`` when the plan changes the graph (backup workers
-        or ``step_seconds``); the reported loss is the whole batch's.
+        (launch and fetching included); with more, and the replicas' times
+        recorded (:class:`pargrad.book.instruments.InstrumentedSyncTrainer`),
+        a step lasts from the end of the previous update (or the call's
+        start) to the end of its own update; without them, each step of a
+        call gets the call's mean.
         """
         x = np.asarray(x)
         y = np.asarray(y)
         if len(x) != len(y):
             raise ValueError(f"x has {len(x)} examples but y has {len(y)}.")
-        for name, value in (("steps", steps), ("steps_per_call", steps_per_call)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}.")
+        _check_whole_numbers(steps=steps, steps_per_call=steps_per_call)
         batch_size = len(x) if batch_size is None else batch_size
         if not 1 <= batch_size <= len(x):
             raise ValueError(f"batch_size must be between 1 and len(x) = {len(x)}, got {batch_size}.")
@@ -653,28 +520,6 @@ class SyncTrainer:
                 "SyncTrainer neither pads nor drops examples, so that an update "
                 "stays equal to the single-device one."
             )
-        micro_batch_size = batch_size // parts
-        used = virtual_step_time = None
-        if replica_times is None and self.step_seconds is not None:
-            replica_times = np.ones((steps, self.replicas))
-        if replica_times is None and self.backup_workers:
-            raise ValueError(
-                "Backup workers need to know who finishes first: pass replica_times, "
-                f"shape (steps, replicas) = ({steps}, {self.replicas}), how long each "
-                "replica takes in each step (for example pargrad.race.replica_times)."
-            )
-        if replica_times is not None:
-            replica_times = np.asarray(replica_times, float)
-            if replica_times.shape != (steps, self.replicas) or not (replica_times > 0).all():
-                raise ValueError(
-                    f"replica_times needs shape (steps, replicas) = ({steps}, {self.replicas}) "
-                    f"and positive times, got shape {replica_times.shape}."
-                )
-            if (self.backup_workers or self.step_seconds) and steps_per_call != 1:
-                raise ValueError("With backup workers or step_seconds, pass steps_per_call=1: "
-                                 "the plan is set before every step.")
-            used = backup_worker_mask(replica_times, self.backup_workers)
-            virtual_step_time = sync_step_times(replica_times, self.backup_workers)
 
         x_host, y_host = self._data(x, y, batch_size)
         local = len(self.strategy.extended.worker_devices)
@@ -682,8 +527,8 @@ class SyncTrainer:
             loss=np.empty(steps), start=np.empty(steps), step_time=np.empty(steps),
             compute_start=np.empty((steps, local)), compute_end=np.empty((steps, local)),
             update_end=np.empty((steps, local)), replicas=self.replicas,
-            accumulation_steps=self.accumulation_steps, micro_batch_size=micro_batch_size,
-            stragglers=dict(self.stragglers), used=used, virtual_step_time=virtual_step_time,
+            accumulation_steps=self.accumulation_steps,
+            micro_batch_size=batch_size // parts,
         )
         show = self.progress if progress is None else progress
         # A Python int: the step is traced for this batch size, so every
@@ -695,8 +540,7 @@ class SyncTrainer:
             while done < steps:
                 n = min(steps_per_call, steps - done)
                 rows = slice(done, done + n)
-                if used is not None and (self.backup_workers or self.step_seconds):
-                    self._set_plan(used[done], replica_times[done])  # steps_per_call is 1
+                self._before_step(done)
                 position = tf.constant(self._position, tf.int32)
                 start = time.time()
                 if steps_per_call == 1:
@@ -729,6 +573,12 @@ class SyncTrainer:
                 bar.close()
         return history
 
+    def _before_step(self, step):
+        """Called before each call of the step function; nothing to do in the core.
+
+        (The book's instrumented trainer sets its backup-worker plan here.)
+        """
+
     def _data(self, x, y, batch_size):
         """The data as host tensors; sets ``self._position``, the next batch's start.
 
@@ -744,21 +594,17 @@ class SyncTrainer:
             return tf.convert_to_tensor(x), tf.convert_to_tensor(y)
 
 
+def _check_whole_numbers(**values):
+    """Raise ValueError naming the first of ``values`` that is not a whole number >= 1."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{name} must be a whole number >= 1, got {value!r}.")
+
+
 def _tf_variable(variable):
     """The tf.Variable behind a Keras variable (or the variable itself)."""
     inner = getattr(variable, "value", None)   # a tf.Variable's own .value is a method
     return inner if isinstance(inner, tf.Variable) else variable
-
-
-def _sleep(seconds):
-    time.sleep(max(0.0, float(seconds)))
-    return seconds
-
-
-def _sleep_until(deadline, computed):
-    """Sleep until ``deadline`` (seconds of time.time()); return when it woke."""
-    time.sleep(max(0.0, float(deadline) - time.time()))
-    return np.float64(max(time.time(), float(computed)))
 
 
 def _progress_bar(total, show, description):
@@ -767,41 +613,6 @@ def _progress_bar(total, show, description):
     from tqdm.auto import tqdm
 
     return tqdm(total=total, desc=description, mininterval=0.5, leave=True)
-
-
-# ----------------------------------------------------------------------------
-# The y = x² question's network, trained synchronously
-# ----------------------------------------------------------------------------
-
-def train_parabola(replicas=None, steps=2000, learning_rate=1e-2, seed=0, steps_per_call=100,
-                   progress=False, dtype="float32"):
-    """Train the y = x² question's network synchronously on the full batch of 50 points.
-
-    In one process the batch is split over ``replicas`` logical devices
-    (:func:`sync_strategy`); in a worker of :class:`pargrad.LocalCluster`
-    (``TF_CONFIG`` set) over the worker processes.  Every run starts from
-    :func:`pargrad.initial_weights` with ``seed``, in ``dtype`` (``"float64"``
-    makes the equality with one device robust to rounding).  Returns a dict with the
-    final ``weights`` (NumPy arrays), the ``loss`` before every update, the
-    number of ``replicas`` and the ``seconds`` the steps took; it is JSON
-    friendly so that worker processes can hand it back.
-
-    Taught in the chapter "Synchronous training".
-    """
-    from pargrad.parabola import parabola_data, parabola_model
-
-    strategy = sync_strategy(replicas)
-    with strategy.scope():
-        model = parabola_model(seed=seed, dtype=dtype)
-    trainer = SyncTrainer(model, strategy, learning_rate=learning_rate, progress=progress)
-    x, y = parabola_data(dtype=dtype)
-    history = trainer.fit(x, y, steps=steps, steps_per_call=steps_per_call)
-    return {
-        "weights": [np.asarray(w) for w in model.get_weights()],
-        "loss": history.loss.astype(np.dtype(dtype)),
-        "replicas": trainer.replicas,
-        "seconds": float(np.sum(history.step_time)),
-    }
 
 
 # ----------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import pargrad  # noqa: F401  (quiet TensorFlow first)
 import keras
 import tensorflow as tf
 from pargrad.accumulate import GradientAccumulator, peak_memory
-from pargrad.parabola import initial_weights, parabola_data, parabola_forward, squared_error
+from pargrad.book.parabola import initial_weights, parabola_data, parabola_forward, squared_error
 
 TOLERANCE = 1e-6
 

@@ -1,10 +1,10 @@
-"""pargrad.allreduce_timing: the measurements behind the chapter "What communication costs"."""
+"""pargrad.book.allreduce_timing: the measurements behind the chapter "What communication costs"."""
 
 import json
 
 import pytest
 
-from pargrad import allreduce_timing
+from pargrad.book import allreduce_timing
 
 
 def test_payloads_must_be_whole_float32_tensors():
@@ -23,7 +23,7 @@ def test_all_reduce_times_in_a_fresh_process(run_python):
         import pargrad
         devices = pargrad.logical_devices(2)
         import tensorflow as tf
-        from pargrad import allreduce_timing
+        from pargrad.book import allreduce_timing
         strategy = tf.distribute.MirroredStrategy(devices)
         seconds = allreduce_timing.time_all_reduce(strategy, [4, 4096], repeats=2)
         packing = allreduce_timing.time_packing(strategy, tensors=3, tensor_bytes=16, repeats=1)

@@ -48,7 +48,7 @@ def sleep(seconds):
 
 
 def train_until_killed():
-    from pargrad.sync import train_parabola
+    from pargrad.book.parabola import train_parabola
 
     print("ready", flush=True)
     train_parabola(steps=10**6, steps_per_call=100)

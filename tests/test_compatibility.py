@@ -1,6 +1,6 @@
 """The compatibility matrix's bookkeeping (appendix "Compatibility matrix"); the runs are in the appendix."""
 
-from pargrad import compatibility
+from pargrad.book import compatibility
 
 
 def test_twelve_combinations_in_table_order():

@@ -1,9 +1,9 @@
-"""pargrad.digits: the offline classification task of the sync-vs-async chapter."""
+"""pargrad.book.digits: the offline classification task of the sync-vs-async chapter."""
 
 import numpy as np
 import pytest
 
-from pargrad import digits
+from pargrad.book import digits
 
 
 def test_the_split_is_fixed_by_the_seed_and_stratified():

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from pargrad.asynchronous import AsyncTrainer, random_delay, tf
-from pargrad.sync import SyncTrainer, backup_worker_mask, sync_step_times, sync_strategy
+from pargrad.book.instruments import InstrumentedSyncTrainer, backup_worker_mask, sync_step_times
+from pargrad.sync import sync_strategy
 
 from linear_problem import linear_data, linear_model, mse, numpy_gradient
 
@@ -155,8 +156,8 @@ def sync_linear_trainer(backup_workers, **options):
     strategy = sync_strategy(4)
     with strategy.scope():
         model = linear_model()
-    return SyncTrainer(model, strategy, learning_rate=LEARNING_RATE, progress=False,
-                       backup_workers=backup_workers, **options)
+    return InstrumentedSyncTrainer(model, strategy, learning_rate=LEARNING_RATE, progress=False,
+                                   backup_workers=backup_workers, **options)
 
 
 @pytest.mark.claim

@@ -8,8 +8,8 @@ import pytest
 
 from pargrad import rounding_tolerance
 from pargrad.cluster import ClusterError, LocalCluster
-from pargrad.multiworker import train_parabola_multiworker
-from pargrad.parabola import fit_one_device, parabola_data
+from pargrad.book.multiworker import train_parabola_multiworker
+from pargrad.book.parabola import fit_one_device, parabola_data
 
 
 # Keras keeps the learning rate in float32; the float64 reference uses the same number.

@@ -76,8 +76,8 @@ READS_A_FILE = re.compile(r"open\(|read_text\(|read_bytes\(|np\.load\(|json\.loa
 @pytest.mark.parametrize("script", sorted((ROOT / "chapters").glob("*.py")), ids=lambda p: p.name)
 def test_a_chapter_reads_no_file_of_the_repository(script):
     # On Colab a chapter has the package and nothing else of the repository:
-    # data it needs ship inside pargrad (pargrad/data) or are generated.
+    # data it needs ship inside pargrad (pargrad/book/data) or are generated.
     code = "\n".join(line for line in script.read_text().splitlines()
                      if not line.lstrip().startswith("#"))
     assert not READS_A_FILE.search(code), (
-        f"{script.name} reads a file; ship it in pargrad/data and load it through pargrad")
+        f"{script.name} reads a file; ship it in pargrad/book/data and load it through pargrad")

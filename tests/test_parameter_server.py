@@ -5,8 +5,8 @@ import psutil
 import pytest
 
 from pargrad.cluster import LocalCluster
-from pargrad.parabola import fit_one_device, parabola_data
-from pargrad.parameter_server import parameter_server_strategy, train_parameter_server
+from pargrad.book.parabola import fit_one_device, parabola_data
+from pargrad.book.parameter_server import parameter_server_strategy, train_parameter_server
 
 
 def children():

@@ -1,10 +1,10 @@
-"""pargrad.race: sync and async on the same virtual clock, evaluated against time."""
+"""pargrad.book.race: sync and async on the same virtual clock, evaluated against time."""
 
 import numpy as np
 import pytest
 
-from pargrad import race
-from pargrad.sync import sync_step_times
+from pargrad.book import race
+from pargrad.book.instruments import sync_step_times
 
 
 @pytest.fixture(scope="module")

@@ -11,15 +11,16 @@ import numpy as np
 import pytest
 
 import pargrad
-from pargrad import plots
+from pargrad.book import plots
 from pargrad.cluster import LocalCluster
 from pargrad.sync import (
     DevicesNotReadyError,
     SyncTrainer,
     ring_all_reduce,
     sync_strategy,
-    train_parabola,
 )
+from pargrad.book.instruments import InstrumentedSyncTrainer
+from pargrad.book.parabola import train_parabola
 
 STEPS = 2000
 # The equalities of the book hold in exact arithmetic; float32 runs meet
@@ -48,7 +49,9 @@ def trainer_for(replicas, model_fn=None, **options):
     strategy = sync_strategy(replicas)
     with strategy.scope():
         model = (model_fn or (lambda: pargrad.parabola_model(seed=0)))()
-    return SyncTrainer(model, strategy, progress=False, **options)
+    instrumented = {"record_times", "stragglers"} & set(options)  # the book's instruments
+    trainer_class = InstrumentedSyncTrainer if instrumented else SyncTrainer
+    return trainer_class(model, strategy, progress=False, **options)
 
 
 def mlp(features=64, width=256):
@@ -134,7 +137,7 @@ def test_matches_the_full_batch_on_five_devices_in_a_fresh_process(run_python, r
     completed = run_python("""
         import json, pargrad
         pargrad.logical_devices(5)
-        from pargrad.sync import train_parabola
+        from pargrad.book.parabola import train_parabola
         result = train_parabola(5, steps=2000, dtype="float64")
         print(json.dumps({"replicas": result["replicas"],
                           "weights": [w.tolist() for w in result["weights"]]}))

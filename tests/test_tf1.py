@@ -6,7 +6,7 @@ import pytest
 import pargrad  # noqa: F401  (quiet TensorFlow first)
 import tensorflow as tf
 from pargrad import tf1
-from pargrad.parabola import initial_weights, parabola_data, parabola_forward, squared_error
+from pargrad.book.parabola import initial_weights, parabola_data, parabola_forward, squared_error
 
 v1 = tf.compat.v1
 TOLERANCE = 1e-6

@@ -282,7 +282,7 @@ def device_timeline(history, steps=range(4), ax=None, title="What each replica d
     if np.isnan(history.compute_start[steps]).any():
         raise ValueError(
             "This history has no per-replica times; train with "
-            "SyncTrainer(..., record_times=True) to draw its timeline."
+            "pargrad.InstrumentedSyncTrainer(..., record_times=True) to draw its timeline."
         )
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 0.6 * history.compute.shape[1] + 1.6))
@@ -373,7 +373,7 @@ def race_curves(results, key="accuracy", ax=None, title=None, target=None, xlabe
                 ylim=None):
     """Test accuracy (or ``key="loss"``) against time, one line a method.
 
-    ``results`` are :func:`pargrad.race.race` results of one scenario,
+    ``results`` are :func:`pargrad.book.race.race` results of one scenario,
     several seeds a method: the line is the median over the seeds of the
     value at each moment (a checkpoint's value holds until the next), the
     band spans the lowest and the highest seed.  ``target`` draws the
@@ -413,7 +413,7 @@ def race_curves(results, key="accuracy", ax=None, title=None, target=None, xlabe
 def time_to_target_chart(table, ax=None, title="Time to the target accuracy", unit="time"):
     """DAWNBench's measure as a chart: one row a (scenario, method).
 
-    ``table`` is :func:`pargrad.race.time_to_target_table`'s result; a dot
+    ``table`` is :func:`pargrad.book.race.time_to_target_table`'s result; a dot
     marks each seed's time, a bar the median; a seed that never reached the
     target is drawn at the right edge as an ×.  Drawn in the chapter
     "Sync vs async in the same time".
@@ -447,7 +447,7 @@ def parameter_server_updates(result, kill_time=None, reference_loss=None,
                              title="Parameter-server training across processes"):
     """When each worker applied an update, and the loss per update (chapter "Beyond one machine").
 
-    ``result``: what :func:`pargrad.parameter_server.train_parameter_server`
+    ``result``: what :func:`pargrad.book.parameter_server.train_parameter_server`
     returned (its ``finished`` times, ``worker`` and ``loss``);
     ``kill_time``: when a worker was killed, on the same clock
     (``time.time()``); ``reference_loss``: the loss of the same number of

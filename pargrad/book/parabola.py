@@ -11,6 +11,8 @@ from pargrad._quiet import import_tensorflow_quietly
 tf = import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
 
+from pargrad.sync import SyncTrainer, sync_strategy  # noqa: E402
+
 LEARNING_RATE = 1e-2
 STEPS = 2000
 
@@ -115,3 +117,36 @@ def fit_one_device(x, y, steps=STEPS, learning_rate=LEARNING_RATE, seed=0):
 
     losses = np.array([train_step().numpy() for _ in range(steps)])
     return losses, [variable.numpy() for variable in variables]
+
+
+# ----------------------------------------------------------------------------
+# The y = x² question's network, trained synchronously
+# ----------------------------------------------------------------------------
+
+def train_parabola(replicas=None, steps=2000, learning_rate=1e-2, seed=0, steps_per_call=100,
+                   progress=False, dtype="float32"):
+    """Train the y = x² question's network synchronously on the full batch of 50 points.
+
+    In one process the batch is split over ``replicas`` logical devices
+    (:func:`pargrad.sync_strategy`); in a worker of :class:`pargrad.LocalCluster`
+    (``TF_CONFIG`` set) over the worker processes.  Every run starts from
+    :func:`pargrad.initial_weights` with ``seed``, in ``dtype`` (``"float64"``
+    makes the equality with one device robust to rounding).  Returns a dict with the
+    final ``weights`` (NumPy arrays), the ``loss`` before every update, the
+    number of ``replicas`` and the ``seconds`` the steps took; it is JSON
+    friendly so that worker processes can hand it back.
+
+    Taught in the chapter "Synchronous training".
+    """
+    strategy = sync_strategy(replicas)
+    with strategy.scope():
+        model = parabola_model(seed=seed, dtype=dtype)
+    trainer = SyncTrainer(model, strategy, learning_rate=learning_rate, progress=progress)
+    x, y = parabola_data(dtype=dtype)
+    history = trainer.fit(x, y, steps=steps, steps_per_call=steps_per_call)
+    return {
+        "weights": [np.asarray(w) for w in model.get_weights()],
+        "loss": history.loss.astype(np.dtype(dtype)),
+        "replicas": trainer.replicas,
+        "seconds": float(np.sum(history.step_time)),
+    }

@@ -58,7 +58,7 @@ def train_parabola_multiworker(steps=600, points=48, checkpoint_dir=None, checkp
 
     Taught in the chapter "Beyond one machine".
     """
-    from pargrad.parabola import parabola_data, parabola_model
+    from pargrad.book.parabola import parabola_data, parabola_model
     from pargrad.sync import SyncTrainer, sync_strategy
 
     if checkpoint_dir is not None and checkpoint_every % report_every:
@@ -71,8 +71,7 @@ def train_parabola_multiworker(steps=600, points=48, checkpoint_dir=None, checkp
     strategy = sync_strategy()
     with strategy.scope():
         model = parabola_model(seed=seed, dtype=dtype)
-    trainer = SyncTrainer(model, strategy, learning_rate=learning_rate, record_times=False,
-                          progress=False)
+    trainer = SyncTrainer(model, strategy, learning_rate=learning_rate, progress=False)
     def say(line):
         if verbose:
             print(line, flush=True)

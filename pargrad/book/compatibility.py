@@ -227,7 +227,7 @@ def _compare(weights, reference):
 def _keras_fit(strategy, x, y, k):
     import keras
 
-    from pargrad.parabola import parabola_model
+    from pargrad.book.parabola import parabola_model
 
     with strategy.scope():
         model = parabola_model(seed=0)
@@ -238,19 +238,19 @@ def _keras_fit(strategy, x, y, k):
 
 
 def _sync_loop(strategy, x, y, k):
-    from pargrad.parabola import parabola_model
+    from pargrad.book.parabola import parabola_model
     from pargrad.sync import SyncTrainer
 
     with strategy.scope():
         model = parabola_model(seed=0)
     trainer = SyncTrainer(model, strategy, learning_rate=LEARNING_RATE, accumulation_steps=k,
-                          record_times=False, progress=False)
+                          progress=False)
     trainer.fit(x, y, steps=STEPS)
     return model.get_weights()
 
 
 def _parameter_server_loop(tf, strategy, coordinator, x, y, k):
-    from pargrad.parabola import initial_weights, parabola_forward, squared_error
+    from pargrad.book.parabola import initial_weights, parabola_forward, squared_error
 
     with strategy.scope():
         variables = [tf.Variable(w) for w in initial_weights(0)]

@@ -1,7 +1,7 @@
 """Synchronous against asynchronous training in the same time, on the digits.
 
 Taught in the chapter "Sync vs async in the same time".  :func:`race` trains
-the digits MLP (:mod:`pargrad.digits`) with :class:`pargrad.sync.SyncTrainer`
+the digits MLP (:mod:`pargrad.book.digits`) with :class:`pargrad.book.instruments.InstrumentedSyncTrainer`
 or :class:`pargrad.asynchronous.AsyncTrainer` on four devices for a fixed
 time, keeps a copy of the parameters at checkpoints along the way, and
 evaluates every copy on the test set afterwards (so evaluating never slows
@@ -15,7 +15,7 @@ Two clocks:
   drawn by :func:`pargrad.asynchronous.random_delay`).  An asynchronous
   worker applies its update when its step ends; a synchronous step lasts as
   long as the slowest replica, or, with ``b`` backup workers, as long as the
-  ``(N - b)``-th fastest (:func:`pargrad.sync.sync_step_times`).  Every
+  ``(N - b)``-th fastest (:func:`pargrad.book.instruments.sync_step_times`).  Every
   gradient and update is really computed by the trainers; only the durations
   come from the model.  Communication is free on this clock, for both.
   Seeded, so a run repeats exactly.
@@ -36,7 +36,7 @@ import numpy as np
 from pargrad._quiet import import_tensorflow_quietly
 from pargrad.devices import logical_device_names
 from pargrad.asynchronous import AsyncTrainer, random_delay
-from pargrad.digits import digits_data, digits_model
+from pargrad.book.digits import digits_data, digits_model
 
 tf = import_tensorflow_quietly()
 
@@ -207,7 +207,8 @@ _TRAINERS = {}
 
 
 def _race_sync(options, scenario, seed, budget, every, mode, step_seconds, devices, data, hidden):
-    from pargrad.sync import SyncTrainer, sync_step_times, sync_strategy
+    from pargrad.book.instruments import InstrumentedSyncTrainer, sync_step_times
+    from pargrad.sync import sync_strategy
 
     replicas = len(devices)
     if replicas not in _STRATEGIES:  # one strategy per size, reused by every race
@@ -218,9 +219,9 @@ def _race_sync(options, scenario, seed, budget, every, mode, step_seconds, devic
     if key not in _TRAINERS:  # one trainer per configuration: its step compiles once
         with strategy.scope():
             model = digits_model(hidden=hidden)
-        _TRAINERS[key] = SyncTrainer(model, strategy, loss=cross_entropy_per_example,
-                                     progress=False, step_seconds=step_seconds if free else None,
-                                     **options)
+        _TRAINERS[key] = InstrumentedSyncTrainer(
+            model, strategy, loss=cross_entropy_per_example, progress=False,
+            step_seconds=step_seconds if free else None, **options)
     trainer = _TRAINERS[key]
     model = trainer.model
     model.set_weights(digits_model(hidden=hidden, seed=seed).get_weights())
@@ -262,7 +263,7 @@ def _race_sync(options, scenario, seed, budget, every, mode, step_seconds, devic
 
 def digits_time_to_target(result, target=TARGET):
     """The first checkpoint time at which a :func:`race` result reached ``target``, or ``inf``."""
-    from pargrad.digits import time_to_target
+    from pargrad.book.digits import time_to_target
 
     return time_to_target(result["time"], result["accuracy"], target)
 
@@ -276,7 +277,7 @@ def time_to_target_table(results, target=TARGET):
     ``median``, ``low`` and ``high``, ``reached`` (seeds that got there) and
     ``seeds``.  Taught in the chapter "Sync vs async in the same time".
     """
-    from pargrad.digits import time_to_target
+    from pargrad.book.digits import time_to_target
 
     rows = {}
     for result in results:
@@ -364,5 +365,5 @@ def stored_sweep(name):
     names = ("sync_vs_async", "sync_vs_async_virtual")
     if name not in names:
         raise ValueError(f"name must be one of {names}, got {name!r}.")
-    return json.loads(importlib.resources.files("pargrad").joinpath(
+    return json.loads(importlib.resources.files("pargrad.book").joinpath(
         "data", f"{name}.json").read_text())

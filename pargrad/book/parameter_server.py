@@ -93,7 +93,7 @@ def train_parameter_server(updates=400, learning_rate=1e-2, seed=0, shards=None,
 
     Taught in the chapter "Beyond one machine".
     """
-    from pargrad.parabola import initial_weights, parabola_data
+    from pargrad.book.parabola import initial_weights, parabola_data
 
     strategy = parameter_server_strategy(shards)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)

@@ -1,0 +1,26 @@
+"""The book's instruments: its tasks, harnesses, demos, figures and stored data.
+
+The library at the top of :mod:`pargrad` (devices, sync, asynchronous,
+accumulate, tf1, cluster, numerics, cost) is what a reader takes home; this
+sub-package is what the chapters use to *demonstrate* it:
+
+* :mod:`pargrad.book.parabola` and :mod:`pargrad.book.digits`: the tasks
+  (the y = x² question's network, the offline digits classifier);
+* :mod:`pargrad.book.instruments`: the synchronous trainer with per-replica
+  timing, stragglers, emulated devices and backup workers around the core
+  step of :class:`pargrad.sync.SyncTrainer`;
+* :mod:`pargrad.book.race`: sync and async trained for the same time;
+* :mod:`pargrad.book.multiworker`, :mod:`pargrad.book.parameter_server`:
+  the multi-process demos; :mod:`pargrad.book.compatibility`: the matrix of
+  what works where; :mod:`pargrad.book.allreduce_timing`: the measured
+  all-reduce;
+* :mod:`pargrad.book.plots`: the figures; :mod:`pargrad.book.display`:
+  showing the package's source in a chapter; ``data/``: stored sweeps.
+
+The dependency points one way: the book imports the library, the library
+never imports the book (``tests/test_layout.py`` checks it).
+"""
+
+from pargrad.book.display import show_lines, show_source
+
+__all__ = ["show_lines", "show_source"]

@@ -1,0 +1,318 @@
+"""The synchronous trainer with the book's instruments around its core step.
+
+Taught in the chapters "Synchronous training" (timing, stragglers) and
+"Sync vs async in the same time" (emulated devices, backup workers).
+
+:class:`pargrad.sync.SyncTrainer` holds only the idea of a synchronous step:
+take the shard, compute its gradients with the loss scaled by the global
+batch, all-reduce, apply.  To *show* what that step costs, the book needs
+more: when each replica started, finished computing and had its update; a
+replica made slower on purpose (a straggler); devices whose step lasts a
+chosen number of seconds (emulated devices); and backup workers, whose late
+gradients count zero times.  :class:`InstrumentedSyncTrainer` is a subclass
+that adds exactly that, and nothing else:
+
+* its :meth:`~InstrumentedSyncTrainer._replica_step` is the core step with
+  ``tf.timestamp()`` ops, the straggler's and the emulated device's sleeps,
+  and the backup weights wrapped around the same two lines
+  (``self._replica_gradients`` and ``self.optimizer.apply_gradients``); it
+  returns the replica's three timestamps beside its loss, and
+  :meth:`~InstrumentedSyncTrainer._distributed_step` hands them to ``fit``;
+* its :meth:`~InstrumentedSyncTrainer.fit` takes ``replica_times`` (the
+  virtual clock), decides before every step who is a backup and how long
+  each emulated device works, and sets that plan in the core loop's one
+  hook, :meth:`~InstrumentedSyncTrainer._before_step`.
+
+With no instrument switched on it computes the same update as the core
+trainer, bit for bit.
+"""
+
+import numbers
+import time
+
+import numpy as np
+
+from pargrad._quiet import import_tensorflow_quietly
+from pargrad.sync import SyncTrainer, _check_whole_numbers, _tf_variable
+
+tf = import_tensorflow_quietly()
+
+
+def backup_worker_mask(replica_times, backup_workers):
+    """Which gradients a step with ``backup_workers`` backups uses (Chen et al. 2016).
+
+    ``replica_times[i, r]`` is how long replica ``r`` takes in step ``i``.
+    With N replicas the step uses the first N - b gradients to arrive and
+    drops the b slowest; a tie goes to the lower replica index.  Returns a
+    boolean array shaped like ``replica_times``.  Taught in the chapter
+    "Sync vs async in the same time".
+    """
+    times = np.asarray(replica_times, float)
+    if times.ndim != 2:
+        raise ValueError(f"replica_times needs one row a step and one column a replica, "
+                         f"got shape {times.shape}.")
+    if (isinstance(backup_workers, bool) or not isinstance(backup_workers, numbers.Integral)
+            or not 0 <= backup_workers < times.shape[1]):
+        raise ValueError(f"backup_workers must be a whole number from 0 to {times.shape[1] - 1} "
+                         f"(fewer than the replicas), got {backup_workers!r}.")
+    order = np.argsort(times, axis=1, kind="stable")
+    used = np.zeros(times.shape, bool)
+    np.put_along_axis(used, order[:, :times.shape[1] - backup_workers], True, axis=1)
+    return used
+
+
+def sync_step_times(replica_times, backup_workers=0):
+    """How long each synchronous step lasts: until its (N - b)-th gradient arrives.
+
+    Without backup workers, the slowest replica's time; with ``b``, the
+    (N - b)-th smallest of the step's ``replica_times``.  Taught in the
+    chapter "Sync vs async in the same time".
+    """
+    times = np.asarray(replica_times, float)
+    used = backup_worker_mask(times, backup_workers)
+    return np.where(used, times, -np.inf).max(axis=1)
+
+
+class InstrumentedSyncTrainer(SyncTrainer):
+    """:class:`pargrad.sync.SyncTrainer` with per-replica timing, stragglers,
+    emulated devices and backup workers.
+
+    Takes every argument of :class:`~pargrad.sync.SyncTrainer` and these:
+
+    * ``record_times``: record each replica's times (see
+      :class:`pargrad.sync.SyncHistory`), for a device timeline.  The
+      forward pass then waits for a timestamp, which costs about a tenth of
+      a step as small as the book's (0.4 ms on two CPU cores).  The default
+      (None) records them only when the run needs them: with ``stragglers``
+      or ``step_seconds``.
+    * ``stragglers``: ``{replica: factor}``, makes these replicas ``factor``
+      times slower: after computing its gradients, a straggler sleeps
+      ``(factor - 1)`` times the time it just computed, inside the step.  A
+      sleep, not repeated work, so that on a machine with few cores the
+      straggler does not also slow the others down by taking their cores.
+    * ``backup_workers``: ``b`` backup workers (Chen et al. 2016): each step
+      uses the gradients of the first N - b replicas to finish and drops the
+      rest; who finishes when is given by ``fit(replica_times=...)``; see
+      :meth:`fit` for what is real and what is decided from those times.
+    * ``step_seconds``: emulated devices: every replica's step is stretched
+      by sleeping to ``step_seconds`` times its ``replica_times`` entry
+      (default 1), and a dropped backup replica is cut off (no sleep).
+
+    How the times are measured: the step is one ``tf.function``; inside each
+    replica's part, ``tf.timestamp()`` ops tied by control dependencies run
+    when the replica's input is ready, when its gradients exist and when
+    the update has been applied to its parameters.  Those are the times the
+    runtime executed those ops on the host.  On a GPU, kernels are launched
+    asynchronously, so there the timestamps tell when work was issued and
+    the waiting shows up wherever the runtime synchronises.
+
+    Taught in the chapters "Synchronous training" and "Sync vs async in the
+    same time".
+    """
+
+    def __init__(self, model, strategy, *, record_times=None, stragglers=None, backup_workers=0,
+                 step_seconds=None, **options):
+        super().__init__(model, strategy, **options)
+        replicas = self.replicas
+        stragglers = dict(stragglers or {})
+        for replica, factor in stragglers.items():
+            if not isinstance(replica, numbers.Integral) or not 0 <= replica < replicas:
+                raise ValueError(
+                    f"stragglers names replica {replica!r}, but the replicas are "
+                    f"0..{replicas - 1}."
+                )
+            if not isinstance(factor, numbers.Real) or factor < 1:
+                raise ValueError(
+                    f"A straggler's slow-down factor must be a number >= 1, got "
+                    f"{factor!r} for replica {replica}; 1 means no slow-down."
+                )
+        if record_times is None:
+            record_times = bool(stragglers) or step_seconds is not None
+        if stragglers and not record_times:
+            raise ValueError(
+                "Stragglers sleep in proportion to the time they computed, which "
+                "needs record_times=True; pass record_times=True or no stragglers."
+            )
+        if (isinstance(backup_workers, bool) or not isinstance(backup_workers, numbers.Integral)
+                or not 0 <= backup_workers < replicas):
+            raise ValueError(
+                f"backup_workers must be a whole number from 0 to {replicas - 1} (a step "
+                f"needs at least one of the {replicas} replicas), got {backup_workers!r}."
+            )
+        if step_seconds is not None and (not isinstance(step_seconds, numbers.Real)
+                                         or not step_seconds > 0 or stragglers
+                                         or not record_times):
+            raise ValueError(
+                "step_seconds (emulated devices) must be a positive number of seconds, "
+                "with record_times=True and without stragglers (give slow replicas "
+                f"larger replica_times instead); got {step_seconds!r}."
+            )
+        self.record_times = bool(record_times)
+        self.stragglers = {int(r): float(f) for r, f in stragglers.items()}
+        self.backup_workers = int(backup_workers)
+        self.step_seconds = None if step_seconds is None else float(step_seconds)
+        self._plan = None
+        if self.backup_workers or self.step_seconds:
+            # The plan of the next step, set by fit from replica_times: each
+            # replica's gradient weight and its emulated seconds.
+            self._gradient_weights = tf.Variable(tf.ones([replicas]), trainable=False)
+            self._planned_seconds = tf.Variable(tf.zeros([replicas], tf.float64), trainable=False)
+
+    # -- one step, with the instruments -----------------------------------------
+
+    def _replica_step(self, x, y, global_batch_size):
+        """The core replica step with timestamps, sleeps and backup weights around it.
+
+        Returns the replica's loss and its ``[compute_start, compute_end,
+        update_end]`` (NaN without ``record_times``).
+        """
+        variables = self.model.trainable_variables
+        if self.record_times:
+            with tf.control_dependencies([x, y]):
+                compute_start = tf.timestamp()       # the input is here
+            with tf.control_dependencies([compute_start]):
+                x, y = tf.identity(x), tf.identity(y)  # work starts after the stamp
+
+        loss, grads = self._replica_gradients(x, y, global_batch_size)
+
+        if self.record_times:
+            with tf.control_dependencies(grads):
+                compute_end = tf.timestamp()
+            factor = self._straggler_factor()
+            if factor is not None:                   # sleep (factor - 1) x compute
+                with tf.control_dependencies([compute_end]):
+                    slept = tf.py_function(
+                        _sleep, [(factor - 1.0) * (compute_end - compute_start)], tf.float64)
+                with tf.control_dependencies([slept]):
+                    compute_end = tf.timestamp()
+                    grads = [tf.identity(g) for g in grads]
+            if self.step_seconds is not None:        # an emulated device: sleep until
+                # its planned time is up, and return when it woke (the clock of
+                # tf.timestamp).  Stateless on purpose: tf.function chains stateful
+                # ops in program order, so the replicas would sleep one by one.
+                compute_end = tf.numpy_function(
+                    _sleep_until, [compute_start + self._replica_value(self._planned_seconds),
+                                   compute_end], tf.float64, stateful=False)
+                grads = [g + 0 * tf.cast(compute_end, g.dtype) for g in grads]  # after it
+
+        if self.backup_workers:  # backup workers: a late gradient counts zero times
+            grads = [g * self._replica_value(self._gradient_weights) for g in grads]
+        # One all-reduce (a sum over replicas) and one update, inside Keras.
+        self.optimizer.apply_gradients(zip(grads, variables))
+
+        if not self.record_times:
+            return loss, tf.fill([3], tf.constant(np.nan, tf.float64))
+        with tf.control_dependencies([tf.identity(_tf_variable(v)) for v in variables]):
+            update_end = tf.timestamp()
+        return loss, tf.stack([compute_start, compute_end, update_end])
+
+    def _distributed_step(self, x, y, position, global_batch_size):
+        """One step on every replica: the batch's loss and this process's replicas' times."""
+        def replica_step():
+            xb, yb = self._shard(x, y, position, global_batch_size)
+            return self._replica_step(xb, yb, global_batch_size)
+
+        losses, times = self.strategy.run(replica_step)
+        loss = self.strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+        return tf.cast(loss, tf.float64), tf.stack(self.strategy.experimental_local_results(times))
+
+    def _straggler_factor(self):
+        if not self.stragglers:
+            return None
+        context = tf.distribute.get_replica_context()
+        replica = tf.get_static_value(context.replica_id_in_sync_group)
+        if replica is not None:
+            factor = self.stragglers.get(int(replica))
+            return None if factor is None else tf.constant(factor, tf.float64)
+        table = [self.stragglers.get(r, 1.0) for r in range(self.replicas)]
+        return tf.gather(tf.constant(table, tf.float64), context.replica_id_in_sync_group)
+
+    def _replica_value(self, plan):
+        """This replica's entry of a per-replica plan variable (backup workers)."""
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        return tf.gather(plan, replica)
+
+    def _set_plan(self, used, replica_times):
+        """Before a step: weights N / (N - b) for the used replicas and 0 for the
+        dropped ones (so the sum over replicas is the mean over the used
+        examples), and each used replica's emulated seconds (0: cut off)."""
+        if self.backup_workers:
+            self._gradient_weights.assign(
+                used.astype(np.float32) * self.replicas / (self.replicas - self.backup_workers))
+        if self.step_seconds is not None:
+            self._planned_seconds.assign(np.where(used, replica_times * self.step_seconds, 0.0))
+
+    def _before_step(self, step):
+        """The core loop's hook: set step ``step``'s plan, if this run has one."""
+        if self._plan is not None:
+            used, replica_times = self._plan
+            self._set_plan(used[step], replica_times[step])  # steps_per_call is 1
+
+    # -- the loop ------------------------------------------------------------------
+
+    def fit(self, x, y, steps, batch_size=None, steps_per_call=1, progress=None,
+            replica_times=None):
+        """:meth:`pargrad.sync.SyncTrainer.fit`, on a virtual clock when given ``replica_times``.
+
+        ``replica_times`` (shape ``(steps, replicas)``) says how long each
+        replica takes in each step, in units of a normal step: the virtual
+        clock of the chapter "Sync vs async in the same time".  The history
+        then records each step's ``virtual_step_time`` (the slowest replica,
+        or with ``backup_workers=b`` the (N - b)-th fastest) and which
+        replicas' gradients were ``used``.  What is real and what is not:
+        every replica really computes its gradient, and the update really is
+        one all-reduce, in which a dropped replica's gradient is multiplied
+        by 0 and the others by N / (N - b), so the update is the mean
+        gradient over the examples of the replicas that arrived first.  Who
+        arrives first is decided from ``replica_times`` before the step, not
+        by a race inside the all-reduce: ``MirroredStrategy``'s all-reduce
+        waits for every replica.  With ``step_seconds`` the used replicas
+        also sleep until ``step_seconds`` times their time is up and the
+        dropped ones are cut off (no sleep), so the measured step lasts
+        about as long as the (N - b)-th fastest.  Needs ``steps_per_call=1``
+        when the plan changes the graph (backup workers or
+        ``step_seconds``); the reported loss is the whole batch's.
+        """
+        _check_whole_numbers(steps=steps, steps_per_call=steps_per_call)
+        used = virtual_step_time = None
+        if replica_times is None and self.step_seconds is not None:
+            replica_times = np.ones((steps, self.replicas))
+        if replica_times is None and self.backup_workers:
+            raise ValueError(
+                "Backup workers need to know who finishes first: pass replica_times, "
+                f"shape (steps, replicas) = ({steps}, {self.replicas}), how long each "
+                "replica takes in each step (for example pargrad.race.replica_times)."
+            )
+        if replica_times is not None:
+            replica_times = np.asarray(replica_times, float)
+            if replica_times.shape != (steps, self.replicas) or not (replica_times > 0).all():
+                raise ValueError(
+                    f"replica_times needs shape (steps, replicas) = ({steps}, {self.replicas}) "
+                    f"and positive times, got shape {replica_times.shape}."
+                )
+            if (self.backup_workers or self.step_seconds) and steps_per_call != 1:
+                raise ValueError("With backup workers or step_seconds, pass steps_per_call=1: "
+                                 "the plan is set before every step.")
+            used = backup_worker_mask(replica_times, self.backup_workers)
+            virtual_step_time = sync_step_times(replica_times, self.backup_workers)
+            if self.backup_workers or self.step_seconds:
+                self._plan = (used, replica_times)
+        try:
+            history = super().fit(x, y, steps, batch_size=batch_size,
+                                  steps_per_call=steps_per_call, progress=progress)
+        finally:
+            self._plan = None
+        history.stragglers = dict(self.stragglers)
+        history.used, history.virtual_step_time = used, virtual_step_time
+        return history
+
+
+def _sleep(seconds):
+    time.sleep(max(0.0, float(seconds)))
+    return seconds
+
+
+def _sleep_until(deadline, computed):
+    """Sleep until ``deadline`` (seconds of time.time()); return when it woke."""
+    time.sleep(max(0.0, float(deadline) - time.time()))
+    return np.float64(max(time.time(), float(computed)))
