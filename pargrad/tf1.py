@@ -68,19 +68,7 @@ def accumulation_ops(loss, optimizer, var_list=None, num_examples=None, global_s
 
     Taught in the chapter "Accumulating gradients in TF1 graphs".
     """
-    if tf.executing_eagerly():
-        raise RuntimeError(
-            "accumulation_ops builds a TF1 graph: call it inside "
-            "`with tf.Graph().as_default():` and run the ops with "
-            "tf.compat.v1.Session; in eager code use pargrad.GradientAccumulator."
-        )
-    if not isinstance(optimizer, tf.compat.v1.train.Optimizer):
-        raise TypeError(
-            f"accumulation_ops needs a tf.compat.v1.train optimizer, got "
-            f"{type(optimizer).__name__}; pass for example "
-            "tf.compat.v1.train.GradientDescentOptimizer(0.01) (Keras optimizers "
-            "belong with pargrad.GradientAccumulator)."
-        )
+    _check_graph_and_optimizer("accumulation_ops", optimizer, "pargrad.GradientAccumulator")
     if not isinstance(loss, tf.Tensor) or loss.shape.rank not in (0, None):
         raise ValueError(
             f"accumulation_ops needs the scalar loss tensor of a graph, got {loss!r}; "
@@ -248,18 +236,7 @@ def multi_tower_step(tower_loss, optimizer, inputs, targets, devices, average_on
     Taught in the chapter "Synchronous training" (the y = x² question's
     answer in TensorFlow 1).
     """
-    if tf.executing_eagerly():
-        raise RuntimeError(
-            "multi_tower_step builds a TF1 graph: call it inside "
-            "`with tf.Graph().as_default():` and run train_step with tf.compat.v1.Session; "
-            "in TensorFlow 2 use pargrad.SyncTrainer or tf.distribute.MirroredStrategy."
-        )
-    if not isinstance(optimizer, tf.compat.v1.train.Optimizer):
-        raise TypeError(
-            f"multi_tower_step needs a tf.compat.v1.train optimizer, got "
-            f"{type(optimizer).__name__}; pass for example "
-            "tf.compat.v1.train.GradientDescentOptimizer(0.01)."
-        )
+    _check_graph_and_optimizer("multi_tower_step", optimizer, "pargrad.SyncTrainer")
     devices = list(devices)
     if not devices:
         raise ValueError("multi_tower_step needs at least one device, e.g. ['/cpu:0'].")
@@ -285,3 +262,19 @@ def multi_tower_step(tower_loss, optimizer, inputs, targets, devices, average_on
         train_step = optimizer.apply_gradients(mean_gradients)         # one update
     return MultiTowerOps(train_step=train_step, tower_losses=tower_losses,
                          tower_gradients=tower_gradients, mean_gradients=mean_gradients)
+
+
+def _check_graph_and_optimizer(builder, optimizer, tf2_alternative):
+    """Raise a clear error unless a TF1 graph is being built with a TF1 optimizer."""
+    if tf.executing_eagerly():
+        raise RuntimeError(
+            f"{builder} builds a TF1 graph: call it inside `with tf.Graph().as_default():` "
+            f"and run its ops with tf.compat.v1.Session; in TensorFlow 2 code use "
+            f"{tf2_alternative}."
+        )
+    if not isinstance(optimizer, tf.compat.v1.train.Optimizer):
+        raise TypeError(
+            f"{builder} needs a tf.compat.v1.train optimizer, got {type(optimizer).__name__}; "
+            "pass for example tf.compat.v1.train.GradientDescentOptimizer(0.01) (Keras "
+            f"optimizers belong with {tf2_alternative})."
+        )
