@@ -13,31 +13,38 @@ fails under ``MultiWorkerMirroredStrategy`` and its gradient accumulation
 fails under ``MirroredStrategy`` (see the book's design notes).
 
 :class:`SyncTrainer` holds only the idea.  Its per-replica step,
-:meth:`SyncTrainer._replica_step`, is two lines: the replica's gradients,
-then one all-reduce and one update.  What the book adds to *show* a step
-(each replica's timestamps, stragglers, emulated devices, backup workers)
-is a subclass in the book's layer,
+:meth:`SyncTrainer._replica_step`, is three lines: the replica's gradients,
+the finite-loss check, then one all-reduce and one update.  What the book
+adds to *show* a step (each replica's timestamps, stragglers, emulated
+devices, backup workers) is a subclass in the book's layer,
 :class:`pargrad.book.instruments.InstrumentedSyncTrainer`, which wraps those
-instruments around the same two lines and sets its per-step plan in the one
-hook of the loop, :meth:`SyncTrainer._before_step`.  This module never
-imports the book.
+instruments around the same lines and sets its per-step plan in the one
+hook of the loop, :meth:`SyncTrainer._before_step`.  What a reader's own
+model and data need before the first step (targets shaped as Keras shapes
+them, dtypes, the loss by name, clear errors) is in :mod:`pargrad.training`,
+shared with the asynchronous trainer.  This module never imports the book.
 
 A reader's map: where ``learning_rate`` goes, from the call to the update.
 
 1. ``SyncTrainer(model, strategy, learning_rate=0.01)``: ``__init__`` makes
    ``keras.optimizers.SGD(learning_rate)`` inside ``strategy.scope()`` (or
-   takes your ``optimizer``, which carries its own rate), builds it for the
-   model's variables and keeps it as ``self.optimizer``.  Nothing else in
-   this module reads the rate.
-2. ``trainer.fit(x, y, steps, batch_size)``: checks that ``batch_size``
-   splits over replicas x ``accumulation_steps``, then per step calls
+   takes your ``optimizer``, which carries its own rate; under a
+   ``mixed_float16`` policy it wraps it in a ``LossScaleOptimizer``), builds
+   it for the model's variables and keeps it as ``self.optimizer``.
+   Nothing else in this module reads the rate.
+2. ``trainer.fit(x, y, steps, batch_size)``: checks the data and casts it
+   (:func:`pargrad.training.prepare_arrays`), checks that ``batch_size``
+   splits over replicas x ``accumulation_steps``; :meth:`_train` runs the
+   epochs (callbacks, metrics, validation) and :meth:`_epoch_calls` says
+   which batches come next; per call :meth:`_run` calls
    ``self._step_function``, the ``tf.function`` of :meth:`_distributed_step`
    (or ``_steps_function``, a graph loop of it, with ``steps_per_call``).
 3. :meth:`_distributed_step`: ``strategy.run`` runs, on every replica,
    :meth:`_shard` (its rows of the batch) and :meth:`_replica_step`.
 4. :meth:`_replica_step`: :meth:`_local_gradients` -> :meth:`_gradients`
    computes the loss summed over the shard and divided by the *global*
-   batch size (``tf.nn.compute_average_loss``) and its gradients; then
+   batch size (``tf.nn.compute_average_loss``), plus the model's
+   regularization losses divided by the replicas, and its gradients; then
    ``self.optimizer.apply_gradients(...)``.
 5. Inside Keras (``keras/src/backend/tensorflow/optimizer.py``):
    ``_backend_update_step`` sums the replicas' gradients with one all-reduce
@@ -48,6 +55,9 @@ A reader's map: where ``learning_rate`` goes, from the call to the update.
 ``batch_size`` takes the same road: ``fit`` passes it to every step as a
 Python int (so shapes are static), :meth:`_shard` cuts ``batch_size /
 replicas`` rows per replica and :meth:`_gradients` divides the loss by it.
+A ``tf.data.Dataset`` joins the same road: each of its batches is read on
+the host and passed to the same step, with the batch's size as
+``batch_size``.
 """
 
 import dataclasses

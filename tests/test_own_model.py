@@ -45,8 +45,9 @@ def trainer(build=regression_model, replicas=2, **options):
         metrics = metrics() if callable(metrics) else metrics
         optimizer = options.pop("optimizer", None)
         optimizer = optimizer() if callable(optimizer) else optimizer
-    return SyncTrainer(model, strategy, progress=False, metrics=metrics, optimizer=optimizer,
-                       **options)
+    given = {name: value for name, value in (("metrics", metrics), ("optimizer", optimizer))
+             if value is not None}
+    return SyncTrainer(model, strategy, progress=False, **given, **options)
 
 
 def weights(trainer_or_model):
