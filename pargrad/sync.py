@@ -838,7 +838,7 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
             raise TypeError(
                 "The dataset's features and targets must be single tensors (one input, one "
                 f"output), got {spec}.")
-        if spec[0].shape.rank == 0:
+        if spec[0].shape.rank == 0 or spec[1].shape.rank == 0:
             raise ValueError(
                 "The dataset yields single examples, not batches; batch it "
                 "(dataset.batch(batch_size)) so that each element is a global batch.")
