@@ -14,8 +14,9 @@ that adds exactly that, and nothing else:
 
 * its :meth:`~InstrumentedSyncTrainer._replica_step` is the core step with
   ``tf.timestamp()`` ops, the straggler's and the emulated device's sleeps,
-  and the backup weights wrapped around the same two lines
-  (``self._replica_gradients`` and ``self.optimizer.apply_gradients``); it
+  and the backup weights wrapped around the same lines
+  (``self._replica_gradients``, the finite-loss check
+  ``self._stop_if_not_finite`` and ``self.optimizer.apply_gradients``); it
   returns the replica's three timestamps beside its loss, and
   :meth:`~InstrumentedSyncTrainer._distributed_step` hands them to ``fit``;
 * its :meth:`~InstrumentedSyncTrainer.fit` takes ``replica_times`` (the
