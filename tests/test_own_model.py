@@ -78,6 +78,7 @@ def test_item1_targets_of_shape_n_train_as_n_by_1(loss):
     assert np.allclose(weights(flat)[0], TRUE_KERNEL, atol=0.05)    # it learned the line
 
 
+@pytest.mark.claim
 def test_item1_matches_keras_fit_with_mse():
     """Item 1: with (N,) targets, SyncTrainer(loss="mse") on 2 replicas matches Keras fit."""
     x, y = regression_data()
@@ -99,6 +100,7 @@ def test_item1_shapes_that_still_differ_are_named():
 
 # -- item 2: regularization --------------------------------------------------------------
 
+@pytest.mark.claim
 def test_item2_regularization_counts_once_over_the_replicas():
     """Item 2: model.losses join the loss, divided by the replicas (counted once in all)."""
     def build():
