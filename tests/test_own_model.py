@@ -458,3 +458,41 @@ def test_item8_dataset_iterators_never_hang_after_fit(run_python):
     """, timeout=120)
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert completed.stdout.strip().endswith("finished")
+
+
+def test_item6_a_dataset_run_resumes_exactly_from_a_checkpoint(tmp_path):
+    """Item 6 with item 8: a dataset read by steps resumes at its next batch after a restore."""
+    x, y = regression_data()
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+    whole = trainer()
+    whole.fit(data, steps=10)
+    first = trainer()
+    first.fit(data, steps=5)
+    path = tf.train.Checkpoint(model=first.model, optimizer=first.optimizer,
+                               trainer=first).save(str(tmp_path / "run"))
+    second = trainer()
+    tf.train.Checkpoint(model=second.model, optimizer=second.optimizer,
+                        trainer=second).restore(path)
+    second.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(16), steps=5)
+    assert_same(weights(second), weights(whole))
+
+
+def test_item8_the_iterator_is_gone_after_a_failing_fit():
+    """Item 8: a fit that stops with an error leaves no iterator behind."""
+    x, y = regression_data()
+    y[40] = np.nan
+    t = trainer()
+    with pytest.raises(NonFiniteLossError):
+        t.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(16).prefetch(2), epochs=1)
+    assert t._iterator is None and t.position.numbers()["epoch_step"] == 2
+
+
+def test_item7_what_a_loss_function_returns_is_read_as_keras_reads_it():
+    """Items 1 and 7: a scalar is the batch's mean; extra axes are averaged per example."""
+    y, prediction = tf.constant([[1.0], [3.0]]), tf.constant([[0.0], [0.0]])
+    scalar = pargrad.per_example_loss(lambda t, p: tf.reduce_mean(tf.square(t - p)))
+    np.testing.assert_allclose(scalar(y, prediction).numpy(), [5.0, 5.0])
+    per_output = pargrad.per_example_loss(lambda t, p: tf.square(t - p))    # shape (2, 1)
+    np.testing.assert_allclose(per_output(y, prediction).numpy(), [1.0, 9.0])
+    flat = pargrad.per_example_loss("mse")(tf.constant([1.0, 3.0]), prediction)  # y of (N,)
+    np.testing.assert_allclose(flat.numpy(), [1.0, 9.0])
