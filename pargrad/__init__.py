@@ -3,7 +3,8 @@
 Two layers.  The library, at the top of the package, is what a reader takes
 home: :mod:`pargrad.devices`, :mod:`pargrad.sync`,
 :mod:`pargrad.asynchronous`, :mod:`pargrad.accumulate`, :mod:`pargrad.tf1`,
-:mod:`pargrad.cluster`, :mod:`pargrad.numerics`, :mod:`pargrad.cost`.  The
+:mod:`pargrad.cluster`, :mod:`pargrad.numerics`, :mod:`pargrad.cost`,
+:mod:`pargrad.training`.  The
 book's instruments (tasks, races, demos, figures, stored data) live in
 :mod:`pargrad.book`, which imports the library and is never imported by it.
 The names below are re-exported from both layers, so ``pargrad.X`` is all a
@@ -29,6 +30,7 @@ from pargrad.cluster import (  # noqa: E402
 )
 from pargrad.devices import DevicesAlreadyInitializedError, logical_devices  # noqa: E402
 from pargrad.numerics import rounding_tolerance, unit_roundoff  # noqa: E402
+from pargrad.training import NonFiniteLossError, per_example_loss  # noqa: E402
 from pargrad.sync import (  # noqa: E402
     DevicesNotReadyError,
     SyncHistory,

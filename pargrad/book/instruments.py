@@ -14,8 +14,9 @@ that adds exactly that, and nothing else:
 
 * its :meth:`~InstrumentedSyncTrainer._replica_step` is the core step with
   ``tf.timestamp()`` ops, the straggler's and the emulated device's sleeps,
-  and the backup weights wrapped around the same two lines
-  (``self._replica_gradients`` and ``self.optimizer.apply_gradients``); it
+  and the backup weights wrapped around the same lines
+  (``self._replica_gradients``, the finite-loss check
+  ``self._stop_if_not_finite`` and ``self.optimizer.apply_gradients``); it
   returns the replica's three timestamps beside its loss, and
   :meth:`~InstrumentedSyncTrainer._distributed_step` hands them to ``fit``;
 * its :meth:`~InstrumentedSyncTrainer.fit` takes ``replica_times`` (the
@@ -195,6 +196,7 @@ class InstrumentedSyncTrainer(SyncTrainer):
                                    compute_end], tf.float64, stateful=False)
                 grads = [g + 0 * tf.cast(compute_end, g.dtype) for g in grads]  # after it
 
+        grads = self._stop_if_not_finite(loss, grads)  # with stop_on_non_finite
         if self.backup_workers:  # backup workers: a late gradient counts zero times
             grads = [g * self._replica_value(self._gradient_weights) for g in grads]
         # One all-reduce (a sum over replicas) and one update, inside Keras.
