@@ -153,8 +153,8 @@ class AsyncTrainer:
         mean_loss(loss)  # refuses what is not a loss now, not in fit
         self.devices = list(devices)
         self.optimizer = optimizer
-        self.learning_rate = (float(learning_rate) if optimizer is None
-                              else float(optimizer.learning_rate))
+        self._learning_rate = (float(learning_rate) if optimizer is None
+                               else float(optimizer.learning_rate))
         self.staleness_aware = bool(staleness_aware)
         self.staleness_bound = None if staleness_bound is None else int(staleness_bound)
         self.parameter_device = parameter_device or self.devices[0]
@@ -202,6 +202,14 @@ class AsyncTrainer:
         self._apply_fn = tf.function(self._apply_update, jit_compile=self.jit_compile)
         self._evaluate_fn = None
 
+    @property
+    def learning_rate(self):
+        """The learning rate of the next update (before staleness_aware divides it)."""
+        if self.optimizer is not None and isinstance(
+                self.optimizer._learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+            return float(self.optimizer.learning_rate)  # the schedule's, at this iteration
+        return self._learning_rate
+
     # -- the three steps of one worker's iteration -------------------------
 
     def _read(self):
@@ -238,6 +246,8 @@ class AsyncTrainer:
 
     def _apply_update(self, gradients, learning_rate):
         if self.optimizer is not None:
+            if self.staleness_aware:  # the rate, not the gradient (see the class docstring)
+                self.optimizer.learning_rate.assign(learning_rate)
             self.optimizer.apply(gradients, self._optimized)
             return
         for parameter, gradient in zip(self.parameters, gradients):
@@ -247,24 +257,14 @@ class AsyncTrainer:
         """Apply one worker's update atomically and record it."""
         with self._lock:
             staleness = self.version - read_version
-            loss = float(loss)
-            if self.stop_on_non_finite:  # before the update: no NaN reaches the parameters
-                check_finite_loss(loss, self.version, f"worker {worker} on {self.devices[worker]}",
-                                  "Pass AsyncTrainer(..., stop_on_non_finite=False) to go on.")
             rate = self.learning_rate / (staleness + 1) if self.staleness_aware else self.learning_rate
             with tf.device(self.parameter_device):
-                if self.optimizer is not None:
-                    if self.staleness_aware:  # the rate, not the gradient (see the docstring)
-                        self.optimizer.learning_rate = rate
-                    else:
-                        rate = float(self.optimizer.learning_rate)
                 self._apply_fn(gradients, tf.constant(rate, tf.float32))
             self._records.append((worker, read_version, self.version, staleness,
-                                  rate, loss, read_time, now))
+                                  rate, float(loss), read_time, now))
             self.version += 1
             self._applied[worker] += 1
             self._caught_up.notify_all()
-            self._validate_every_so_often()
             if self._on_update is not None:
                 self._on_update(dict(zip(HISTORY_KEYS, self._records[-1])))
 
@@ -277,7 +277,11 @@ class AsyncTrainer:
             batch = self._batch_rngs[worker].choice(len(everything), self._batch_size, replace=False)
             batch = tf.constant(np.sort(batch), tf.int32)
         with tf.device(self.devices[worker]):
-            return self._gradient_fns[worker](parameters, x, y, batch)
+            loss, gradients = self._gradient_fns[worker](parameters, x, y, batch)
+        if self.stop_on_non_finite:  # before it is applied: no NaN reaches the parameters
+            check_finite_loss(loss, self.version, f"worker {worker} on {self.devices[worker]}",
+                              "Pass AsyncTrainer(..., stop_on_non_finite=False) to go on.")
+        return loss, gradients
 
     # -- bounded staleness (stale synchronous parallel) ---------------------
 
@@ -403,14 +407,14 @@ class AsyncTrainer:
         self._batch_size = batch_size
         self._batch_rngs = [np.random.default_rng([seed, w]) for w in range(workers)]
         self._records = []
-        self._on_update = on_update
+        self._on_update = self._after_each_update(on_update, validation_every)
         self._stop = threading.Event()
         self._applied = [0] * workers
         self._finished = set()
         self._delay_distribution = delay_distribution
         self._step_seconds = step_seconds
         self._virtual_time_limit = virtual_time_limit
-        self._validation_data, self._validation_every = validation_data, validation_every
+        self._validation_data = validation_data
         self._validations = []
         run = self._run_scheduled if mode == "scheduled" else self._run_free
         try:
@@ -466,10 +470,22 @@ class AsyncTrainer:
             results.append(float(metric.result()))
         self._validations.append((self.version, float(loss), *results))
 
-    def _validate_every_so_often(self):
-        """With ``validation_every=n``: validate after every n-th update of this fit (under the lock)."""
-        if self._validation_every and len(self._records) % self._validation_every == 0:
-            self._validate()
+    def _after_each_update(self, on_update, validation_every):
+        """The hook :meth:`_apply` calls after each update, under the lock, or None.
+
+        With ``validation_every=n`` it validates after every n-th update of
+        this fit, then calls the caller's ``on_update(record)``.
+        """
+        if not validation_every:
+            return on_update
+
+        def after_update(record):
+            if len(self._records) % validation_every == 0:
+                self._validate()
+            if on_update is not None:
+                on_update(record)
+
+        return after_update
 
     def _run_scheduled(self, updates, speeds, jitter, seed, time_limit, bar):
         """One thread; a virtual clock decides the order of reads and applies."""

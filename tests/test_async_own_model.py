@@ -180,7 +180,9 @@ def test_item5_a_non_finite_loss_stops_training_naming_the_update_and_worker(dev
     with pytest.raises(NonFiniteLossError) as caught:
         trainer.fit(x, y, updates=10**6, mode=mode)
     error = caught.value
-    assert error.step == trainer.version < 10**6
+    # Scheduled: the run stops right there.  Free-running: an update another
+    # worker was already applying may still land.
+    assert error.step <= trainer.version <= error.step + (mode == "free-running") < 10**6
     assert f"update {error.step}" in str(error) or f"step {error.step}" in str(error)
     assert "worker" in str(error.who) and str(error.who) in str(error)
     assert not np.isfinite(error.loss)
