@@ -49,19 +49,38 @@ class AsyncTrainer:
     Usage::
 
         devices = pargrad.logical_devices(4)      # before anything else
-        trainer = AsyncTrainer(pargrad.parabola_model(), pargrad.squared_error,
-                               devices, learning_rate=0.01)
+        trainer = AsyncTrainer(pargrad.parabola_model(), "mse", devices,
+                               learning_rate=0.01)
         history = trainer.fit(x, y, updates=400)  # scheduled: repeatable
         history["staleness"]                      # one entry per update
 
     ``model`` is a built Keras model; its trainable weights are copied into
-    plain ``tf.Variable`` objects on ``parameter_device`` (default: the first
-    of ``devices``), the parameters every worker reads and updates.  One
-    worker runs on each of ``devices``; ``loss(y, predictions)`` returns a
-    scalar.  An update is ``parameter -= learning_rate * gradient``, or, with
-    ``staleness_aware=True``, ``learning_rate / (staleness + 1)`` (Zhang et
-    al. 2016).  Updates are applied one at a time under a lock, so none is
-    lost and the version counter equals the number of applied updates.
+    ``tf.Variable`` objects on ``parameter_device`` (default: the first of
+    ``devices``), the parameters every worker reads and updates.  One worker
+    runs on each of ``devices``, with the model in training mode (Dropout
+    active) and its own copy of the model's non-trainable state (Dropout's
+    seeds, BatchNorm's statistics; the float state is averaged into the
+    model after :meth:`fit`).  ``loss`` takes the forms SyncTrainer takes
+    (:func:`pargrad.training.per_example_loss`: a Keras loss name or object,
+    or a function ``loss(y, predictions)`` returning one value per example
+    or the batch's mean); targets of shape ``(N,)`` for one output are
+    aligned as Keras aligns them.  A worker's loss is the mean over its
+    batch plus ``model.losses`` (regularization), at the parameters it read.
+
+    An update is ``parameter -= learning_rate * gradient``, or with a Keras
+    ``optimizer`` (for example ``keras.optimizers.Adagrad(0.1)``, as in
+    DistBelief's Downpour) the optimizer's update, its slot variables on the
+    parameter device.  ``staleness_aware=True`` divides the learning rate by
+    ``staleness + 1`` (Zhang et al. 2016); with an optimizer it sets the
+    optimizer's rate, not the gradient's size, because adaptive optimizers
+    (Adagrad, Adam) divide the size of the gradient away; for SGD the two
+    are the same update.  Updates are applied one at a time under a lock,
+    so none is lost and the version counter equals the number of applied
+    updates.  A loss that is NaN or infinite stops :meth:`fit` with
+    :class:`pargrad.NonFiniteLossError` (naming the update and the worker)
+    before it is applied, unless ``stop_on_non_finite=False``.  ``metrics``
+    (Keras metric objects) are computed with the loss on ``fit``'s
+    ``validation_data``.
 
     ``staleness_bound=s`` bounds how far the workers drift apart (stale
     synchronous parallel, Ho et al. 2013): a worker that has applied more
@@ -80,8 +99,18 @@ class AsyncTrainer:
     thread: a worker then uses one core, as a worker on its own device
     would, instead of also running independent ops (the backward pass's two
     products of a layer) on the other core through TensorFlow's inter-op
-    threads.  Non-trainable state such as BatchNorm statistics is read but
-    never updated.
+    threads.
+
+    Of what SyncTrainer offers a Keras user, left out here: ``tf.data``
+    input, epochs and shuffling (each worker draws seeded random batches
+    from its own shard of in-memory arrays, which keeps a scheduled run
+    repeatable; pass arrays), Keras callbacks (they assume one training
+    loop whose model is current after each batch; here updates come from
+    several threads and the model is set after :meth:`fit`: use
+    ``on_update``, ``validation_data`` and ``stop_on_non_finite``, and save
+    the model after :meth:`fit`), mixed float16 (no loss scaling: refused),
+    and a checkpointed position (a resumed asynchronous run cannot repeat an
+    uninterrupted one: the order of the updates is not part of any state).
 
     Explained in the chapter "Asynchronous training".
     """
@@ -299,7 +328,7 @@ class AsyncTrainer:
 
     # -- running the workers ------------------------------------------------
 
-    def fit(self, x, y, updates, batch_size=None, mode="scheduled", speeds=None,
+    def fit(self, x, y=None, updates=None, batch_size=None, mode="scheduled", speeds=None,
             jitter=0.0, seed=0, time_limit=None, on_update=None,
             delay_distribution="exponential", step_seconds=None, virtual_time_limit=None,
             validation_data=None, validation_every=None):
@@ -324,14 +353,22 @@ class AsyncTrainer:
         ``on_update(record)`` is called after each update, under the lock.
         With a ``staleness_bound`` a worker that is too far ahead waits
         before it reads (on the virtual clock, or really, on a condition).
+        ``x`` and ``y`` are arrays (or lists), cast as
+        :func:`pargrad.training.prepare_arrays` casts them; ``validation_data``
+        is a pair ``(x_val, y_val)`` on which the loss (in inference mode, with
+        ``model.losses``) and the trainer's ``metrics`` are computed at the
+        end of the fit and, with ``validation_every=n``, after every n-th
+        update (under the lock, so the workers wait for it).
 
         Returns a dict of arrays, one entry per applied update, in the order
         they were applied: ``worker``, ``read_version``, ``applied_version``,
         ``staleness`` (= applied - read), ``learning_rate``, ``loss`` (of the
         worker's batch, at the parameters it read),
         ``read_time`` and ``time`` (seconds since the start, or virtual time
-        units when scheduled).  The model's weights are set to the trained
-        parameters.
+        units when scheduled).  With ``validation_data`` it also holds, one
+        entry per evaluation, ``val_version`` (the updates applied by then),
+        ``val_loss`` and ``val_<metric name>``.  The model's weights are set
+        to the trained parameters, also when a worker fails.
         """
         workers = len(self.devices)
         if isinstance(x, tf.data.Dataset) or isinstance(y, tf.data.Dataset):
@@ -341,6 +378,11 @@ class AsyncTrainer:
                 "generator, so that a scheduled run repeats exactly.  Pass arrays, for example "
                 "x, y = (np.concatenate(part) for part in zip(*dataset.as_numpy_iterator())), "
                 "or train from a dataset with SyncTrainer."
+            )
+        if y is None or updates is None:
+            raise ValueError(
+                "fit needs targets y and a number of updates: fit(x, y, updates=100); "
+                f"got y={'None' if y is None else '...'} and updates={updates!r}."
             )
         x, y = prepare_arrays(x, y, self.model)
         updates = check_whole_number("updates", updates)

@@ -207,6 +207,9 @@ def test_item5_the_caller_can_opt_out_and_train_on(devices):
 @pytest.mark.parametrize("bad, message", [
     (dict(loss="msee"), "msee"),
     (dict(loss=3), "loss"),
+    (dict(loss=keras.losses.MeanSquaredError), "MeanSquaredError()"),
+    (dict(optimizer=keras.optimizers.Adagrad(keras.optimizers.schedules.ExponentialDecay(
+        0.1, 10, 0.9)), staleness_aware=True), "fixed rate"),
     (dict(optimizer="adagrad"), "keras.optimizers"),
     (dict(optimizer=keras.optimizers.SGD(0.1), learning_rate=0.1), "optimizer"),
     (dict(metrics=["accuracy"]), "keras.metrics"),
@@ -220,6 +223,9 @@ def test_item7_bad_constructor_arguments_say_what_to_pass(devices, bad, message)
 
 @pytest.mark.parametrize("bad, message", [
     (dict(x=tf.data.Dataset.from_tensor_slices(np.zeros((8, 3)))), "arrays"),
+    (dict(x=tf.data.Dataset.from_tensor_slices((np.zeros((8, 3)), np.zeros(8))).batch(4),
+          y=None), "arrays"),
+    (dict(y=None), "targets y"),
     (dict(batch_size=16.0), "pass 16"),
     (dict(updates=2.5), "whole number"),
     (dict(x=np.zeros((0, 3)), y=np.zeros(0)), "no examples"),
