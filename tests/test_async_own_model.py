@@ -297,7 +297,8 @@ def test_item8_staleness_aware_keras_sgd_is_the_plain_rule(devices):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_item8_validation_data_and_keras_metrics(devices):
+@pytest.mark.parametrize("mode", ["scheduled", "free-running"])
+def test_item8_validation_data_and_keras_metrics(devices, mode):
     """Item 8: fit(validation_data=, validation_every=) and metrics= give val_loss and val_<metric>."""
     rng = np.random.default_rng(5)
     x = rng.standard_normal((120, 3)).astype(np.float32)
@@ -308,7 +309,7 @@ def test_item8_validation_data_and_keras_metrics(devices):
     trainer = AsyncTrainer(model, loss, devices[:2], learning_rate=0.5, progress=False,
                            metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
     history = trainer.fit(x[:80], labels[:80], updates=12, batch_size=8,
-                          validation_data=(x[80:], labels[80:]), validation_every=5)
+                          validation_data=(x[80:], labels[80:]), validation_every=5, mode=mode)
     assert history["val_version"].tolist() == [5, 10, 12]
     assert len(history["loss"]) == 12
     logits = model(x[80:])
@@ -316,3 +317,4 @@ def test_item8_validation_data_and_keras_metrics(devices):
     accuracy = np.mean(np.argmax(logits, axis=1) == labels[80:])
     assert history["val_accuracy"][-1] == pytest.approx(accuracy)
     assert history["val_accuracy"][-1] > 0.8
+    assert async_threads() == []
