@@ -95,14 +95,21 @@ pargrad.show_source(SyncTrainer._shard)
 # Then comes the part of `pargrad.SyncTrainer` that runs on every replica: its
 # gradients, computed with the loss divided by the *global* batch size, and the
 # optimizer's `apply_gradients`, which performs the one all-reduce and the
-# update:
+# update. The line between them stops training, before the update, if any
+# replica's loss is NaN or infinite (the chapter "Your own model" shows it
+# at work):
 
 # %%
 pargrad.show_source(SyncTrainer._replica_step)
 
 # %% [markdown]
 # `_replica_gradients` is, with one micro-batch a replica (the chapter
-# "Accumulate and distribute" sums several), this forward and backward pass:
+# "Accumulate and distribute" sums several), this forward and backward pass.
+# The three lines after the loss matter for models other than this
+# chapter's, and change nothing here: the model's regularization losses
+# (none here), the loss scaling of mixed precision (none here) and the
+# updates of Keras metrics (none here); the chapter "Your own model" uses
+# them:
 
 # %%
 pargrad.show_source(SyncTrainer._gradients)

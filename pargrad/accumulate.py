@@ -29,6 +29,8 @@ from pargrad._quiet import import_tensorflow_quietly
 
 tf = import_tensorflow_quietly()
 
+from pargrad.training import check_whole_number  # noqa: E402
+
 EMPTY_WINDOW_MESSAGE = (
     "GradientAccumulator has nothing accumulated: call accumulate(gradients, "
     "num_examples) at least once after the last apply() or reset()"
@@ -74,13 +76,20 @@ class GradientAccumulator(tf.Module):
     Taught in the chapter "Accumulation in TF2 and Keras 3".
     """
 
-    def __init__(self, variables, steps, optimizer=None, name="gradient_accumulator"):
+    def __init__(self, variables, steps, optimizer=None, name="gradient_accumulator",
+                 stop_on_non_finite=True):
         super().__init__(name=name)
         if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
+            if isinstance(steps, float) and steps.is_integer() and steps >= 1:
+                raise ValueError(f"GradientAccumulator needs steps as an int, got {steps!r}; "
+                                 f"pass {int(steps)}.")
             raise ValueError(
                 f"GradientAccumulator needs steps >= 1 micro-batches per update, got "
                 f"{steps!r}; pass an int such as 4 (1 means no accumulation)."
             )
+        if not isinstance(stop_on_non_finite, bool):
+            raise TypeError(f"stop_on_non_finite must be True or False, got {stop_on_non_finite!r}.")
+        self.stop_on_non_finite = stop_on_non_finite
         variables = list(variables)
         if not variables:
             raise ValueError(
@@ -144,10 +153,13 @@ class GradientAccumulator(tf.Module):
             )
         gradients = self._check_gradients(gradients)
         count = self._check_examples(num_examples)
+        if self.stop_on_non_finite:
+            gradients = self._finite(gradients)
         for total, gradient in zip(self.sums, gradients):
             total.assign_add(gradient * tf.cast(count, total.dtype))
-        self.examples.assign_add(count)
-        self.micro_batches.assign_add(1)
+        with tf.control_dependencies(gradients):     # counted only after the checks
+            self.examples.assign_add(count)
+            self.micro_batches.assign_add(1)
 
     def mean_gradients(self):
         """The accumulated gradients divided by the number of accumulated examples.
@@ -225,6 +237,17 @@ class GradientAccumulator(tf.Module):
             checked.append(gradient)
         return checked
 
+    def _finite(self, gradients):
+        """The gradients, after checking that none holds NaN or inf (in eager and graph mode)."""
+        checks = [
+            tf.debugging.assert_all_finite(
+                gradient,
+                f"GradientAccumulator: the gradient of {variable.name!r} holds NaN or inf; "
+                "check the learning rate (too large?), the data and the loss of this "
+                "micro-batch, or pass stop_on_non_finite=False to accumulate it anyway")
+            for gradient, variable in zip(gradients, self.target_variables)]
+        return checks
+
     def _check_examples(self, num_examples):
         if isinstance(num_examples, bool):
             raise ValueError("num_examples must be a count of examples, got a bool.")
@@ -236,9 +259,7 @@ class GradientAccumulator(tf.Module):
                 )
             return tf.constant(num_examples, tf.int64)
         if isinstance(num_examples, numbers.Real):
-            raise ValueError(
-                f"num_examples must be a whole number of examples, got {num_examples!r}."
-            )
+            check_whole_number("num_examples", num_examples)   # raises, saying what to pass
         count = tf.cast(num_examples, tf.int64)
         check = tf.debugging.assert_positive(
             count, message="num_examples must be at least 1 (the micro-batch's size)"

@@ -54,8 +54,9 @@ The interface (stable; both trainers use it):
 ``TrainingPosition(name)``
     A ``tf.Module`` of int64 variables that say where training stands:
     ``step`` (updates applied), ``epoch`` (epochs completed), ``epoch_step``
-    (updates into the current epoch) and ``position`` (examples into the
-    current pass over in-memory arrays).  A trainer keeps one and tracks it,
+    (updates into the current epoch), ``position`` (examples into the
+    current pass over in-memory arrays, or batches into a dataset read by
+    steps) and ``seed`` (the shuffling seed, -1 until one is drawn).  A trainer keeps one and tracks it,
     so ``tf.train.Checkpoint(model=..., optimizer=..., trainer=trainer)``
     saves where the next batch starts, and a resumed run continues exactly.
 """
@@ -359,7 +360,8 @@ class TrainingPosition(tf.Module):
 
     ``step``: updates applied; ``epoch``: epochs completed; ``epoch_step``:
     updates into the current epoch; ``position``: examples into the current
-    pass over in-memory arrays (the next batch's first row).  Taught in the
+    pass over in-memory arrays (the next batch's first row), or batches into
+    a dataset read by steps; ``seed``: the shuffling seed (-1: none yet).  Taught in the
     chapter "Your own model".
     """
 
@@ -370,8 +372,13 @@ class TrainingPosition(tf.Module):
             self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
             self.epoch_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch_step")
             self.position = tf.Variable(0, dtype=tf.int64, trainable=False, name="position")
+            self.seed = tf.Variable(-1, dtype=tf.int64, trainable=False, name="seed")
+
+    def has_seed(self):
+        """Whether a shuffling seed has been set (``seed`` >= 0)."""
+        return int(self.seed.numpy()) >= 0
 
     def numbers(self):
-        """The four counters as a dict of Python ints."""
+        """The counters (and the seed, -1 if none) as a dict of Python ints."""
         return {name: int(getattr(self, name).numpy())
-                for name in ("step", "epoch", "epoch_step", "position")}
+                for name in ("step", "epoch", "epoch_step", "position", "seed")}

@@ -227,3 +227,38 @@ def test_under_mirrored_strategy_one_sum_per_update_equals_the_big_batch(devices
         reference_optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
     big = reference.get_weights()
     assert max_difference(model.get_weights(), big) <= TOLERANCE * scale(big)
+
+
+# -- issue 14: what a reader's own loop needs ------------------------------------------
+
+def test_a_non_finite_gradient_is_refused_before_it_is_added():
+    """Issue 14, item 5 for the accumulator: a NaN gradient fails, naming the variable,
+    and leaves the window as it was; stop_on_non_finite=False accumulates it."""
+    variables = [tf.Variable(w) for w in initial_weights(seed=1)]
+    accumulator = GradientAccumulator(variables, 2)
+    x, y = parabola_data()
+    good = gradients(variables, x, y)
+    accumulator.accumulate(good, len(x))
+    bad = [g * np.nan for g in good]
+    for accumulate in (accumulator.accumulate, tf.function(accumulator.accumulate)):
+        with pytest.raises(tf.errors.InvalidArgumentError, match="holds NaN or inf"):
+            accumulate(bad, len(x))
+    assert int(accumulator.micro_batches) == 1
+    assert max_difference([s.numpy() for s in accumulator.sums],
+                          [g.numpy() * len(x) for g in good]) == 0
+    lenient = GradientAccumulator(variables, 2, stop_on_non_finite=False)
+    lenient.accumulate(bad, len(x))
+    assert not np.isfinite(lenient.sums[0].numpy()).all()
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda v: GradientAccumulator(v, 4.0), "pass 4"),
+    (lambda v: GradientAccumulator(v, 2).accumulate([tf.zeros_like(w) for w in v], 16.0),
+     "pass 16"),
+    (lambda v: GradientAccumulator(v, 2, stop_on_non_finite="no"), "True or False"),
+])
+def test_whole_numbers_and_flags_say_what_to_pass(make, message):
+    """Issue 14, item 7 for the accumulator: a float count names the int to pass."""
+    variables = [tf.Variable(w) for w in initial_weights(seed=1)]
+    with pytest.raises((ValueError, TypeError), match=message):
+        make(variables)

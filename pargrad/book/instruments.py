@@ -195,6 +195,7 @@ class InstrumentedSyncTrainer(SyncTrainer):
                                    compute_end], tf.float64, stateful=False)
                 grads = [g + 0 * tf.cast(compute_end, g.dtype) for g in grads]  # after it
 
+        grads = self._stop_if_not_finite(loss, grads)  # with stop_on_non_finite
         if self.backup_workers:  # backup workers: a late gradient counts zero times
             grads = [g * self._replica_value(self._gradient_weights) for g in grads]
         # One all-reduce (a sum over replicas) and one update, inside Keras.
