@@ -418,14 +418,18 @@ assert free["staleness"].max() >= 1
 # with 1, 4 and 8 equally fast workers (staleness 0, 3 and 7) at two learning
 # rates, 400 updates each. Each worker computes on its own share of the 50
 # points, so the recorded losses jump from worker to worker; the plots show
-# the mean over 8 consecutive updates.
+# the mean over 8 consecutive updates. Some runs diverge: by default `fit`
+# stops at the first NaN or infinite loss with `pargrad.NonFiniteLossError`,
+# naming the update and the worker; here `stop_on_non_finite=False` lets them
+# run on, because the divergence is what we want to see.
 
 # %%
 def train(workers, learning_rate, staleness_aware=False, updates=400, speeds=None):
     """One asynchronous run; returns its history and its loss on all 50 points at the end."""
     trainer = AsyncTrainer(pargrad.parabola_model(seed=0), pargrad.squared_error,
                            devices[:workers], learning_rate=learning_rate,
-                           staleness_aware=staleness_aware, progress=False)
+                           staleness_aware=staleness_aware, progress=False,
+                           stop_on_non_finite=False)
     history = trainer.fit(x, y, updates=updates, speeds=speeds)
     return history, full_loss(trainer.get_weights())
 

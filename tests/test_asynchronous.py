@@ -176,7 +176,6 @@ def test_keras_assign_add_loses_updates_under_threads_native_does_not(devices):
     (dict(devices="/device:CPU:0"), "logical_devices"),
     (dict(devices=[]), "logical_devices"),
     (dict(learning_rate=0), "learning_rate"),
-    (dict(loss="mse"), "loss"),
 ])
 def test_bad_constructor_arguments_say_what_to_pass(devices, bad, message):
     arguments = dict(model=linear_model(), loss=mse, devices=devices[:2], learning_rate=0.1)
