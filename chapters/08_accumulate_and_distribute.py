@@ -245,9 +245,11 @@ fig.tight_layout()
 # epochs, because the rule fails most at the start, where the gradients change
 # fastest. Our batch of 1024 is most of the training set, so five epochs are a
 # handful of updates (printed below). We run the batch-1024 training update by
-# update and set the rate before each one:
+# update and set the rate before each one. (At a rate of 1.6 the accuracies
+# below depend on the order of floating-point additions, so another machine
+# prints other digits; the two checks at the end of the cell hold on any.)
 
-# %%
+# %% tags=["nbval-ignore-output"]
 def train_with_warm_up(accumulation_steps, peak_rate, warm_up_updates, evaluate_after,
                        micro_batch=8):
     """Linear warm-up from BASE_RATE to peak_rate; test accuracy after each of evaluate_after."""
@@ -283,12 +285,13 @@ print(f"{f'batch 32, lr 0.05, {len(small_batch[1])} updates':46} "
 short, long = warm[same_examples], warm[4 * same_examples]
 assert short < small_batch[2] - 0.1  # warm-up alone does not rescue 16 updates
 assert long > short + 0.1
+assert 0.3 < WARM_UP / same_examples < 0.5  # "almost half of them spent warming up"
 
 # %% [markdown]
 # Warm-up alone does not rescue the batch of 1024 here: with the same
-# examples as the others it makes only 16 updates, the first 7 of them
-# spent warming up (both printed above), and it stays far below the small
-# batch. Given four times
+# examples as the others it makes only a handful of updates, almost half of
+# them spent warming up (both counts printed above), and it stays far below
+# the small batch. Given four times
 # the examples, and so four times the updates, the warmed-up run does much
 # better (the last lines above). So the limit this page can state is not
 # "beyond some batch size nothing helps": it is that at equal examples, a
