@@ -32,7 +32,7 @@ tf = import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
 
 from pargrad.training import (  # noqa: E402
-    check_finite_loss, check_whole_number, per_example_loss, prepare_arrays,
+    check_finite_loss, check_whole_number, keras_metrics, per_example_loss, prepare_arrays,
 )
 
 MODES = ("scheduled", "free-running")
@@ -168,14 +168,7 @@ class AsyncTrainer:
                 f"got {staleness_bound!r}; for example 2 lets a worker run 2 updates "
                 "ahead of the slowest."
             )
-        metrics = list(metrics or [])
-        for metric in metrics:
-            if not isinstance(metric, keras.metrics.Metric):
-                raise ValueError(
-                    f"metrics must be Keras metric objects, got {metric!r}; pass for example "
-                    "[keras.metrics.SparseCategoricalAccuracy()] (they are computed on "
-                    "fit's validation_data)."
-                )
+        metrics = keras_metrics(metrics, " (they are computed on fit's validation_data)")
 
         self.model = model
         self.loss = loss

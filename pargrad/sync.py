@@ -78,6 +78,7 @@ from pargrad.training import (  # noqa: E402
     TrainingPosition,
     check_whole_number,
     input_dtype,
+    keras_metrics,
     loss_dtype,
     per_example_loss,
     prepare_arrays,
@@ -494,18 +495,8 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
 
     @staticmethod
     def _check_metrics(metrics, strategy):
-        if metrics is None:
-            return []
-        if isinstance(metrics, (str, keras.metrics.Metric)) or not isinstance(metrics, (list, tuple)):
-            metrics = [metrics]
-        checked = []
-        for metric in metrics:
-            if not isinstance(metric, keras.metrics.Metric):
-                raise TypeError(
-                    f"metrics takes Keras metric objects, got {metric!r}; create them inside "
-                    "`with strategy.scope():`, for example "
-                    "[keras.metrics.SparseCategoricalAccuracy(name='accuracy')]."
-                )
+        checked = keras_metrics(metrics, ", created inside `with strategy.scope():`")
+        for metric in checked:
             outside = [v.path for v in metric.variables
                        if not strategy.extended.variable_created_in_scope(_tf_variable(v))]
             if outside:
@@ -514,7 +505,6 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
                     "its replicas cannot add up their counts; create it inside "
                     "`with strategy.scope():`."
                 )
-            checked.append(metric)
         return checked
 
     # -- one step --------------------------------------------------------------

@@ -51,6 +51,10 @@ The interface (stable; both trainers use it):
     saying "pass 16"; a bool, a fraction or a number below ``minimum`` is
     refused too.
 
+``keras_metrics(metrics, advice="")`` -> ``list``
+    The one check of a ``metrics=`` argument: Keras metric objects (one
+    alone becomes a list), anything else a ``TypeError`` saying what to pass.
+
 ``TrainingPosition(name)``
     A ``tf.Module`` of int64 variables that say where training stands:
     ``step`` (updates applied), ``epoch`` (epochs completed), ``epoch_step``
@@ -93,6 +97,25 @@ def check_whole_number(name, value, minimum=1):
         raise ValueError(
             f"{name} must be an int, got the float {value!r}; pass {int(value)}.")
     raise ValueError(f"{name} must be a whole number >= {minimum} (an int), got {value!r}.")
+
+
+def keras_metrics(metrics, advice=""):
+    """``metrics`` as a list of Keras metric objects; ``TypeError`` saying what to pass otherwise.
+
+    One metric object alone is taken as a list of one; ``advice`` is added to
+    the error (where to create the metrics, what they are computed on).
+    """
+    if metrics is None:
+        return []
+    if isinstance(metrics, (str, keras.metrics.Metric)) or not isinstance(metrics, (list, tuple)):
+        metrics = [metrics]
+    for metric in metrics:
+        if not isinstance(metric, keras.metrics.Metric):
+            raise TypeError(
+                f"metrics takes Keras metric objects, got {metric!r}; pass for example "
+                f"[keras.metrics.SparseCategoricalAccuracy(name='accuracy')]{advice}."
+            )
+    return list(metrics)
 
 
 class NonFiniteLossError(FloatingPointError):
