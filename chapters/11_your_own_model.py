@@ -38,7 +38,12 @@ if "google.colab" in sys.modules:
 
 # %% [markdown]
 # As in every chapter: `pargrad` first, two logical devices before
-# TensorFlow starts, seeds fixed.
+# TensorFlow starts, seeds fixed. This chapter also checks that a resumed
+# run ends *bit for bit* where the uninterrupted one does, which needs
+# the same operations to add their numbers in the same order every time. On
+# a CPU they do; on a GPU some kernels (a convolution's gradient among them)
+# may pick a faster, nondeterministic order, so we ask TensorFlow for
+# deterministic kernels everywhere (`enable_op_determinism`).
 
 # %%
 import pargrad  # first: it imports TensorFlow quietly
@@ -57,6 +62,7 @@ from pargrad.book import digits
 from pargrad.sync import SyncTrainer, sync_strategy
 
 keras.utils.set_random_seed(0)
+tf.config.experimental.enable_op_determinism()
 strategy = sync_strategy(2)
 print(strategy.num_replicas_in_sync, "replicas")
 
