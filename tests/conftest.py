@@ -20,6 +20,24 @@ DEVICES = pargrad.logical_devices(4)
 tf.config.experimental.enable_tensor_float_32_execution(False)
 
 
+@pytest.fixture(scope="module")
+def deterministic_ops():
+    """Deterministic kernels for a module whose tests compare runs bit for bit.
+
+    On a CPU TensorFlow's kernels already add in a fixed order; on a GPU
+    some (a bias's or a convolution's gradient) may not, unless op
+    determinism is on.  It is switched off again after the module, because
+    it makes ``tf.timestamp`` raise, which the book's instrumented trainer
+    uses.  TensorFlow's public API can only switch it on, hence the private
+    ``disable_op_determinism``.
+    """
+    from tensorflow.python.framework import config
+
+    tf.config.experimental.enable_op_determinism()
+    yield
+    config.disable_op_determinism()
+
+
 def _run_python(code, timeout=120, env=None):
     """Run ``code`` in a fresh Python process; return the CompletedProcess."""
     return subprocess.run(

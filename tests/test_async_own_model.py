@@ -12,6 +12,9 @@ from pargrad.training import NonFiniteLossError
 
 from linear_problem import linear_data, linear_model, numpy_gradient
 
+# Runs are compared bit for bit, so with deterministic kernels (not all of a GPU's are by default).
+pytestmark = pytest.mark.usefixtures("deterministic_ops")
+
 RATE = 0.05
 TRUE_KERNEL = np.array([1.0, -2.0, 0.5])
 

@@ -21,6 +21,9 @@ import tensorflow as tf
 from pargrad.sync import SyncTrainer, sync_strategy
 from pargrad.training import NonFiniteLossError
 
+# Runs are compared bit for bit, so with deterministic kernels (not all of a GPU's are by default).
+pytestmark = pytest.mark.usefixtures("deterministic_ops")
+
 TRUE_KERNEL = np.array([[1.0], [-2.0], [0.5]], np.float32)
 
 
