@@ -290,7 +290,7 @@ assert abs(worse_than_fresh - (2 - np.sqrt(2))) <= 0.03 and abs(worse_than_sync 
 assert (sweep["async"][products < worse_than_fresh] <= sweep["fresh"][products < worse_than_fresh]).all()
 
 # %%
-from myst_nb import glue
+from pargrad.book import glue
 
 grid = np.linspace(-0.5, 3.5, 161)
 curve = [loss_at(w) for w in grid]

@@ -261,7 +261,7 @@ print(f"best synchronous rate {best['sync']}, best asynchronous rate {best['asyn
 # come in the table after it).
 
 # %%
-from myst_nb import glue
+from pargrad.book import glue
 
 CONTENDERS = ("sync", "sync, 1 backup", "async", "sequential, no staleness")
 

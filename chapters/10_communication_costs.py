@@ -55,7 +55,7 @@ import keras
 import matplotlib.pyplot as plt
 import numpy as np
 import tensorflow as tf
-from myst_nb import glue
+from pargrad.book import glue
 from pargrad import cost
 from pargrad.book import allreduce_timing, plots
 

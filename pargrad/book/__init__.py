@@ -21,6 +21,6 @@ The dependency points one way: the book imports the library, the library
 never imports the book (``tests/test_layout.py`` checks it).
 """
 
-from pargrad.book.display import show_lines, show_source
+from pargrad.book.display import glue, show_lines, show_source
 
-__all__ = ["show_lines", "show_source"]
+__all__ = ["glue", "show_lines", "show_source"]

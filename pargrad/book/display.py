@@ -48,3 +48,22 @@ def _bracket_depth(line):
     """Opening minus closing brackets on a line of code, ignoring a trailing comment."""
     code = line.split("#")[0]
     return sum(code.count(c) for c in "([{") - sum(code.count(c) for c in ")]}")
+
+
+def glue(name, value, display=False):
+    """Store ``value`` for the rendered book under ``name``, or show it.
+
+    With the book's build tools installed (``myst_nb``), this is
+    ``myst_nb.glue``: the built page pastes the value where the text says
+    ``{glue:text}`name``` or ``{glue:figure} name``.  Without them (a
+    reader on Colab, who has only what ``pargrad`` declares) it shows the
+    value in the notebook instead, so the chapter still runs and the reader
+    still sees the figure or number.
+    """
+    try:
+        from myst_nb import glue as myst_glue
+    except ImportError:
+        from IPython.display import display as show
+        show(value)
+        return
+    myst_glue(name, value, display=display)
