@@ -80,6 +80,12 @@ class LocalCluster:
             results = cluster.wait()        # one return value per worker
         print(cluster.log())                # every line, prefixed by its role
 
+    A worker that has handed back its result stays up, serving, until every
+    worker has handed back its own: then :meth:`wait` releases them all
+    together.  TensorFlow's collectives are pulled by the receiver, so a
+    worker that left as soon as it had its own result could cut off a peer
+    still reading the last buffer from it.
+
     Leaving the block stops every process (SIGTERM to its process group,
     then SIGKILL after a grace period), on success, exception, time-out or
     Ctrl-C.  :meth:`wait` raises :class:`ClusterError` as soon as one
@@ -184,8 +190,9 @@ class LocalCluster:
                     command = [sys.executable, "-c", _WORKER_COMMAND, self.target, self._kwargs_json]
                 else:
                     command = [sys.executable, "-c", _WORKER_COMMAND, SERVE_TARGET, "{}"]
+                # stdin carries the parent's release (see wait and _worker_main).
                 process = subprocess.Popen(
-                    command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                    command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT, text=True, bufsize=1, start_new_session=True,
                 )
                 self.processes[(role, index)] = process
@@ -203,43 +210,63 @@ class LocalCluster:
     def wait(self, timeout=None):
         """Wait for every process; return their results, in task order.
 
-        Raises :class:`ClusterError` when a process exits with an error (the
-        others are then stopped when the ``with`` block ends, or by
-        :meth:`stop`), and :class:`ClusterTimeoutError` after ``timeout``
-        seconds (default: the cluster's ``timeout``).
+        Once every running worker has handed back its result, all of them are
+        released together and end (none leaves while a peer may still pull
+        data from it).  Raises :class:`ClusterError` when a process exits
+        with an error (the others are then stopped when the ``with`` block
+        ends, or by :meth:`stop`), and :class:`ClusterTimeoutError` after
+        ``timeout`` seconds (default: the cluster's ``timeout``).
         """
         if not self.processes:
             raise ClusterError("Start the cluster first: use `with LocalCluster(...) as cluster:`.")
         timeout = self.timeout if timeout is None else timeout
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            codes = {key: p.poll() for key, p in self.processes.items()}
-            failed = [(key, code) for key, code in codes.items()
-                      if code not in (None, 0) and key not in self.killed]
-            # A process ended by a signal is the likeliest cause of the others' errors.
-            failed.sort(key=lambda item: item[1] >= 0)
-            if failed:
-                (role, index), code = failed[0]
-                self._join_reader(role, index)
-                raise ClusterError(
-                    f"{role} {index} exited with {_describe_exit(code)}; its last lines:\n"
-                    + self.log(role, index, last=15)
-                )
-            if all(codes[key] == 0 for key in self.runners if key not in self.killed):
+            self._raise_if_failed()
+            runners = [key for key in self.runners if key not in self.killed]
+            pending = [key for key in runners if key not in self.results]
+            if not pending:
                 break
+            for role, index in pending:
+                if self.processes[(role, index)].poll() == 0:
+                    self._join_reader(role, index)
+                    if (role, index) not in self.results:
+                        raise ClusterError(f"{role} {index} ended without handing back a result.")
             if deadline is not None and time.monotonic() > deadline:
                 raise ClusterTimeoutError(
                     f"The cluster did not finish within {timeout} s; still running: "
-                    + ", ".join(f"{r} {i}" for (r, i), c in codes.items()
-                                if c is None and (r, i) in self.runners)
+                    + ", ".join(f"{r} {i}" for r, i in pending)
                 )
-            time.sleep(0.05)
-        runners = [key for key in self.runners if key not in self.killed]
-        for role, index in runners:
-            self._join_reader(role, index)
-            if (role, index) not in self.results:
-                raise ClusterError(f"{role} {index} ended without handing back a result.")
+            time.sleep(0.02)
+        self._release(runners)
         return [self.results[key] for key in runners]
+
+    def _raise_if_failed(self):
+        """Raise :class:`ClusterError` for a process that exited with an error."""
+        codes = {key: p.poll() for key, p in self.processes.items()}
+        failed = [(key, code) for key, code in codes.items()
+                  if code not in (None, 0) and key not in self.killed]
+        # A process ended by a signal is the likeliest cause of the others' errors.
+        failed.sort(key=lambda item: item[1] >= 0)
+        if failed:
+            (role, index), code = failed[0]
+            self._join_reader(role, index)
+            raise ClusterError(
+                f"{role} {index} exited with {_describe_exit(code)}; its last lines:\n"
+                + self.log(role, index, last=15)
+            )
+
+    def _release(self, runners, grace=30.0):
+        """Let every finished worker end, all together, and reap them."""
+        for key in runners:
+            _close_quietly(self.processes[key].stdin)
+        deadline = time.monotonic() + grace
+        for key in runners:
+            try:
+                self.processes[key].wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass  # stop() ends it; its result is already in hand
+            self._join_reader(*key)
 
     def wait_for(self, text, role=None, index=None, count=1, timeout=60):
         """Wait until ``count`` lines containing ``text`` have arrived.
@@ -312,6 +339,7 @@ class LocalCluster:
         for reader in self._readers:
             reader.join(timeout=5)
         for process in self.processes.values():
+            _close_quietly(process.stdin)
             if process.stdout is not None:
                 process.stdout.close()
         _live_clusters.discard(self)
@@ -438,6 +466,10 @@ def _worker_main():
         os._exit(1)
     sys.stdout.write(RESULT_MARKER + payload + "\n")
     sys.stdout.flush()
+    # Keep serving until the parent releases every worker together (it closes
+    # our stdin; EOF also comes if the parent dies): a peer may still be
+    # pulling the last buffer of a collective from this process's server.
+    sys.stdin.read()
     # Skip interpreter shutdown: TensorFlow's servers can delay or crash it.
     os._exit(0)
 
@@ -518,6 +550,15 @@ def _check_ports(ports, n):
             "ports=None to let the cluster pick free ones."
         )
     return ports
+
+
+def _close_quietly(stream):
+    if stream is None:
+        return
+    try:
+        stream.close()
+    except (BrokenPipeError, OSError):  # the process has already ended
+        pass
 
 
 def _signal_group(process, sig):

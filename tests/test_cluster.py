@@ -47,6 +47,22 @@ def sleep(seconds):
     time.sleep(seconds)
 
 
+def finish_at_different_times(flag_path):
+    """Worker 0 returns at once; worker 1 returns after it, saying whether 0 was still up."""
+    index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    if index == 0:
+        with open(flag_path, "w") as flag:
+            flag.write(str(os.getpid()))
+        return {"pid": os.getpid()}
+    deadline = time.monotonic() + 60
+    while not os.path.exists(flag_path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)          # worker 0 has long handed back its result by now
+    peer = int(open(flag_path).read())
+    alive = psutil.pid_exists(peer) and psutil.Process(peer).status() != psutil.STATUS_ZOMBIE
+    return {"pid": os.getpid(), "peer_alive": alive}
+
+
 def train_until_killed():
     from pargrad.book.parabola import train_parabola
 
@@ -81,6 +97,19 @@ def test_each_worker_gets_its_own_tf_config_and_results_come_back():
     np.testing.assert_array_equal(results[1]["array"], np.arange(3, dtype=np.float32))
     assert "[worker 0] hello from worker 0" in cluster.log()
     assert "[worker 1] hello from worker 1" in cluster.log()
+    assert_all_gone(pids)
+
+
+def test_a_finished_worker_serves_until_every_worker_has_finished(tmp_path):
+    # A collective is pulled by the receiver: a worker that left as soon as it
+    # had its own result could cut off a peer still reading from it.
+    flag = str(tmp_path / "worker0-finished")
+    with LocalCluster(finish_at_different_times, workers=2, kwargs={"flag_path": flag},
+                      env=ENV, timeout=120) as cluster:
+        first, second = cluster.wait()
+        pids = cluster.pids
+    assert second["peer_alive"] is True
+    assert first["pid"] == pids[0]
     assert_all_gone(pids)
 
 
