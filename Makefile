@@ -10,13 +10,16 @@ export TF_CPP_MIN_LOG_LEVEL := 3
 
 CHAPTERS := $(sort $(wildcard chapters/*.py))
 
-.PHONY: book test test-other-numerics test-oldest outputs chapter setup-cells clean help
+.PHONY: book test test-other-numerics test-stress test-colab test-oldest outputs chapter setup-cells clean help
 
 help:
 	@echo "make book         build the HTML book into _build/html (stored outputs, no execution)"
 	@echo "make test         unit tests, every chapter under nbval, checks of the built book,"
 	@echo "                  then test-other-numerics"
 	@echo "make test-other-numerics  the claims again without oneDNN, one thread an op"
+	@echo "make test-stress  the multi-process measurements 10 times in a row (part of make test)"
+	@echo "make test-colab   every chapter executed as on Colab: another TensorFlow, pargrad from"
+	@echo "                  a git URL with its declared dependencies, no requirements.txt"
 	@echo "make test-oldest  unit tests on the oldest TensorFlow and Keras pargrad allows"
 	@echo "make chapter NB=chapters/01_training_loop   re-execute one chapter, store its outputs"
 	@echo "make outputs      re-execute every chapter and store fresh outputs"
@@ -39,7 +42,15 @@ NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=180 --nbval-sanitize-w
 # then the book's claims under other numerics.
 test: book
 	PARGRAD_REQUIRE_HTML=1 $(PY) -m pytest -p no:cacheprovider tests chapters $(NBVAL)
+	$(MAKE) --no-print-directory test-stress
 	$(MAKE) --no-print-directory test-other-numerics
+
+# The chapter "What communication costs"'s two- and three-worker all-reduce
+# measurements, 10 runs each with small payloads, no retry: a race at a
+# cluster's end fails here before it fails on a reader's machine.
+# (tools/stress_clusters.py --runs 50 is the long form.)
+test-stress: $(STAMP)
+	$(PY) tools/stress_clusters.py --runs 10 --quick
 
 # The claims again under another order of additions, as on another CPU or a
 # GPU: no oneDNN kernels, one thread in each operation.  A number or an
@@ -57,6 +68,23 @@ NUMERIC_CHAPTERS := $(filter-out $(ORDER_FREE),$(sort $(wildcard chapters/*.ipyn
 test-other-numerics: $(STAMP)
 	$(OTHER_NUMERICS) $(PY) -m pytest -p no:cacheprovider -m claim tests
 	$(OTHER_NUMERICS) $(PY) -m pytest -p no:cacheprovider $(NUMERIC_CHAPTERS) $(NBVAL)
+
+# Every chapter executed as a reader on Colab runs it: another TensorFlow
+# (COLAB_TF), pargrad installed from this clone's last commit as a git URL
+# with only its declared dependencies, nothing from requirements.txt, and
+# the kernel and notebook runner Colab has.  Not compared with the stored
+# outputs (another TensorFlow prints other digits); the chapters' asserts
+# run.  About 15 minutes on two cores, so not part of `make test`.
+COLAB    := .venv-colab
+COLAB_TF ?= 2.19.0
+
+test-colab:
+	rm -rf $(COLAB)
+	$(PYTHON) -m venv $(COLAB)
+	$(COLAB)/bin/python -m pip install --quiet --upgrade pip
+	$(COLAB)/bin/python -m pip install --quiet "tensorflow==$(COLAB_TF)" ipykernel nbclient nbformat
+	$(COLAB)/bin/python -m pip install --quiet "pargrad @ git+file://$(CURDIR)@$$(git rev-parse HEAD)"
+	cd chapters && TF_CPP_MIN_LOG_LEVEL=3 ../$(COLAB)/bin/python ../tools/execute_chapters.py *.ipynb
 
 # The unit tests with the oldest releases pyproject.toml allows
 # (requirements-oldest.txt).  Not part of `make test`: installing a second

@@ -227,10 +227,11 @@ for n, seconds in zip(sizes, in_process):
 # `pargrad.LocalCluster` on 127.0.0.1: the same all-reduce, now through
 # TensorFlow's gRPC servers and the loopback network. Each worker runs
 # `time_all_reduce_in_worker` once for the whole sweep; the two-worker run
-# also times many small tensors, for the section on buckets. On a busy
-# machine a collective can fail when a worker does not answer in time;
-# `run_cluster_measurement` then measures again in fresh processes, once,
-# and says so. A warning that
+# also times many small tensors, for the section on buckets. A worker that
+# has its result keeps serving until every worker has its own:
+# TensorFlow's collectives are pulled by the receiver, so a worker that left
+# at once could cut off a peer still reading the last buffer from it
+# (`LocalCluster` releases them all together). A warning that
 # holds for every cluster in this chapter: TensorFlow's gRPC servers listen
 # on all network interfaces and have no authentication. Run them only on
 # machines and networks you trust; `LocalCluster` stops every process when
@@ -239,11 +240,9 @@ for n, seconds in zip(sizes, in_process):
 # %% tags=["nbval-ignore-output"]
 worker_runs = {}
 for workers in (2, 3):
-    results, failures = allreduce_timing.run_cluster_measurement(
+    results = pargrad.run_cluster(
         allreduce_timing.time_all_reduce_in_worker, workers=workers, timeout=240,
         kwargs={"sizes": sizes, "repeats": 3, "packing_tensors": 16 if workers == 2 else 0})
-    for failure in failures:
-        print(f"{workers} workers: an attempt failed ({failure}); measured again")
     # The all-reduce ends for all workers together: keep the slowest worker's time.
     worker_runs[workers] = {"seconds": np.max([r["seconds"] for r in results], axis=0),
                             "packing": results[0]["packing"]}
@@ -267,11 +266,9 @@ for n, two, three in zip(sizes, worker_runs[2]["seconds"], worker_runs[3]["secon
 pargrad.show_source(allreduce_timing.time_parameter_server_in_coordinator)
 
 # %% tags=["nbval-ignore-output"]
-results, failures = allreduce_timing.run_cluster_measurement(
+results = pargrad.run_cluster(
     allreduce_timing.time_parameter_server_in_coordinator, workers=1, parameter_servers=1,
     timeout=240, kwargs={"sizes": sizes, "repeats": 3})
-for failure in failures:
-    print(f"an attempt failed ({failure}); measured again")
 parameter_server_seconds = results[0]["seconds"]
 fits["parameter server, gRPC"] = cost.fit_link(
     sizes, parameter_server_seconds, cost.parameter_server_pattern(1, 1), name="parameter server")

@@ -333,6 +333,7 @@ print(f"wall time for 4 epochs: SyncTrainer {sync_seconds:.1f} s, Keras fit {ker
 # | gradient accumulation with replicas | `accumulation_steps=k` | fails under `MirroredStrategy` (keras issue 20582) |
 # | a last batch that does not split over the replicas | refused, with the sizes that work | split unevenly |
 # | input | arrays, or a dataset read on the host and cut into shards | arrays or datasets, prefetched to each device |
+# | a NaN or inf in the data | refused before the step that would use it, names the row | trains on |
 # | a NaN loss | stops before the update, names step and replica | trains on (`TerminateOnNaN` stops after) |
 # | resuming mid-run | exact, with `tf.train.Checkpoint(trainer=...)` | weights and optimizer; the position in the data is yours to keep |
 # | per-step records | loss per step (per replica's times in the book's instruments) | per-epoch logs, per-batch callbacks |
@@ -348,19 +349,29 @@ print(f"wall time for 4 epochs: SyncTrainer {sync_seconds:.1f} s, Keras fit {ker
 # %% [markdown]
 # ## When the data or the loss goes bad
 #
-# A custom loop can train something else than you meant without a word.
-# `SyncTrainer` stops instead. A NaN in one image poisons the loss of the
-# replica whose shard holds it; the trainer checks every replica's loss in
-# every step and stops *before* applying that step's update. Image 40 is in
-# the first batch's second half, replica 1's shard:
+# A custom loop can train on something other than you meant without a word.
+# `SyncTrainer` stops instead, in two places. The first is the data: a NaN
+# or an infinity in the arrays is refused before the first step, with its
+# row named (a `tf.data` pipeline is checked batch by batch, before the
+# step that would use the batch). The trainer looks at the data themselves,
+# not at what the network makes of them: whether a NaN pixel reaches the
+# loss at all is the kernels' business (on some CPUs max-pooling returns
+# the largest finite value of a window that holds a NaN, so the NaN
+# vanishes in the first pooling layer). Here image 40 holds a NaN:
 
 # %%
 broken = x_train.copy()
 broken[40] = np.nan
 try:
     sync_trainer().fit(broken, y_train, steps=3, batch_size=BATCH)
-except pargrad.NonFiniteLossError as error:
+except pargrad.NonFiniteDataError as error:
     print(type(error).__name__, error)
+
+# %% [markdown]
+# The second is the loss: every replica's loss is checked in every step, and
+# a NaN or infinite loss (too large a learning rate, a log of 0) stops the
+# fit *before* that step's update is applied, naming the step and the
+# replica (`tests/test_data_checks.py` and `tests/test_own_model.py` check both).
 
 # %% [markdown]
 # `SyncTrainer(stop_on_non_finite=False)` trains on, as Keras does. Other

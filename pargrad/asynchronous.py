@@ -377,7 +377,9 @@ class AsyncTrainer:
                 "fit needs targets y and a number of updates: fit(x, y, updates=100); "
                 f"got y={'None' if y is None else '...'} and updates={updates!r}."
             )
-        x, y = prepare_arrays(x, y, self.model)
+        hint = ("Pass AsyncTrainer(..., stop_on_non_finite=False) to train on regardless."
+                if self.stop_on_non_finite else None)
+        x, y = prepare_arrays(x, y, self.model, finite_hint=hint)
         updates = check_whole_number("updates", updates)
         if len(x) < workers:
             raise ValueError(

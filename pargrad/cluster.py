@@ -429,12 +429,19 @@ def serve():
     server.join()
 
 
-def main(argv=None):
+# Seconds a task run by hand keeps serving after printing its result (see main).
+LINGER_SECONDS = 10.0
+
+
+def main(argv=None, linger=LINGER_SECONDS):
     """``python -m pargrad.cluster module:function '{"kwarg": 1}'``, or ``... serve``.
 
     Runs one task of a cluster in this process, with the ``TF_CONFIG`` you
-    set: the same code :class:`LocalCluster` runs, for real machines.
-    Taught in the chapter "Beyond one machine".
+    set: the same code :class:`LocalCluster` runs, for real machines.  After
+    printing its result the task keeps serving for ``linger`` seconds: no
+    parent releases tasks run by hand all together, and a peer may still be
+    pulling the last buffer of a collective from this one.  Taught in the
+    chapter "Beyond one machine".
     """
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
@@ -448,7 +455,8 @@ def main(argv=None):
         return 0
     kwargs = json.loads(argv[1]) if len(argv) > 1 else {}
     result = _load_target(_target_name(argv[0]))(**kwargs)
-    print(json.dumps(result, default=_encode))
+    print(json.dumps(result, default=_encode), flush=True)
+    time.sleep(linger)
     return 0
 
 

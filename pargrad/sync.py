@@ -74,9 +74,11 @@ tf = import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
 
 from pargrad.training import (  # noqa: E402
+    NonFiniteDataError,
     NonFiniteLossError,
     TrainingPosition,
     check_whole_number,
+    first_non_finite_row,
     input_dtype,
     keras_metrics,
     loss_dtype,
@@ -771,7 +773,7 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
     def _array_source(self, x, y, batch_size, by_epoch):
         """Checked arrays, with the batch size and where they continue."""
         originals = (x, y)
-        x, y = prepare_arrays(x, y, self.model)
+        x, y = prepare_arrays(x, y, self.model, finite_hint=self._data_hint())
         if batch_size is None:
             batch_size = len(x)
         batch_size = check_whole_number("batch_size", batch_size)
@@ -792,6 +794,12 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
                     "that divides the data into batches that split evenly."
                 )
         return _ArraySource(x, y, batch_size, by_epoch, originals)
+
+    def _data_hint(self):
+        """How to opt out of the data check in messages; None when it is off."""
+        if not self.stop_on_non_finite:
+            return None
+        return "To train on regardless, pass stop_on_non_finite=False to SyncTrainer."
 
     def _check_split(self, batch_size):
         parts = self.replicas * self.accumulation_steps
@@ -832,6 +840,9 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
             raise ValueError(
                 "The dataset yields single examples, not batches; batch it "
                 "(dataset.batch(batch_size)) so that each element is a global batch.")
+        if int(dataset.cardinality()) == 0:
+            raise ValueError("The dataset holds no batches; pass a dataset with at least one "
+                             "(features, targets) batch.")
         return _DatasetSource(dataset)
 
     def _validation(self, data, batch_size):
@@ -903,6 +914,10 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
                 except StopIteration:
                     break
                 xb, yb = self._batch_tensors(batch)
+                if self._data_hint() is not None and not _finite_batch(xb, yb):
+                    yield from self._flush(pending)      # the steps before it still run
+                    _raise_non_finite_batch(xb, yb, int(self.position.step.numpy()),
+                                            self._data_hint())
                 if pending and int(pending[0][0].shape[0]) != int(xb.shape[0]):
                     yield from self._flush(pending)
                     pending = []
@@ -967,12 +982,18 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         # A dataset: by epoch, one pass from the epoch's next batch; by
         # steps, read on from the position and start again at its end.
         if by_epoch:
-            calls = self._dataset_calls(source, steps_per_call, int(state.epoch_step.numpy()))
+            start = int(state.epoch_step.numpy())
+            calls = self._dataset_calls(source, steps_per_call, start)
+            produced = False
             try:
                 for x, y, position, size, n in calls:
+                    produced = True
                     yield x, y, position, size, n, lambda i: None
             finally:
                 calls.close()
+            if not produced and start == 0:
+                raise ValueError("The dataset yielded no batches; pass a dataset with "
+                                 "at least one (features, targets) batch.")
             return
         done, restarted = 0, False
         while done < steps:
@@ -1194,6 +1215,20 @@ class _DatasetSource:
 
     def key(self, by_epoch):
         return (by_epoch, None, self.dataset)
+
+
+def _finite_batch(x, y):
+    """Whether every float value of a dataset batch's features and targets is finite."""
+    return all(bool(tf.reduce_all(tf.math.is_finite(t))) for t in (x, y) if t.dtype.is_floating)
+
+
+def _raise_non_finite_batch(x, y, step, hint):
+    """Raise NonFiniteDataError for the batch that step ``step`` would have used."""
+    for label, tensor in (("features", x), ("targets", y)):
+        found = first_non_finite_row(tensor.numpy())
+        if found is not None:
+            raise NonFiniteDataError(
+                f"row {found[0]} of the dataset batch's {label} for step {step}", found[1], hint)
 
 
 def _same(a, b):

@@ -42,6 +42,11 @@ The interface (stable; both trainers use it):
     data, a length mismatch, non-numeric features (unless the model takes
     strings), and structures it cannot read.
 
+``NonFiniteDataError(where, value, hint="")``, ``check_finite_data(x, y, hint="")``
+    A ``ValueError`` for a NaN or inf in the data themselves, raised before
+    any update uses them; ``where`` names the row (arrays) or the step (a
+    dataset's batch).  ``prepare_arrays(..., finite_hint=...)`` checks arrays.
+
 ``input_dtype(model)``, ``loss_dtype(model)``
     The dtypes :func:`prepare_arrays` casts to (``input_dtype`` is None for a
     model without a ``keras.Input``: then float features go to ``loss_dtype``).
@@ -137,6 +142,51 @@ class NonFiniteLossError(FloatingPointError):
         super().__init__(message + (f" {hint}" if hint else ""))
 
 
+class NonFiniteDataError(ValueError):
+    """The data hold a NaN or an infinity; training refused them before any update used them.
+
+    ``where`` names the place (``"row 40 of x"``, ``"the batch of step 3"``).
+    Checked in the data itself, before any layer sees them: whether a NaN
+    input reaches the loss depends on the kernels (max-pooling on some CPUs
+    returns the largest finite value of a window that holds a NaN).  Taught
+    in the chapter "Your own model".
+    """
+
+    def __init__(self, where, value, hint=""):
+        self.where, self.value = str(where), float(value)
+        message = (
+            f"The data hold {self.value} at {self.where}; no update has used it. Remove or "
+            "fill the non-finite values first (np.isfinite(x).all(axis=tuple(range(1, x.ndim))) "
+            "marks the rows to keep)."
+        )
+        super().__init__(message + (f" {hint}" if hint else ""))
+
+
+def first_non_finite_row(array):
+    """``(row, value)`` of the first row of ``array`` holding a NaN or inf, or None.
+
+    Integer and boolean arrays are always finite.  Taught in the chapter
+    "Your own model".
+    """
+    array = np.asarray(array)
+    if array.dtype.kind not in "fc" or array.size == 0:
+        return None
+    finite = np.isfinite(array).reshape(len(array), -1).all(axis=1)
+    if finite.all():
+        return None
+    row = int(np.argmin(finite))
+    values = array[row].reshape(-1)
+    return row, values[~np.isfinite(values)][0]
+
+
+def check_finite_data(x, y, hint="", name=("x", "y")):
+    """Raise :class:`NonFiniteDataError` naming the first row of ``x`` or ``y`` with a NaN or inf."""
+    for label, array in zip(name, (x, y)):
+        found = first_non_finite_row(array)
+        if found is not None:
+            raise NonFiniteDataError(f"row {found[0]} of {label}", found[1], hint)
+
+
 def check_finite_loss(loss, step, who, hint=""):
     """Raise :class:`NonFiniteLossError` unless ``loss`` (a number) is finite."""
     if not math.isfinite(float(loss)):
@@ -171,6 +221,19 @@ def align_targets(y, prediction):
             return y, tf.expand_dims(prediction, -1)
         return tf.squeeze(y, -1), prediction
     return y, prediction
+
+
+def _values_as_floats(y, prediction):
+    """Integer targets shaped like the predictions are values: cast them to its float dtype.
+
+    Class indices (a sparse loss's labels) lack the predictions' class axis,
+    so they differ in shape and stay integers.
+    """
+    integer = y.dtype.is_integer or y.dtype == tf.bool
+    if integer and prediction.dtype.is_floating and y.shape.is_compatible_with(prediction.shape) \
+            and y.shape.rank == prediction.shape.rank:
+        return tf.cast(y, prediction.dtype)
+    return y
 
 
 def _loss_input(prediction):
@@ -221,8 +284,10 @@ def per_example_loss(loss):
     * a callable ``loss(y, prediction)``: called as it is.
 
     Before any of them, ``y`` is brought to the prediction's rank by Keras's
-    rule (:func:`align_targets`), and float16/bfloat16 predictions are cast
-    to float32.  What the loss returns is read as Keras reads it: one value
+    rule (:func:`align_targets`), float16/bfloat16 predictions are cast
+    to float32, and integer targets of the predictions' shape are cast to
+    their float dtype (they are values; class indices, which lack the class
+    axis, stay integers for a sparse loss).  What the loss returns is read as Keras reads it: one value
     per example, shape ``(batch,)``; values with more axes (a loss per
     time step) are averaged over the extra axes; a scalar is taken as the
     batch's *mean* loss, i.e. the same value for each example (then a
@@ -263,7 +328,7 @@ def per_example_loss(loss):
     def loss_per_example(y, prediction):
         prediction = _loss_input(prediction)
         y, prediction = align_targets(tf.convert_to_tensor(y), prediction)
-        return _per_example(function(y, prediction), prediction)
+        return _per_example(function(_values_as_floats(y, prediction), prediction), prediction)
 
     loss_per_example.wrapped = loss
     return loss_per_example
@@ -328,16 +393,21 @@ def _as_array(data, name):
     return array
 
 
-def prepare_arrays(x, y, model):
+def prepare_arrays(x, y, model, finite_hint=None):
     """``(x, y)`` as NumPy arrays the trainers can use, or a clear error.
 
     Features are cast to the model's input dtype (:func:`input_dtype`);
     floating-point targets to the dtype the loss is computed in
     (:func:`loss_dtype`); integer and boolean targets are kept, because a
     sparse loss wants integer labels (the default squared error casts them
-    to the prediction's dtype itself).  Taught in the chapter "Your own model".
+    to the prediction's dtype itself).  Unless ``finite_hint`` is None, a
+    NaN or inf in ``x`` or ``y`` raises :class:`NonFiniteDataError` naming
+    its row, with ``finite_hint`` (how to opt out) in the message.  Taught in
+    the chapter "Your own model".
     """
     x, y = _as_array(x, "x"), _as_array(y, "y")
+    if finite_hint is not None:
+        check_finite_data(x, y, finite_hint)
     if len(x) == 0:
         raise ValueError("x has no examples; pass at least one example (one row of x and y).")
     if len(x) != len(y):

@@ -251,10 +251,10 @@ def test_a_port_in_use_is_refused_before_anything_starts():
 def test_the_same_target_runs_by_hand_with_tf_config(monkeypatch, capsys):
     # `python -m pargrad.cluster module:function '{kwargs}'` on a real machine
     monkeypatch.setenv("TF_CONFIG", tf_config({"worker": ["127.0.0.1:1"]}, "worker", 0))
-    assert cluster_main(["test_cluster:describe", '{"greeting": "hi"}']) == 0
+    assert cluster_main(["test_cluster:describe", '{"greeting": "hi"}'], linger=0) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "hi from worker 0"
     assert json.loads(lines[1])["config"]["task"] == {"type": "worker", "index": 0}
     monkeypatch.delenv("TF_CONFIG")
-    assert cluster_main(["test_cluster:describe", '{"greeting": "hi"}']) == 2
+    assert cluster_main(["test_cluster:describe", '{"greeting": "hi"}'], linger=0) == 2
     assert "Set TF_CONFIG" in capsys.readouterr().err

@@ -182,19 +182,29 @@ def test_item4_mixed_float16_trains_with_loss_scaling():
 
 # -- item 5: non-finite losses -----------------------------------------------------------------
 
+MARK = 1234.0
+
+
+def divides_by_zero_at_mark(y, prediction):
+    """Squared error, divided by 0 for a target equal to MARK: finite data, an infinite loss."""
+    return tf.square(y - prediction) / tf.cast(tf.not_equal(y, MARK), y.dtype)
+
+
 @pytest.mark.parametrize("steps_per_call", [1, 4])
 def test_item5_a_non_finite_loss_stops_before_its_update(steps_per_call):
-    """Item 5: NaN in replica 1's shard at step 2 raises, naming step 2 and replica 1."""
+    """Item 5: an infinite loss in replica 1's shard at step 2 raises, naming step 2 and replica 1.
+
+    The data are finite (a NaN in the data is refused before any step:
+    tests/test_data_checks.py); the loss divides by zero for one example.
+    """
     x, y = regression_data(32)
-    y[21] = np.nan              # batch 8, 2 replicas: step 2 is rows 16..23, replica 1 rows 20..23
-    clean = trainer()
-    clean.fit(x, regression_data(32)[1], steps=2)
-    broken = trainer()
-    with pytest.raises(NonFiniteLossError, match="replica 1 is nan at step 2") as caught:
+    y[21] = MARK                # batch 8, 2 replicas: step 2 is rows 16..23, replica 1 rows 20..23
+    broken = trainer(loss=divides_by_zero_at_mark)
+    with pytest.raises(NonFiniteLossError, match="replica 1 is inf at step 2") as caught:
         broken.fit(x, y, steps=4, batch_size=8, steps_per_call=steps_per_call)
     assert (caught.value.step, caught.value.who) == (2, "replica 1")
     assert "stop_on_non_finite=False" in str(caught.value)
-    reference = trainer()
+    reference = trainer(loss=divides_by_zero_at_mark)
     reference.fit(x, y, steps=2, batch_size=8)
     assert_same(weights(broken), weights(reference))           # step 2 was not applied
     assert broken.position.numbers()["step"] == 2
@@ -483,8 +493,8 @@ def test_item6_a_dataset_run_resumes_exactly_from_a_checkpoint(tmp_path):
 def test_item8_the_iterator_is_gone_after_a_failing_fit():
     """Item 8: a fit that stops with an error leaves no iterator behind."""
     x, y = regression_data()
-    y[40] = np.nan
-    t = trainer()
+    y[40] = MARK
+    t = trainer(loss=divides_by_zero_at_mark)
     with pytest.raises(NonFiniteLossError):
         t.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(16).prefetch(2), epochs=1)
     assert t._iterator is None and t.position.numbers()["epoch_step"] == 2

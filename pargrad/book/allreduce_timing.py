@@ -156,30 +156,3 @@ def time_parameter_server_in_coordinator(sizes=DEFAULT_SIZES, repeats=3):
 def sizes_in_bytes(sizes=DEFAULT_SIZES):
     """``sizes`` as a float array (bytes), for fitting and plotting."""
     return np.asarray(sizes, dtype=float)
-
-
-def run_cluster_measurement(target, attempts=2, **cluster_options):
-    """Run ``target`` in a :class:`pargrad.LocalCluster`; on a failure, start a new cluster.
-
-    On a busy machine a collective can fail (for example when one worker
-    does not answer in time); a measurement is then worth taking again, in
-    fresh processes, up to ``attempts`` times in all.  ``cluster_options``
-    go to :class:`pargrad.LocalCluster` (``workers``, ``parameter_servers``,
-    ``kwargs``, ``timeout``).  Returns ``(results, failures)``: the
-    cluster's results and, for each failed attempt, the last line of its
-    error.  The last failure is raised if every attempt fails.  Taught in
-    the chapter "What communication costs".
-    """
-    from pargrad.cluster import ClusterError, LocalCluster
-
-    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
-        raise ValueError(f"attempts must be a whole number >= 1, got {attempts!r}.")
-    failures = []
-    for attempt in range(attempts):
-        try:
-            with LocalCluster(target, **cluster_options) as cluster:
-                return cluster.wait(), failures
-        except ClusterError as error:
-            failures.append(str(error).strip().splitlines()[-1])
-            if attempt == attempts - 1:
-                raise

@@ -1,0 +1,97 @@
+"""Every chapter runs with only what pargrad declares (a reader on Colab has no book tools).
+
+A chapter, and every module of pargrad it loads, may import the standard
+library, pargrad itself, pargrad's declared dependencies (pyproject.toml)
+and what Colab provides (COLAB_PROVIDES); anything else only inside a
+``try`` that catches ImportError (an optional extra, such as myst_nb's
+glue for the rendered book).  ``make test-colab`` runs the chapters for
+real in such an environment.
+"""
+
+import ast
+import importlib.metadata
+import pathlib
+import re
+import sys
+import tomllib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CHAPTERS = sorted((ROOT / "chapters").glob("*.py"))
+PACKAGE = sorted((ROOT / "pargrad").rglob("*.py"))
+
+# Preinstalled on a Colab runtime beside TensorFlow: PyTorch (the TF1
+# accumulation chapter compares with it, and falls back without it).
+COLAB_PROVIDES = {"torch"}
+
+
+def declared_modules():
+    """Import names of the distributions pyproject.toml declares, plus pargrad."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = {_normal(re.split(r"[ <>=!~;\[]", requirement, maxsplit=1)[0])
+              for requirement in project["dependencies"]}
+    names = {"pargrad"}
+    for module, distributions in importlib.metadata.packages_distributions().items():
+        if any(_normal(d) in wanted for d in distributions):
+            names.add(module)
+    missing = wanted - {_normal(d) for ds in importlib.metadata.packages_distributions().values()
+                        for d in ds}
+    assert not missing, f"declared but not installed here: {missing}"
+    return names
+
+
+def _normal(name):
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def required_imports(path):
+    """Top-level module names ``path`` imports outside a try that catches ImportError."""
+    tree = ast.parse(path.read_text(), str(path))
+    optional = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Try) and any(_catches_import_error(h) for h in node.handlers):
+            for child in node.body:
+                optional.update(id(n) for n in ast.walk(child))
+    names = set()
+    for node in ast.walk(tree):
+        if id(node) in optional:
+            continue
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def _catches_import_error(handler):
+    kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+    return any(isinstance(k, ast.Name) and k.id in ("ImportError", "ModuleNotFoundError")
+               for k in kinds)
+
+
+ALLOWED = None
+
+
+def allowed():
+    global ALLOWED
+    if ALLOWED is None:
+        ALLOWED = set(sys.stdlib_module_names) | declared_modules() | COLAB_PROVIDES
+    return ALLOWED
+
+
+@pytest.mark.parametrize("path", CHAPTERS + PACKAGE, ids=lambda p: str(p.relative_to(ROOT)))
+def test_imports_are_declared_or_on_colab(path):
+    undeclared = sorted(required_imports(path) - allowed())
+    assert not undeclared, (
+        f"{path.relative_to(ROOT)} imports {undeclared}, which neither the standard library, "
+        "pargrad's dependencies (pyproject.toml) nor Colab provide: a reader on Colab would "
+        "stop there. Declare it in pyproject.toml, import it inside try/except ImportError "
+        "with a fallback, or use pargrad.book.glue instead of myst_nb's glue.")
+
+
+def test_the_check_sees_an_undeclared_import(tmp_path):
+    page = tmp_path / "page.py"
+    page.write_text("from myst_nb import glue\ntry:\n    import sphinx\nexcept ImportError:\n"
+                    "    sphinx = None\nimport numpy\n")
+    assert required_imports(page) - allowed() == {"myst_nb"}
