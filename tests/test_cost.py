@@ -200,6 +200,8 @@ def test_smallest_batch_is_the_first_that_reaches_the_efficiency():
             assert efficiency(batch) >= target
             assert batch == 1 or efficiency(batch - 1) < target
     assert cost.smallest_batch_for_efficiency(1.0, 0.0, 0.99) == 1  # nothing to send
+    assert 'chapter "What communication costs"' in " ".join(
+        cost.smallest_batch_for_efficiency.__doc__.split())
 
 
 @pytest.mark.parametrize("call, words", [

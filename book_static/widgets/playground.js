@@ -95,7 +95,7 @@
   var LOSS = 0.5;  // L(w) = w² / 2: λ = 1 on the picture; the paths depend only on ηλ.
 
   function drawBalls(svg, run, start) {
-    var width = 420, height = 260, left = 40, right = 10, top = 14, bottom = 34;
+    var width = 420, height = 260, left = 40, right = 10, top = 24, bottom = 34;
     svg.setAttribute("viewBox", "0 0 " + width + " " + height);
     var span = Math.max(Math.abs(start), 0.5) * 1.6;
     var xOf = function (w) { return left + (w + span) / (2 * span) * (width - left - right); };
@@ -124,8 +124,9 @@
       var title = el("title", {}, ball);
       title.textContent = "after " + k + " update" + (k === 1 ? "" : "s") + ": w = " + format(wk, 3);
       if (shown !== wk) {  // off the picture: an arrow at the edge
-        text(svg, xOf(shown), yOf(LOSS * shown * shown) - 18, wk > 0 ? "→" : "←",
-             {"text-anchor": "middle", class: "pg-small"});
+        text(svg, xOf(shown) + (wk > 0 ? -14 : 14), yOf(LOSS * shown * shown) + 14,
+             wk > 0 ? "→ off the picture" : "off the picture ←",
+             {"text-anchor": wk > 0 ? "end" : "start", class: "pg-small"});
       }
     }
     // Where the fresh and the synchronous runs are after the same W gradients.
