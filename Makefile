@@ -124,9 +124,6 @@ test-browser: book $(BROWSER_STAMP)
 	    fi; \
 	fi
 	PARGRAD_BROWSER_TESTS=1 $(PY) -m pytest -p no:cacheprovider tests/browser
-	@echo "The widgets' JavaScript against pargrad (_build/browser/agreement.txt):"
-	@cat _build/browser/agreement.txt
-	@echo "Screenshots: $(CURDIR)/_build/browser/*.png"
 
 # The unit tests with the oldest releases pyproject.toml allows
 # (requirements-oldest.txt).  Not part of `make test`: installing a second

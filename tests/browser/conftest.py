@@ -97,3 +97,26 @@ def served():
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Show the agreement table and the screenshots this run wrote, before pytest's last line."""
+    if not os.environ.get("PARGRAD_BROWSER_TESTS") or not SHOTS.exists():
+        return
+    started = terminalreporter.config.stash.get(_STARTED, 0)
+    agreement = SHOTS / "agreement.txt"
+    if agreement.exists() and agreement.stat().st_mtime >= started:
+        terminalreporter.section("the widgets' JavaScript against pargrad")
+        terminalreporter.write(agreement.read_text())
+    shots = [shot.name for shot in sorted(SHOTS.glob("*.png")) if shot.stat().st_mtime >= started]
+    if shots:
+        terminalreporter.write_line(f"screenshots in {SHOTS}: {', '.join(shots)}")
+
+
+_STARTED = pytest.StashKey[float]()
+
+
+def pytest_configure(config):
+    import time
+
+    config.stash[_STARTED] = time.time()
