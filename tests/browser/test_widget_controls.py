@@ -7,6 +7,7 @@ widget go to _build/browser.
 """
 
 import pytest
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import Select
@@ -70,6 +71,15 @@ def test_playground_redraws_what_pargrad_computes(browser, shots):
     assert widget.find_element(By.CSS_SELECTOR, 'output[name="rate-value"]').text == "0.40"
     assert 0.40 < bound and "converges" in status.text
     assert not widget.find_elements(By.CSS_SELECTOR, "svg.pg-bound-chart circle.pg-unstable")
+
+    # The starting point dragged with the mouse to the slider's left end: w(0) = -3.
+    start = widget.find_element(By.NAME, "start")
+    ActionChains(browser).click_and_hold(start).move_by_offset(-start.size["width"], 0) \
+        .release().perform()
+    assert widget.find_element(By.CSS_SELECTOR, 'output[name="start-value"]').text == "−3.0"
+    path = delayed_gradient_path(0.40, 3, -3.0, 40)
+    assert [float(ball.get_attribute("data-w")) for ball in balls(widget)] == pytest.approx(
+        path[:5], rel=1e-12)
     assert script_errors(browser) == []
 
 
