@@ -46,7 +46,7 @@ book: $(STAMP) book-static
 MATHJAX_DIR   := _vendor/mathjax
 MATHJAX_STAMP := $(MATHJAX_DIR)/.from-npm
 MATHJAX_FILES := tex-mml-chtml.js a11y adaptors input output sre ui
-MATHJAX_CDN   := https://cdn.jsdelivr.net/npm/mathjax@3/es5/tex-mml-chtml.js
+MATHJAX_CDN   := https://cdn.jsdelivr.net/npm/mathjax@3.2.2/es5/tex-mml-chtml.js
 
 # Sphinx copies static files only when some page is rebuilt: when the
 # widgets' files differ from the built copies, the pages are rebuilt too.

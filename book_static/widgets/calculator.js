@@ -345,9 +345,9 @@
     container.appendChild(form);
     var note = document.createElement("p");
     note.className = "pg-legend";
-    note.textContent = "As it opens: about ResNet-50 with fp32 gradients on eight boxes of " +
-      "eight A100s (at 30% of their peak) with one 100 GbE port a box, as in the section " +
-      "on buckets. The links are the vendors' peak figures and the chapter's assumed latencies.";
+    note.textContent = "As it opens: about the chapter's ResNet-50 with fp32 gradients on " +
+      "eight boxes of eight A100s with one 100 GbE port a box, as in the section on buckets. " +
+      "The links are the vendors' peak figures and the chapter's assumed latencies.";
     container.appendChild(note);
     var output = document.createElement("div");
     output.className = "pc-output";

@@ -2,9 +2,9 @@
 
 Run by ``make test-browser`` (which sets PARGRAD_BROWSER_TESTS=1 and installs
 what it needs); ``make test`` leaves this folder out, so it needs no browser.
-The pages are opened from ``_build/html`` as files, with every host name
-resolving to nothing, so that a page that reaches for the network fails here
-as it would offline.  Screenshots go to ``_build/browser`` (never committed).
+The pages are opened from ``_build/html`` as files (and once served on
+127.0.0.1), with every other host name resolving to nothing, so that a page
+that reaches for the network fails here as it would offline.  Screenshots go to ``_build/browser`` (never committed).
 """
 
 import os
@@ -27,7 +27,8 @@ if not os.environ.get("PARGRAD_BROWSER_TESTS"):
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                   "--disable-background-networking", "--disable-component-update",
                   "--disable-sync", "--no-first-run", "--disable-quic",
-                  "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1", "--window-size=1280,1800"]
+                  "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+                  "--window-size=1280,1800"]
 
 
 def _missing(what, how):
