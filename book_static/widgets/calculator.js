@@ -290,7 +290,7 @@
     var rows = [["compute", 0, result.compute, "pc-compute"],
                 ["communication", result.compute - hidden, result.communication, "pc-comm"],
                 ["step", 0, result.step, "pc-step"]];
-    text(svg, left, 12, hidesSome(result) ? "overlap: part of the communication runs under the compute" :
+    text(svg, 8, 12, hidesSome(result) ? "overlap: the communication starts under the compute" :
          "compute, then communication", {class: "pc-small"});
     rows.forEach(function (row, i) {
       var y = 22 + i * 30;
