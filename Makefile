@@ -10,7 +10,8 @@ export TF_CPP_MIN_LOG_LEVEL := 3
 
 CHAPTERS := $(sort $(wildcard chapters/*.py))
 
-.PHONY: book test test-other-numerics test-stress test-colab test-oldest outputs chapter setup-cells clean help
+.PHONY: book test test-other-numerics test-stress test-colab test-oldest outputs chapter \
+        setup-cells clean help book-static test-browser
 
 help:
 	@echo "make book         build the HTML book into _build/html (stored outputs, no execution)"
@@ -21,6 +22,8 @@ help:
 	@echo "make test-colab   every chapter executed as on Colab: another TensorFlow, pargrad from"
 	@echo "                  a git URL with its declared dependencies, no requirements.txt"
 	@echo "make test-oldest  unit tests on the oldest TensorFlow and Keras pargrad allows"
+	@echo "make test-browser the book's widgets and offline MathJax in headless Chromium"
+	@echo "                  (installs Chromium with apt-get when run as root)"
 	@echo "make chapter NB=chapters/01_training_loop   re-execute one chapter, store its outputs"
 	@echo "make outputs      re-execute every chapter and store fresh outputs"
 	@echo "make setup-cells  write the Colab setup cell (address from _config.yml) into every chapter"
@@ -32,9 +35,48 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
-book: $(STAMP)
+book: $(STAMP) book-static
 	$(VENV)/bin/jupyter-book build . --quiet -W -n --keep-going
 	@echo "The book is built. Open: file://$(CURDIR)/_build/html/index.html"
+
+# MathJax from the book's own static files (_config.yml: mathjax_path), so
+# that the mathematics renders offline: copied from the npm package pinned in
+# package-lock.json, again only when the lock changes.  Without npm the book
+# still builds, with a stub that loads MathJax from its CDN as Sphinx does by
+# default (the math then needs a network): a reader who only wants the HTML
+# should not need Node.js, and nothing renders worse than before.
+# `make test-browser` fails on the stub, so CI always serves MathJax itself.
+MATHJAX_DIR   := _vendor/mathjax
+MATHJAX_STAMP := $(MATHJAX_DIR)/.from-npm
+MATHJAX_FILES := tex-mml-chtml.js a11y adaptors input output sre ui
+MATHJAX_CDN   := https://cdn.jsdelivr.net/npm/mathjax@3.2.2/es5/tex-mml-chtml.js
+
+# Sphinx copies static files only when some page is rebuilt: when the
+# widgets' files differ from the built copies, the pages are rebuilt too.
+book-static:
+	@if [ -d _build/html/_static/widgets ] && \
+	    ! diff -rq book_static/widgets _build/html/_static/widgets >/dev/null 2>&1; then \
+	    echo "The widgets changed: every page is rebuilt"; rm -rf _build/.doctrees; \
+	fi
+	@if command -v npm >/dev/null 2>&1; then \
+	    if [ ! -f $(MATHJAX_STAMP) ] || [ package-lock.json -nt $(MATHJAX_STAMP) ]; then \
+	        echo "Vendoring MathJax (package-lock.json) into $(MATHJAX_DIR)"; \
+	        npm ci --no-audit --no-fund --loglevel=error && rm -rf $(MATHJAX_DIR) && \
+	        mkdir -p $(MATHJAX_DIR) && \
+	        cp -R $(addprefix node_modules/mathjax/es5/,$(MATHJAX_FILES)) $(MATHJAX_DIR)/ && \
+	        touch $(MATHJAX_STAMP) && rm -rf _build/.doctrees; \
+	    fi; \
+	elif [ -f $(MATHJAX_STAMP) ]; then \
+	    echo "npm not found: keeping the MathJax vendored before, in $(MATHJAX_DIR)"; \
+	else \
+	    echo "npm not found: MathJax is not vendored; the book's pages will load it from"; \
+	    echo "its CDN and show raw TeX offline. Install Node.js and npm, then make book again."; \
+	    rm -rf $(MATHJAX_DIR) && mkdir -p $(MATHJAX_DIR) && \
+	    printf '%s\n' "/* npm was missing when the book was built: MathJax from its CDN. */" \
+	        "(function () { var s = document.createElement('script');" \
+	        "  s.src = '$(MATHJAX_CDN)'; s.async = true; document.head.appendChild(s); })();" \
+	        > $(MATHJAX_DIR)/tex-mml-chtml.js; \
+	fi
 
 NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=180 --nbval-sanitize-with nbval_sanitize.cfg
 
@@ -85,6 +127,31 @@ test-colab:
 	$(COLAB)/bin/python -m pip install --quiet "tensorflow==$(COLAB_TF)" ipykernel nbclient nbformat
 	$(COLAB)/bin/python -m pip install --quiet "pargrad @ git+file://$(CURDIR)@$$(git rev-parse HEAD)"
 	cd chapters && TF_CPP_MIN_LOG_LEVEL=3 ../$(COLAB)/bin/python ../tools/execute_chapters.py *.ipynb
+
+# The book's widgets in a real browser (tests/browser): headless Chromium,
+# driven by Selenium through Debian's chromium-driver, on the built book.
+# Installs what it can (Chromium with apt-get when run as root; Selenium,
+# pinned, into the venv) and says what is missing where it cannot.  Not part
+# of `make test`, which needs no browser; .ci/run runs both.
+BROWSER_STAMP := $(VENV)/.browser-installed
+
+$(BROWSER_STAMP): requirements-browser.txt $(STAMP)
+	$(PY) -m pip install --quiet -r requirements-browser.txt
+	touch $(BROWSER_STAMP)
+
+test-browser: book $(BROWSER_STAMP)
+	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	        echo "Installing Debian's chromium and chromium-driver for the browser tests"; \
+	        apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	            apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null; \
+	    else \
+	        echo "make test-browser needs Chromium and ChromeDriver on the PATH (chromium, chromedriver)."; \
+	        echo "On Debian or Ubuntu, as root: apt-get install chromium chromium-driver"; \
+	        exit 1; \
+	    fi; \
+	fi
+	PARGRAD_BROWSER_TESTS=1 $(PY) -m pytest -p no:cacheprovider tests/browser
 
 # The unit tests with the oldest releases pyproject.toml allows
 # (requirements-oldest.txt).  Not part of `make test`: installing a second

@@ -329,6 +329,23 @@ plt.close(figure)  # shown once, by the numbered figure below
 # $1 - k\eta a$: the more workers, the smaller the learning rate that is safe.
 
 # %% [markdown]
+# ### Turn the dials yourself
+#
+# In the rendered book, the staleness playground below runs the recursion
+# of this picture in your browser, on a parabola with curvature $\lambda$:
+# every update applies a gradient that is $\tau$ updates old,
+# $w_{t+1} = w_t - \eta\lambda\, w_{t-\tau}$ (`pargrad.book.delay`), as
+# $\tau + 1$ equal workers that all read $w_0$ do. Move the sliders for
+# $\eta\lambda$, $\tau$ and the starting point: it redraws the black, gray
+# and white balls of the first round of updates, the loss of the stale, the
+# fresh and the synchronous runs over the same number of gradients, and where
+# the stale run stops converging (`pargrad.book.delay.stable_rate_bound`).
+#
+# <div id="pargrad-staleness-playground">(The staleness playground needs the
+# rendered book, with JavaScript; in a notebook, change the numbers in the
+# cells above instead.)</div>
+
+# %% [markdown]
 # ## Staleness, measured
 #
 # How stale are the updates? If all $n$ devices are equally fast, each takes

@@ -190,6 +190,23 @@ for bad in [lambda: cost.ring_all_reduce_time(1e6, 0, link),
         print(type(error).__name__, error)
 
 # %% [markdown]
+# ## A calculator in the page
+#
+# In the rendered book, the scaling calculator below computes with
+# `pargrad.cost`'s formulas in your browser. Enter a model (parameters,
+# bytes a parameter, compute time an example), a batch a replica, a number
+# of replicas, a link (from the table of the section "Predicting real
+# hardware", or $\alpha$ and $\beta$ by hand) and an algorithm, with or
+# without overlap: it shows the step split into compute and communication,
+# the scaling efficiency, and the smallest batch a replica that keeps a
+# chosen efficiency (`cost.smallest_batch_for_efficiency`). The sections
+# below explain each of these numbers; come back to it after reading them.
+#
+# <div id="pargrad-scaling-calculator">(The scaling calculator needs the
+# rendered book, with JavaScript; in a notebook, call `pargrad.cost`
+# instead.)</div>
+
+# %% [markdown]
 # ## Fitting α and β here
 #
 # Now we measure. `pargrad.allreduce_timing` times an all-reduce (sum) of

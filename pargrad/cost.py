@@ -337,3 +337,54 @@ def fit_link(nbytes, seconds, pattern=None, name=""):
     fitted = pattern.time(sizes, link)
     return LinkFit(link=link, pattern=pattern, nbytes=sizes, seconds=times,
                    relative_residuals=(times - fitted) / times)
+
+
+# ----------------------------------------------------------------------------
+# The smallest batch that scales
+# ----------------------------------------------------------------------------
+
+def smallest_batch_for_efficiency(seconds_per_example, communication, efficiency, overlap=0.0):
+    """The smallest per-replica batch whose step keeps ``efficiency`` of the ideal speed-up.
+
+    A replica computes ``batch * seconds_per_example`` seconds a step and
+    then spends ``communication`` seconds (for example a
+    :func:`ring_all_reduce_time` of the gradient), of which ``overlap`` may
+    hide behind the compute (:func:`step_time`).  The efficiency of that step
+    is compute / step time (:func:`scaling_efficiency`, one replica needing
+    no communication); it grows with the batch.  Returns the smallest whole
+    batch >= 1 that reaches ``efficiency`` (a share strictly between 0 and
+    1): the batch below which this model stops scaling on this network.
+
+    Without overlap the compute must reach ``efficiency / (1 - efficiency)``
+    times the communication; with all of it hidden (``overlap=1``),
+    ``efficiency`` times the communication.  Taught in the chapter "What
+    communication costs"; the scaling calculator of the rendered book
+    computes the same in JavaScript.
+    """
+    seconds_per_example = _positive("seconds_per_example", seconds_per_example, "seconds")
+    communication = _not_negative("communication", communication, "seconds")
+    if np.ndim(communication) != 0:
+        raise ValueError("communication must be one number of seconds, not an array.")
+    if isinstance(efficiency, bool) or not isinstance(efficiency, numbers.Real) \
+            or not 0 < efficiency < 1:
+        raise ValueError(f"efficiency must be a share strictly between 0 and 1 (0.9 for 90%), "
+                         f"got {efficiency!r}.")
+    step_time(0.0, 0.0, overlap)  # checks overlap, says what to pass instead
+    if communication == 0:
+        return 1
+    if efficiency <= overlap:   # the step is still the communication: compute / communication
+        compute = efficiency * communication
+    else:                       # compute + the communication left visible
+        compute = efficiency * (1 - overlap) * communication / (1 - efficiency)
+    batch = max(1, math.ceil(compute / seconds_per_example))
+
+    def reaches(examples):
+        seconds = examples * seconds_per_example
+        return scaling_efficiency(seconds, step_time(seconds, communication, overlap)) >= efficiency
+
+    # The formula is exact; rounding may leave the batch one off either way.
+    while batch > 1 and reaches(batch - 1):
+        batch -= 1
+    while not reaches(batch):
+        batch += 1
+    return batch

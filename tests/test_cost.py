@@ -164,3 +164,54 @@ def test_docstrings_name_the_chapter():
                  "bucketed_step_time", "scaling_efficiency", "fit_link", "LinkFit"]:
         assert 'chapter "What communication costs"' in " ".join(getattr(cost, name).__doc__.split())
     assert math.isfinite(cost.ring_all_reduce_time(1, 2, SLOW))
+
+
+def test_smallest_batch_without_overlap_makes_compute_e_over_1_minus_e_times_communication():
+    # 90 % needs compute >= 0.9 / 0.1 = 9 times the communication: 9 * 0.01 s = 0.09 s,
+    # at 0.8 ms an example that is 112.5, so 113 examples; 112 give 0.0896 / 0.0996 = 89.96 %.
+    assert cost.smallest_batch_for_efficiency(0.8e-3, 0.01, 0.9) == 113
+    assert cost.scaling_efficiency(0.0896, cost.step_time(0.0896, 0.01)) < 0.9
+    # 50 %: compute >= communication = 0.01 s: 12.5, so 13 examples
+    assert cost.smallest_batch_for_efficiency(0.8e-3, 0.01, 0.5) == 13
+
+
+def test_smallest_batch_with_overlap():
+    # All hidden: the step is max(compute, communication); 90 % needs compute >= 0.9 * 0.01 s:
+    # 11.25, so 12 examples
+    assert cost.smallest_batch_for_efficiency(0.8e-3, 0.01, 0.9, overlap=1) == 12
+    # Half hidden, 90 % > 0.5: compute >= 0.9 * 0.5 * 0.01 / 0.1 = 0.045 s: 56.25, so 57
+    assert cost.smallest_batch_for_efficiency(0.8e-3, 0.01, 0.9, overlap=0.5) == 57
+    # Half hidden, 45 % <= 0.5: the step is the communication, compute >= 0.45 * 0.01 s:
+    # 5.625, so 6
+    assert cost.smallest_batch_for_efficiency(0.8e-3, 0.01, 0.45, overlap=0.5) == 6
+
+
+def test_smallest_batch_is_the_first_that_reaches_the_efficiency():
+    link = cost.Link(latency=5e-6, bandwidth=25e9)
+    communication = cost.ring_all_reduce_time(25.6e6 * 4, 64, link)
+    for overlap in (0.0, 0.3, 1.0):
+        for target in (0.5, 0.8, 0.95, 0.99):
+            batch = cost.smallest_batch_for_efficiency(4.87e-4, communication, target, overlap)
+
+            def efficiency(examples):
+                seconds = examples * 4.87e-4
+                return cost.scaling_efficiency(seconds, cost.step_time(seconds, communication, overlap))
+
+            assert efficiency(batch) >= target
+            assert batch == 1 or efficiency(batch - 1) < target
+    assert cost.smallest_batch_for_efficiency(1.0, 0.0, 0.99) == 1  # nothing to send
+    assert 'chapter "What communication costs"' in " ".join(
+        cost.smallest_batch_for_efficiency.__doc__.split())
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: cost.smallest_batch_for_efficiency(0, 1, 0.9), "seconds_per_example must be a positive"),
+    (lambda: cost.smallest_batch_for_efficiency(1, -1, 0.9), "communication must be a number"),
+    (lambda: cost.smallest_batch_for_efficiency(1, [1, 2], 0.9), "one number of seconds"),
+    (lambda: cost.smallest_batch_for_efficiency(1, 1, 1.0), "strictly between 0 and 1"),
+    (lambda: cost.smallest_batch_for_efficiency(1, 1, 90), "0.9 for 90%"),
+    (lambda: cost.smallest_batch_for_efficiency(1, 1, 0.9, overlap=2), "overlap must be a share"),
+])
+def test_smallest_batch_says_what_to_pass(call, words):
+    with pytest.raises(ValueError, match=words):
+        call()
