@@ -26,7 +26,7 @@
 # - compare with PyTorch, which accumulates into `.grad` by itself (answer 5);
 # - use `pargrad.tf1.accumulation_ops`, the recipe with all of this fixed.
 #
-# Runs in about 20 seconds on a CPU; no GPU needed.
+# Runs in under two minutes on a CPU; no GPU needed.
 
 # %% tags=["colab"]
 # On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
@@ -263,8 +263,8 @@ _ = figure.axes[0].set_xlabel("update")
 _ = figure.axes[0].set_ylim(1e-2, 1e3)
 
 # %% [markdown]
-# With $k = 5$ the summed step is a learning rate of 0.05, which happens to
-# suit this small problem: training looks *better*. With $k = 50$ it is 0.5,
+# With $k = 5$ the summed step is five times the learning rate, which happens to
+# suit this small problem: training looks *better*. With $k = 50$ it is fifty times,
 # and training diverges: the loss overflows to `inf` within the bound printed
 # above (exactly where depends on the CPU's rounding, so we assert the bound,
 # not the update). The real damage
@@ -306,7 +306,7 @@ print(f"answer 2 vs big batch, max |difference|: {max_difference(answer2, big_sg
 # It works, and it is flexible (any arithmetic on the kept gradients is plain
 # NumPy). The price: every gradient of every micro-batch travels from the
 # device into Python, and the mean travels back. For our 16 weights that is
-# nothing; for a model of a million weights it is 4 MB per micro-batch each
+# nothing; for a model of a million float32 weights it is $4 \cdot 10^6$ bytes per micro-batch each
 # way, and on a GPU each trip crosses the PCIe bus. A layer of 1024 × 1024
 # weights makes the cost visible:
 
@@ -366,7 +366,7 @@ print(f"through Python / in graph: {timings['through Python'] / timings['in grap
 # On a CPU the two are close, and which one wins can change from run to run
 # (the numbers above are from the machine that built this page): a "trip" to
 # Python is a copy within the same memory, and the in-graph recipe's
-# `assign_add` reads and writes the same 4 MB per micro-batch. On a GPU the
+# `assign_add` reads and writes the same $4 \cdot 10^6$ bytes per micro-batch. On a GPU the
 # trips cross the PCIe bus, while the arithmetic gets much faster. The
 # α–β model of the chapter "What communication costs" prices the copies
 # alone, at PCIe 4.0 x16's peak bandwidth (a lower bound):
@@ -805,7 +805,8 @@ print(f"largest gap between the two curves: {np.abs(losses - big_losses).max():.
 #    as in the answer and once reading the variable, as the division.
 # 5. With $k$ micro-batches of $n$ examples, answer 2 moves $(k+1)$ copies of
 #    the gradients through Python per update. Estimate the time this takes
-#    for a 100-million-parameter model over a 16 GB/s PCIe link, per update.
+#    for a 100-million-parameter model over a PCIe link that carries
+#    $16 \cdot 10^9$ bytes a second, per update.
 #
 #    *Hint:* a float32 parameter is 4 bytes.
 #
@@ -910,7 +911,9 @@ for divide_reads_variable in (False, True):
 assert got == 2.0
 
 # %% [markdown]
-# **Exercise 5.** $10^8$ float32 parameters are 400 MB; at 16 GB/s one copy
-# takes 25 ms, so $(k+1)$ copies take $25(k+1)$ ms per update: 225 ms for
-# $k = 8$, typically more than the computation of the update itself. The
+# **Exercise 5.** $10^8$ float32 parameters are $4 \cdot 10^8$ bytes; at
+# $16 \cdot 10^9$ bytes a second one copy takes $4 \cdot 10^8 / (16 \cdot
+# 10^9)$ s, a fortieth of a second, so $(k+1)$ copies take $(k+1)/40$ s per
+# update: nine fortieths of a second for $k = 8$, typically more than the
+# computation of the update itself. The
 # in-graph recipe keeps the accumulators on the device and moves nothing.

@@ -40,7 +40,7 @@ BEING_REWRITTEN_ELSEWHERE = ("03_asynchronous", "05_sync_vs_async")
 CITED_CONSTANTS = {
     "00_sources": {"2.4": "parabolaquestion", "2.0": "parabolaquestion"},  # its author's test
     "04_synchronous": {"90%": "goyal2017accurate"},
-    "a1_colab_gpus": {},
+    "09_beyond_one_machine": {"54 days": "dubey2024llama3"},
     "10_communication_costs": {
         "100 Gb/s": "ieee2022ethernet",
         "3.8": "he2016deep",
