@@ -125,9 +125,16 @@ for bad in ({"workers": 0}, {"workers": 2, "parameter_servers": -1}, {"workers":
 # batch, one all-reduce over the network sums them, and every worker applies
 # the same update. The worker function is the `SyncTrainer` loop of the
 # chapter "Synchronous training", on 48 of the y = x² question's points so that 2 and 3
-# workers split the batch evenly (the checkpoint part is for later):
+# workers split the batch evenly. These are the lines that carry the idea:
+# the strategy, the model built in its scope, the trainer, and the loop
+# (the checkpoints, for later, are two lines; the full function, with its
+# reporting and checks, is collapsed below):
 
 # %%
+pargrad.book.show_lines(train_parabola_multiworker, "strategy = sync_strategy()",
+                        "checkpoints.save(done, report)")
+
+# %% tags=["hide-cell"]
 pargrad.show_source(train_parabola_multiworker)
 
 # %% [markdown]
@@ -192,9 +199,29 @@ assert all(gap(weights) < tolerance for weights in runs.values())
 # Our coordinator function trains the y = x² network (the model of the
 # asynchronous chapter, from the same initial weights) with full-batch
 # updates. Besides the weights, it keeps a `version` counter on a parameter
-# server:
+# server. The lines that carry the idea: the strategy and its coordinator,
+# the variables created in its scope (so they live on the parameter
+# servers), the update each closure runs, and the loop that schedules the
+# closures (the straggler's sleep and the records of each update are in the
+# full function, collapsed below):
 
 # %%
+pargrad.book.show_lines(train_parameter_server, "strategy = parameter_server_strategy(shards)",
+                        'version = tf.Variable(0')
+
+# %%
+pargrad.book.show_lines(train_parameter_server, "with tf.GradientTape() as tape:",
+                        "gradients = tape.gradient(loss, trainable)")
+
+# %%
+pargrad.book.show_lines(train_parameter_server, "applied = [s.assign_sub(rate * g)",
+                        "after = version.assign_add(1)")
+
+# %%
+pargrad.book.show_lines(train_parameter_server, "for done in range(0, updates, report_every):",
+                        "results.extend(r.fetch() for r in chunk)")
+
+# %% tags=["hide-cell"]
 pargrad.show_source(train_parameter_server)
 
 # %% [markdown]
