@@ -137,16 +137,19 @@ pargrad.show_source(SyncTrainer._accumulated_gradients)
 # interleaved rounds, and the cell prints the best and the spread:
 
 # %% tags=["nbval-ignore-output"]
-def examples_per_second(accumulation_steps, micro_batch=8, steps=40):
-    """Measured training throughput on the four replicas with a fixed micro-batch."""
-    x_digits, y_digits, _, _ = digits.digits_data(seed=0)
-    strategy = four_replicas
-    with strategy.scope():
+def throughput_trainer(accumulation_steps, micro_batch=8, steps=40):
+    """A trainer on the four replicas with a fixed micro-batch, traced and warmed up."""
+    with four_replicas.scope():
         model = digits.digits_model(seed=0)
-    trainer = SyncTrainer(model, strategy, loss=per_example_cross_entropy, learning_rate=0.1,
+    trainer = SyncTrainer(model, four_replicas, loss=per_example_cross_entropy, learning_rate=0.1,
                           accumulation_steps=accumulation_steps, progress=False)
-    batch = micro_batch * accumulation_steps * strategy.num_replicas_in_sync
-    trainer.fit(x_digits, y_digits, steps=5, batch_size=batch, steps_per_call=5)  # compile, warm up
+    batch = micro_batch * accumulation_steps * four_replicas.num_replicas_in_sync
+    trainer.fit(x_digits, y_digits, steps=steps, batch_size=batch, steps_per_call=steps)  # trace
+    return trainer, batch
+
+
+def examples_per_second(trainer, batch, steps=40):
+    """Measured training throughput of one call of `steps` steps."""
     start = time.perf_counter()
     trainer.fit(x_digits, y_digits, steps=steps, batch_size=batch, steps_per_call=steps)
     return steps * batch / (time.perf_counter() - start)
@@ -158,10 +161,12 @@ def per_example_cross_entropy(labels, logits):
         labels=tf.cast(tf.reshape(labels, [-1]), tf.int32), logits=logits)
 
 
-rounds = {k: [] for k in (1, 2, 4, 8)}
+x_digits, y_digits, _, _ = digits.digits_data(seed=0)
+throughput_trainers = {k: throughput_trainer(k) for k in (1, 2, 4, 8)}
+rounds = {k: [] for k in throughput_trainers}
 for _ in range(3):  # interleaved, so that a busy moment cannot favour one k
-    for k in rounds:
-        rounds[k].append(examples_per_second(k))
+    for k, (trainer, batch) in throughput_trainers.items():
+        rounds[k].append(examples_per_second(trainer, batch))
 throughput = {k: max(rates) for k, rates in rounds.items()}
 for k, rates in rounds.items():
     print(f"k = {k}: best {max(rates):8.0f} examples/s ({max(rates) / throughput[1]:.2f}x k = 1), "
