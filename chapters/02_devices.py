@@ -135,17 +135,16 @@ import os
 
 cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 print(f"cores this process may use: {cores}")
-# The claim below: beyond the real cores, more logical devices add nothing. With
-# two cores or fewer, four devices are not faster than two (a fifth for timing noise);
-# real devices would halve the time.
-if cores <= 2:
-    assert four_devices > 0.8 * two_devices, "four logical devices beat two on two cores"
+# No check on the order of these times: on a machine busy with other programs
+# they scatter (a check that four devices are not faster than two failed here
+# once for that reason), and the text draws its conclusion from the cores.
 
 # %% [markdown]
 # The speed-up, if any, is bounded by the cores the machine really has (the
 # cell prints how many this process may use), not by the number of logical
-# devices: on two cores, four logical devices are no faster than two (the
-# cell checks it there), where four real devices would take half the time.
+# devices: on two cores, four logical devices can at best do what two do,
+# where four real devices would take half the time. Timings on a shared
+# machine scatter, so read the printed times as this run's, not as a law.
 # TensorFlow already runs one device's operations on several cores, so the
 # gain is often small. (TensorFlow splits one operation, such as a large
 # matrix product, over the cores with its *intra-op* threads, and runs
