@@ -353,14 +353,18 @@ print(f"wall time for 4 epochs: SyncTrainer {sync_seconds:.1f} s, Keras fit {ker
 # ## When the data or the loss goes bad
 #
 # A custom loop can train something else than you meant without a word.
-# `SyncTrainer` stops instead. A NaN in one image poisons the loss of the
-# replica whose shard holds it; the trainer checks every replica's loss in
-# every step and stops *before* applying that step's update. Image 40 is in
-# the first batch's second half, replica 1's shard:
+# `SyncTrainer` stops instead. An image of infinities poisons the loss of
+# the replica whose shard holds it (the convolutions add $+\infty$ and
+# $-\infty$ into NaN); the trainer checks every replica's loss in every step
+# and stops *before* applying that step's update. Image 40 is in the first
+# batch's second half, replica 1's shard. (A NaN pixel is a weaker test than
+# it looks: in a compiled step TensorFlow's CPU kernels for ReLU and max
+# pooling can drop a NaN, so whether it reaches the loss depends on the
+# kernels; with this network, one all-NaN image did not.)
 
 # %%
 broken = x_train.copy()
-broken[40] = np.nan
+broken[40] = np.inf
 try:
     sync_trainer().fit(broken, y_train, steps=3, batch_size=BATCH)
 except pargrad.NonFiniteLossError as error:
