@@ -168,6 +168,9 @@ for label, seconds in [
     ("tree, 4 bytes", cost.tree_all_reduce_time(4, 64, link)),
 ]:
     print(f"{label:28s} {seconds * 1e3:9.3f} ms")
+# The next sentences, checked against the model: these asserts evaluate the model's
+# arithmetic on purpose; they fail when a pattern or an assumed figure changes and a
+# sentence of the text would no longer be true.
 assert cost.ring_all_reduce_time(100e6, 64, link) < cost.tree_all_reduce_time(100e6, 64, link)
 assert cost.tree_all_reduce_time(4, 64, link) < cost.ring_all_reduce_time(4, 64, link)
 
