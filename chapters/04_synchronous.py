@@ -140,7 +140,8 @@ except ValueError as error:
 # The y = x² question imagines a *master*: the workers send their gradients to it, it
 # averages them and sends back the result. That is one way to all-reduce, and
 # its weakness is the master's link: with $R$ replicas it receives $R$
-# gradients each step. The **ring all-reduce** {cite}`sergeev2018horovod`
+# gradients each step. The **ring all-reduce** {cite}`patarasuk2009bandwidth`
+# (the algorithm Horovod {cite}`sergeev2018horovod` brought to deep learning)
 # spreads the work: each replica cuts its gradient into $R$ chunks; in $R - 1$
 # *reduce-scatter* steps every replica passes one chunk to its neighbour, who
 # adds it to its own; then every chunk is complete on one replica, and in
@@ -151,9 +152,9 @@ except ValueError as error:
 # `pargrad.sync.ring_all_reduce` runs the algorithm in NumPy. Four replicas
 # hold the gradients `[1 2 3 4]`, `[10 20 30 40]`, ...; each cell shows a
 # replica's current value of a chunk, darker when it holds more replicas'
-# contributions (white: the complete sum):
+# contributions (the darkest blue, with a white number: the complete sum):
 
-# %% mystnb={"figure": {"caption": "A ring all-reduce of four replicas, step by step. Rows are replicas, columns chunks of the gradient; each cell shows the replica's current value of the chunk, darker when it holds more replicas' contributions, white when it holds the complete sum.", "name": "fig-ring-all-reduce"}}
+# %% mystnb={"figure": {"caption": "A ring all-reduce of four replicas, step by step. Rows are replicas, columns chunks of the gradient; each cell shows the replica's current value of the chunk, darker blue when it holds more replicas' contributions, darkest (with a white, bold number) when it holds the complete sum.", "name": "fig-ring-all-reduce"}}
 gradients = np.array([[1, 2, 3, 4]]) * np.array([[1], [10], [100], [1000]])
 result, states, sent = ring_all_reduce(gradients)
 _, counts, _ = ring_all_reduce(np.ones_like(gradients))
@@ -174,16 +175,32 @@ print(tf_result)
 assert np.array_equal(tf_result, result)
 
 # %% [markdown]
-# Which algorithm TensorFlow uses depends on where the replicas are. On
-# several GPUs of one machine `MirroredStrategy` uses NVIDIA's NCCL (rings and
-# trees over NVLink or PCIe). Between processes `MultiWorkerMirroredStrategy`
-# uses TensorFlow's collective ops; by default (`CommunicationImplementation.AUTO`)
-# its all-reduce is a ring over gRPC on CPUs, and NCCL on GPUs. For logical CPUs in one
-# process, `pargrad.sync_strategy` picks `ReductionToOneDevice`: the y = x²
-# question's master, literally, and cheap when all "devices" share one memory. (It also
-# sidesteps a limit of TensorFlow's default, collective ops: two strategies in
-# one process with different numbers of replicas collide on the same
-# collective keys, and this chapter builds several.)
+# Which algorithm TensorFlow uses depends on the strategy and on where the
+# replicas are. On several GPUs of one machine `MirroredStrategy` uses
+# NVIDIA's NCCL by default (`tf.distribute.NcclAllReduce`: rings and trees
+# over NVLink or PCIe). Between processes `MultiWorkerMirroredStrategy` uses
+# TensorFlow's collective ops, and its default,
+# `CommunicationImplementation.AUTO`, does **not** pick NCCL on GPUs: in
+# TensorFlow 2.21 the strategy switches the runtime's NCCL collectives on
+# (the `collective_nccl` flag of its session config) only for
+# `implementation=NCCL`, and the "auto" hint it passes otherwise runs
+# TensorFlow's own ring all-reduce, over gRPC between the workers, on GPUs
+# as on CPUs. Workers with GPUs that should use NCCL must ask for it (the
+# cell only builds the option; it is harmless on a CPU):
+
+# %%
+nccl_between_workers = tf.distribute.experimental.CommunicationOptions(
+    implementation=tf.distribute.experimental.CommunicationImplementation.NCCL)
+# on GPU workers: tf.distribute.MultiWorkerMirroredStrategy(communication_options=nccl_between_workers)
+print(nccl_between_workers.implementation)
+
+# %% [markdown]
+# For logical CPUs in one process, `pargrad.sync_strategy` picks
+# `ReductionToOneDevice`: the y = x² question's master, literally, and cheap
+# when all "devices" share one memory. (It also sidesteps a limit of
+# TensorFlow's default, collective ops: two strategies in one process with
+# different numbers of replicas collide on the same collective keys, and
+# this chapter builds several.)
 #
 # ## The y = x² question, answered
 #
@@ -268,9 +285,19 @@ print("replicas per worker run:", [result["replicas"] for result in workers])
 # rounding. How far is that? Each of the 2000 updates can add an error of
 # about one *unit roundoff* $u$ (the relative spacing of floating-point
 # numbers: $2^{-24} \approx 6\times10^{-8}$ in float32, $2^{-53} \approx
-# 10^{-16}$ in float64), and the errors add up at most linearly, so
-# `pargrad.rounding_tolerance` allows $10 \times \text{steps} \times u$ for
-# weights of size about 1:
+# 10^{-16}$ in float64). Errors do not simply add up: each one is carried
+# through every later update, stretched or shrunk by the training dynamics
+# (their Jacobian). Gradient descent that settles into a minimum shrinks old
+# errors, and then the gaps grow at most about linearly with the steps; a
+# diverging or chaotic run stretches them exponentially, and then no
+# tolerance proportional to the steps holds (the update at which a
+# diverging run overflows moves from machine to machine, which is why this
+# book never prints it). `pargrad.rounding_tolerance` allows
+# $10 \times \text{steps} \times u$ for weights of size about 1: linear
+# growth, times a safety factor of 10 that is *empirical*, not a theorem. It
+# rests on measurements of this converging network, whose gaps stay at a
+# fraction of $\text{steps} \times u$ (the margins are printed below), and it
+# is used in this book only for runs that converge:
 
 # %%
 tolerance = pargrad.rounding_tolerance("float64", 2000)
@@ -287,8 +314,20 @@ for name, run in runs.items():
 assert all(gap(run["weights"]) < tolerance for run in runs.values())
 
 # %% [markdown]
-# All five weight sets agree to about twelve digits after 2000 steps. Why
-# float64? In float32 the same comparison gives gaps a million times larger,
+# All five weight sets agree to about twelve digits after 2000 steps. How
+# much of the tolerance did they use? The gaps depend on the machine's order
+# of additions, so this cell's numbers differ from machine to machine; it
+# prints each gap in units of $\text{steps} \times u$ (the tolerance is
+# 10 of them) and checks that the margin is at least a factor of two:
+
+# %% tags=["nbval-ignore-output"]
+steps_times_u = 2000 * pargrad.unit_roundoff("float64")
+for name, run in list(runs.items())[1:]:
+    print(f"{name:40s} gap = {gap(run['weights']) / steps_times_u:.2f} x steps x u")
+assert max(gap(run["weights"]) for run in runs.values()) < tolerance / 2
+
+# %% [markdown]
+# Why float64? In float32 the same comparison gives gaps a million times larger,
 # and their exact size depends on the machine: on which CPU kernels
 # (AVX-512 or not), how many threads, and, on a GPU, on the order in which
 # its threads finish. Here are the float32 gaps on the machine that ran this
@@ -398,8 +437,9 @@ slow = histories["straggler x3"]
 fig = plots.device_timeline(slow, steps=range(4))
 print(f"median compute (ms): {np.round(np.median(slow.compute, axis=0) * 1e3, 2)}")
 print(f"median wait    (ms): {np.round(np.median(slow.wait, axis=0) * 1e3, 2)}")
-assert np.median(slow.compute[:, 1]) > np.median(slow.compute[:, 0])
-assert np.median(slow.wait[:, 0]) > np.median(slow.wait[:, 1])
+# "replica 0 waits for replica 1": its wait covers most of the straggler's extra compute
+extra = np.median(slow.compute[:, 1] - slow.compute[:, 0])
+assert np.median(slow.wait[:, 0]) > 0.5 * extra
 
 # %% [markdown]
 # Replica 0 spends its red time idle, waiting for replica 1. Over
@@ -438,27 +478,35 @@ assert best[6] > best[1]
 # step. On a machine where each replica has its own processor, the examples
 # per second would grow in proportion (the dashed line of
 # {numref}`fig-throughput`). Here all the logical
-# devices share the same two CPU cores:
+# devices share the same two CPU cores. Each count is measured in three
+# interleaved rounds and keeps its best, so that a moment when the machine
+# was busy cannot favour one count:
 
 # %% mystnb={"figure": {"caption": "Examples per second of synchronous training against the number of logical devices, 256 examples per replica; the dashed line is perfect scaling.", "name": "fig-throughput"}} tags=["nbval-ignore-output"]
 replica_counts = [1, 2, 4, 5]
-rates = []
-for replicas in replica_counts:
-    history = measure(perceptron_trainer(replicas), steps=20)
-    rates.append(history.effective_batch_size / np.median(history.step_time))
+throughput_trainers = {replicas: perceptron_trainer(replicas) for replicas in replica_counts}
+best_rate = dict.fromkeys(replica_counts, 0.0)
+for _ in range(3):  # interleaved rounds, each count's best: a busy moment cannot favour one count
+    for replicas, trainer in throughput_trainers.items():
+        history = measure(trainer, steps=20)
+        best_rate[replicas] = max(best_rate[replicas],
+                                  history.effective_batch_size / np.median(history.step_time))
+rates = [best_rate[replicas] for replicas in replica_counts]
 fig = plots.throughput_against_replicas(replica_counts, rates)
 print("examples per second:", [f"{rate:,.0f}" for rate in rates])
-# "far below the dashed line": at 4 and 5 replicas, less than half the ideal speed-up
-for replicas, rate in zip(replica_counts, rates):
-    if replicas >= 4:
-        assert rate < 0.5 * replicas * rates[0]
+# No check on the curve's shape: how much a bigger step gains from spreading
+# its fixed cost depends on the machine's load, and the text draws no
+# conclusion from it (the chapter "Devices" checks what the cores bound).
 
 # %% [markdown]
-# The measured curve may rise a little (a bigger step spreads the fixed cost
-# of launching it over more examples), but it
-# stays far below the dashed line: however many logical devices we make,
-# there are two cores, and every extra replica adds a shard to compute on
-# them and a contribution to the all-reduce. Logical devices show how
+# The measured curve may rise: a bigger step spreads the fixed cost of
+# launching it over more examples, and on a busy machine that cost can
+# dominate, so the rise says more about the cost per step than about the
+# devices (this page draws no conclusion from its shape; the chapter
+# "Devices" checks what the cores bound). It is not a speed-up from the
+# devices: however many logical devices we make, there are two cores, and
+# every extra replica adds a shard to compute on them and a contribution to
+# the all-reduce. Logical devices show how
 # synchronous training *behaves* (the equal results, the waiting), not how
 # fast it can be.
 #
@@ -680,8 +728,10 @@ print("tf.train.SyncReplicasOptimizer:          ", hasattr(tf.train, "SyncReplic
 #   `SyncReplicasOptimizer`, its between-graph cousin, gave way to
 #   `tf.distribute` strategies.
 # - A ring all-reduce sends about twice the gradient's size per replica,
-#   however many replicas there are; TensorFlow picks NCCL on GPUs,
-#   collective rings between processes.
+#   however many replicas there are. `MirroredStrategy` uses NCCL on a
+#   machine's GPUs; `MultiWorkerMirroredStrategy` runs TensorFlow's ring
+#   collectives between processes, on GPUs too, unless given
+#   `CommunicationOptions(implementation=NCCL)`.
 # - Every step waits for the slowest replica: the others' time shows up as
 #   waiting in the all-reduce, and the step time follows the slowest replica.
 # - Logical CPU devices share their cores, so they show behaviour, not
@@ -808,7 +858,12 @@ assert history2.effective_batch_size == 50 and gap2 < rounding
 #
 # **Exercise 6.** Five workers each compute the gradient of a fifth of the
 # batch; the update averages the first four to arrive and drops the last. It
-# is the mean gradient of 80% of the batch, a different 80% in every step
-# depending on who is slow: an unbiased but noisier estimate of the
-# full-batch gradient, not equal to it. In exchange, no step waits for the
-# slowest worker. The chapter "Sync vs async in the same time" runs it.
+# is the mean gradient of four fifths of the batch, a different four fifths
+# in every step depending on who is slow. It is an unbiased (but noisier)
+# estimate of the full-batch gradient only if *who* is slow does not depend
+# on the data: a random worker late in each step. With a persistent
+# straggler on a fixed shard, that shard's examples are dropped in every
+# step, and the update is biased toward the other four shards' loss, not
+# equal to the full-batch gradient even on average. (Reshuffling the shards
+# among workers every epoch removes the bias.) In exchange, no step waits
+# for the slowest worker. The chapter "Sync vs async in the same time" runs it.

@@ -26,7 +26,7 @@
 # - compare with PyTorch, which accumulates into `.grad` by itself (answer 5);
 # - use `pargrad.tf1.accumulation_ops`, the recipe with all of this fixed.
 #
-# Runs in about 20 seconds on a CPU; no GPU needed.
+# Runs in under two minutes on a CPU; no GPU needed.
 
 # %% tags=["colab"]
 # On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
@@ -263,8 +263,8 @@ _ = figure.axes[0].set_xlabel("update")
 _ = figure.axes[0].set_ylim(1e-2, 1e3)
 
 # %% [markdown]
-# With $k = 5$ the summed step is a learning rate of 0.05, which happens to
-# suit this small problem: training looks *better*. With $k = 50$ it is 0.5,
+# With $k = 5$ the summed step is five times the learning rate, which happens to
+# suit this small problem: training looks *better*. With $k = 50$ it is fifty times,
 # and training diverges: the loss overflows to `inf` within the bound printed
 # above (exactly where depends on the CPU's rounding, so we assert the bound,
 # not the update). The real damage
@@ -306,7 +306,7 @@ print(f"answer 2 vs big batch, max |difference|: {max_difference(answer2, big_sg
 # It works, and it is flexible (any arithmetic on the kept gradients is plain
 # NumPy). The price: every gradient of every micro-batch travels from the
 # device into Python, and the mean travels back. For our 16 weights that is
-# nothing; for a model of a million weights it is 4 MB per micro-batch each
+# nothing; for a model of a million float32 weights it is $4 \cdot 10^6$ bytes per micro-batch each
 # way, and on a GPU each trip crosses the PCIe bus. A layer of 1024 × 1024
 # weights makes the cost visible:
 
@@ -363,13 +363,17 @@ for name, seconds in timings.items():
 print(f"through Python / in graph: {timings['through Python'] / timings['in graph']:.2f}x")
 
 # %% [markdown]
-# On a CPU the two are close, and which one wins can change from run to run
-# (the numbers above are from the machine that built this page): a "trip" to
+# Going through Python cost more in this run (the ratio printed above), and
+# on a CPU the ratio changes from run to run (the numbers above are from
+# the machine that built this page; the cell prints no claim): a "trip" to
 # Python is a copy within the same memory, and the in-graph recipe's
-# `assign_add` reads and writes the same 4 MB per micro-batch. On a GPU the
-# trips cross the PCIe bus, while the arithmetic gets much faster. The
-# α–β model of the chapter "What communication costs" prices the copies
-# alone, at PCIe 4.0 x16's peak bandwidth (a lower bound):
+# `assign_add` reads and writes the same $4 \cdot 10^6$ bytes per micro-batch. On a GPU the
+# trips cross the PCIe bus, while the arithmetic gets much faster. A simple
+# model prices the copies alone: a message of $n$ bytes over a link costs
+# $\alpha + n/\beta$ seconds, a latency $\alpha$ plus the bytes over the
+# link's bandwidth $\beta$ (the {term}`α–β model`, which the chapter "What
+# communication costs" develops and fits to measurements). At PCIe 4.0
+# x16's peak bandwidth, a lower bound:
 
 # %%
 from pargrad import cost
@@ -508,8 +512,9 @@ with v1.Session(graph=graph) as session:
 #
 # The answer then tries to do both jobs with one fetch. In its form: a
 # boolean placeholder picks a branch of a `tf.cond`; the "true" branch
-# returns the accumulate op, the "false" branch the division, both built
-# before the cond; the author feeds `True` four times, then `False` once:
+# returns the accumulate op, built before the cond, and the "false" branch
+# divides it, the division built inside the branch; the author feeds `True`
+# four times, then `False` once:
 
 # %%
 graph = tf.Graph()
@@ -517,9 +522,8 @@ with graph.as_default():
     value = v1.placeholder(tf.float32, [], name="value")
     accumulating = v1.placeholder(tf.bool, [], name="accumulating")
     acum = tf.Variable(0.0, name="acum")
-    accum_op = acum.assign_add(value)
-    divide = accum_op / 5.0
-    result = v1.cond(accumulating, lambda: accum_op, lambda: divide)
+    accum_op = acum.assign_add(value)  # built outside the cond
+    result = v1.cond(accumulating, lambda: accum_op, lambda: accum_op / 5.0)  # division inside
     init = v1.global_variables_initializer()
 
 with v1.Session(graph=graph) as session:
@@ -532,11 +536,11 @@ with v1.Session(graph=graph) as session:
 # On this toy it prints 2.0 at the end, the mean, which looks like success.
 # It is not what the author thinks: the `False` call did not skip the
 # accumulation, it accumulated the fifth value too (the accumulator holds
-# 10 after five calls, not after four) and then divided. `tf.cond` chooses
-# which of two *already computed* tensors to return: `accum_op` and `divide`
-# were created outside the branch functions, so they are inputs of the cond
-# and run on every call, whichever branch wins. Only ops created *inside*
-# the lambdas are conditional:
+# 10 after five calls, not after four) and then divided. `accum_op` was
+# created outside the branch functions, so it is an input of the cond and
+# runs on every call, whichever branch wins; only the division, created
+# *inside* the false branch's lambda, is conditional. Only ops created
+# inside the lambdas are:
 
 # %%
 conditional = {kind for _, kind in tf1.ops_run_by(result)}
@@ -581,11 +585,13 @@ assert runs == 5
 
 # %% [markdown]
 # (Within one call the order of the accumulate and the apply is not defined
-# either, so the values of `w` are not worth printing.) The second failure
-# is TensorFlow 2's: a Keras optimizer under a `tf.distribute` strategy
-# applies its update through `merge_call`, which must run in the replica
-# function itself, not inside a branch of a `tf.cond` (a branch is a graph of
-# its own):
+# either, so the values of `w` are not worth printing.) That is the failure
+# the author met. A reader who tries the same idea today meets a second one,
+# which the author, writing TensorFlow 1 in 2017, could not have: a Keras 3
+# optimizer under a `tf.distribute` strategy applies its update through
+# `merge_call`, which must run in the replica function itself, not inside a
+# branch of a `tf.cond` (a branch is a graph of its own). A TensorFlow 2
+# lesson, then, not the author's:
 
 # %%
 import keras
@@ -614,8 +620,8 @@ except RuntimeError as error:
 
 # %% [markdown]
 # So a `tf.cond` is the wrong tool twice over: ops built outside it are not
-# conditional, and an optimizer's update built inside it fails under a
-# strategy. Accumulating and applying are different jobs, run at different
+# conditional (in TensorFlow 1, as the author found), and in TensorFlow 2 an
+# optimizer's update built inside it fails under a strategy. Accumulating and applying are different jobs, run at different
 # times, and the plain way to say that in TF1 is two ops and two
 # `session.run` calls; in TF2, an `if` in Python around two `tf.function`s
 # (the next chapter).
@@ -805,7 +811,8 @@ print(f"largest gap between the two curves: {np.abs(losses - big_losses).max():.
 #    as in the answer and once reading the variable, as the division.
 # 5. With $k$ micro-batches of $n$ examples, answer 2 moves $(k+1)$ copies of
 #    the gradients through Python per update. Estimate the time this takes
-#    for a 100-million-parameter model over a 16 GB/s PCIe link, per update.
+#    for a 100-million-parameter model over a PCIe link that carries
+#    $16 \cdot 10^9$ bytes a second, per update.
 #
 #    *Hint:* a float32 parameter is 4 bytes.
 #
@@ -910,7 +917,9 @@ for divide_reads_variable in (False, True):
 assert got == 2.0
 
 # %% [markdown]
-# **Exercise 5.** $10^8$ float32 parameters are 400 MB; at 16 GB/s one copy
-# takes 25 ms, so $(k+1)$ copies take $25(k+1)$ ms per update: 225 ms for
-# $k = 8$, typically more than the computation of the update itself. The
+# **Exercise 5.** $10^8$ float32 parameters are $4 \cdot 10^8$ bytes; at
+# $16 \cdot 10^9$ bytes a second one copy takes $4 \cdot 10^8 / (16 \cdot
+# 10^9)$ s, a fortieth of a second, so $(k+1)$ copies take $(k+1)/40$ s per
+# update: nine fortieths of a second for $k = 8$, typically more than the
+# computation of the update itself. The
 # in-graph recipe keeps the accumulators on the device and moves nothing.

@@ -316,10 +316,11 @@ print(f"wall time for 4 epochs: SyncTrainer {sync_seconds:.1f} s, Keras fit {ker
 # wrote this chapter the weights ended *identical*: both loops happened to
 # run the same float32 operations in the same order; on yours the gap may
 # be zero or a rounding-sized number, and the accuracies agree either way.
-# On two CPU cores
-# the custom loop is usually the faster of the two (the chapter
-# "Synchronous training" measured a step of each); the first epoch of both
-# includes tracing the step into a graph. On a GPU the model is too small
+# Which loop is faster, these two wall times cannot say: each is one run,
+# both include tracing the step into a graph in their first epoch, and
+# other programs share the cores. To compare steps, run the benchmark
+# `benchmarks/sync.py`, which times a `SyncTrainer` step against Keras `fit`
+# and a hand-written loop, repeated, on your machine. On a GPU the model is too small
 # to keep it busy: both runs are bound by launching kernels and copying
 # batches, and a GPU reader will see times of the same order as these, not
 # faster.
@@ -343,8 +344,11 @@ print(f"wall time for 4 epochs: SyncTrainer {sync_seconds:.1f} s, Keras fit {ker
 # host and lets each replica gather its rows. On CPUs the two are alike; on
 # GPUs with a heavy input pipeline, prefetching to the device hides the
 # copy. The trainer skips `tf.distribute`'s distributed iterators on
-# purpose: in TensorFlow 2.21, one that is garbage collected at the wrong
-# moment can block the process for good.
+# purpose: with TensorFlow 2.21, this book's own tests saw a process block
+# for good when such an iterator was garbage collected in the middle of an
+# epoch (the iterator's multi-device buffers run background threads). We
+# found no upstream issue that describes it, so this rests on that
+# observation, not on TensorFlow's documentation.
 
 # %% [markdown]
 # ## When the data or the loss goes bad
@@ -355,9 +359,10 @@ print(f"wall time for 4 epochs: SyncTrainer {sync_seconds:.1f} s, Keras fit {ker
 # row named (a `tf.data` pipeline is checked batch by batch, before the
 # step that would use the batch). The trainer looks at the data themselves,
 # not at what the network makes of them: whether a NaN pixel reaches the
-# loss at all is the kernels' business (on some CPUs max-pooling returns
-# the largest finite value of a window that holds a NaN, so the NaN
-# vanishes in the first pooling layer). Here image 40 holds a NaN:
+# loss at all is the kernels' business (TensorFlow's CPU kernels for ReLU
+# and max-pooling can drop a NaN; on some CPUs max-pooling returns the
+# largest finite value of a window that holds one). Here image 40 holds a
+# NaN:
 
 # %%
 broken = x_train.copy()

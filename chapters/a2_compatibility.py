@@ -49,7 +49,13 @@ print("TensorFlow", tf.__version__, "| Keras", keras.__version__)
 # Every combination trains the y = x² question's 1-5-1 network on 48 points for
 # 5 full-batch steps of gradient descent, from the same
 # initial weights, and compares the final weights with the same steps on one
-# device (`pargrad.fit_one_device`). *Accumulation* means 2 micro-batches of
+# device (`pargrad.fit_one_device`). A combination *works* when every final
+# weight is within `compatibility.TOLERANCE` of one device's. The runs are
+# float32 and add in different orders, so they agree only up to rounding:
+# the tolerance is a few times `pargrad.rounding_tolerance("float32", 5)`,
+# the rounding bound of the chapter "Synchronous training" for five float32
+# steps, and far below what a wrong update moves (a sum instead of a mean
+# doubles the step). *Accumulation* means 2 micro-batches of
 # 24 points per update, which must give the same update as the full batch.
 #
 # - **Keras `fit`**: the model and `keras.optimizers.SGD` (with

@@ -12,7 +12,7 @@ algorithm                    messages one after another  traffic (multiples of n
 ===========================  ==========================  ===========================
 one message                  1                           1
 ring all-reduce, R replicas  2 (R - 1)                   2 (R - 1) / R
-tree all-reduce, R replicas  2 ceil(log2 R)              2 ceil(log2 R)
+tree (binomial), R replicas  2 ceil(log2 R)              2 ceil(log2 R)
 parameter servers (W, S)     2 (push, pull)              2 max(1, W / S)
 ===========================  ==========================  ===========================
 
@@ -131,6 +131,9 @@ def tree_pattern(replicas):
 
     Each direction takes ceil(log2 R) rounds, and in each round a replica
     receives at most one message of the whole n bytes (Thakur et al. 2005).
+    This is the textbook binomial tree, not NCCL's: NCCL pipelines chunks
+    through two binary trees at once, whose bandwidth term is about the
+    ring's; it prefers them at scale for their log-latency.
     Taught in the chapter "What communication costs".
     """
     replicas = _whole_number("replicas", replicas, 1)

@@ -150,7 +150,12 @@ def choose_cross_device_ops(kind, physical_device_of_replica):
     that replica ``r``'s logical device belongs to.
 
     * Replicas on physical GPUs of their own: ``tf.distribute.NcclAllReduce``,
-      NVIDIA's library for summing across GPUs.
+      NVIDIA's library for summing across GPUs (``MirroredStrategy``'s
+      default there too).  This is for one process's ``MirroredStrategy``
+      only: ``MultiWorkerMirroredStrategy`` takes no ``cross_device_ops``,
+      and its default ``CommunicationImplementation.AUTO`` runs TensorFlow's
+      ring collectives even on GPUs; it uses NCCL only when given
+      ``CommunicationOptions(implementation=NCCL)``.
     * Several replicas sharing one physical device (logical CPUs, or a GPU
       split by :func:`pargrad.logical_devices`):
       ``tf.distribute.ReductionToOneDevice``, which sums on one device and

@@ -13,7 +13,8 @@ sub-package is what the chapters use to *demonstrate* it:
 * :mod:`pargrad.book.multiworker`, :mod:`pargrad.book.parameter_server`:
   the multi-process demos; :mod:`pargrad.book.compatibility`: the matrix of
   what works where; :mod:`pargrad.book.allreduce_timing`: the measured
-  all-reduce;
+  all-reduce; :mod:`pargrad.book.replica_memory`: the memory that
+  accumulating on every replica costs, measured;
 * :mod:`pargrad.book.plots`: the figures; :mod:`pargrad.book.display`:
   showing the package's source in a chapter; ``data/``: stored sweeps.
 

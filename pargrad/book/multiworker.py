@@ -61,51 +61,87 @@ def train_parabola_multiworker(steps=600, points=48, checkpoint_dir=None, checkp
     from pargrad.book.parabola import parabola_data, parabola_model
     from pargrad.sync import SyncTrainer, sync_strategy
 
-    if checkpoint_dir is not None and checkpoint_every % report_every:
-        raise ValueError(
-            f"checkpoint_every ({checkpoint_every}) must be a multiple of report_every "
-            f"({report_every}); the run saves between calls of fit."
-        )
+    _check_intervals(checkpoint_dir, checkpoint_every, report_every)
     if deterministic:
         tf.config.experimental.enable_op_determinism()
-    strategy = sync_strategy()
+    report = _Reporter(verbose, seconds_between_reports)
+    strategy = sync_strategy()  # MultiWorkerMirroredStrategy when TF_CONFIG names workers
     with strategy.scope():
         model = parabola_model(seed=seed, dtype=dtype)
     trainer = SyncTrainer(model, strategy, learning_rate=learning_rate, progress=False)
-    def say(line):
-        if verbose:
-            print(line, flush=True)
-
-    role, index = _task()
-    chief = index == 0
-    manager = None
-    if checkpoint_dir is not None:
-        checkpoint = tf.train.Checkpoint(model=model, optimizer=trainer.optimizer)
-        directory = checkpoint_dir if chief else os.path.join(checkpoint_dir, f".tmp-{role}-{index}")
-        manager = tf.train.CheckpointManager(checkpoint, directory, max_to_keep=2)
-        latest = tf.train.latest_checkpoint(checkpoint_dir)
-        if latest:
-            checkpoint.restore(latest).assert_existing_objects_matched()
-    done = int(trainer.optimizer.iterations.numpy())
-    resumed_at = done
-    say(f"resumed at step {done}")
+    checkpoints = _WorkerCheckpoints(checkpoint_dir, model, trainer.optimizer)  # restores
+    done = resumed_at = int(trainer.optimizer.iterations.numpy())
+    report(f"resumed at step {done}")
     x, y = parabola_data(points, dtype=dtype)
     losses = []
     while done < steps:
         n = min(report_every, steps - done)
-        history = trainer.fit(x, y, steps=n, steps_per_call=n)
-        losses.append(history.loss)
+        losses.append(trainer.fit(x, y, steps=n, steps_per_call=n).loss)
         done += n
-        say(f"step {done}")
-        if manager is not None and (done % checkpoint_every == 0 or done == steps):
-            manager.save(checkpoint_number=done)
-            say(f"checkpoint {done}")
-        time.sleep(seconds_between_reports)
-    if manager is not None and not chief:
-        shutil.rmtree(directory, ignore_errors=True)
+        report(f"step {done}")
+        if done % checkpoint_every == 0 or done == steps:
+            checkpoints.save(done, report)
+        report.pause()
+    checkpoints.close()
     return {
         "weights": [np.asarray(w) for w in model.get_weights()],
         "loss": np.concatenate(losses) if losses else np.zeros(0),
         "resumed_at": resumed_at,
         "replicas": trainer.replicas,
     }
+
+
+def _check_intervals(checkpoint_dir, checkpoint_every, report_every):
+    if checkpoint_dir is not None and checkpoint_every % report_every:
+        raise ValueError(
+            f"checkpoint_every ({checkpoint_every}) must be a multiple of report_every "
+            f"({report_every}); the run saves between calls of fit."
+        )
+
+
+class _Reporter:
+    """Prints a worker's progress lines (or nothing), and sleeps between reports if asked."""
+
+    def __init__(self, verbose, seconds_between_reports):
+        self.verbose = verbose
+        self.seconds = seconds_between_reports
+
+    def __call__(self, line):
+        if self.verbose:
+            print(line, flush=True)
+
+    def pause(self):
+        time.sleep(self.seconds)
+
+
+class _WorkerCheckpoints:
+    """A worker's checkpoints: restores the latest at start, saves on request.
+
+    Every worker saves (saving may need every worker to take part): the
+    chief (worker 0) into ``checkpoint_dir``, the others into a temporary
+    directory that :meth:`close` deletes, so that only one copy lands.
+    Without ``checkpoint_dir`` it does nothing.
+    """
+
+    def __init__(self, checkpoint_dir, model, optimizer):
+        self.manager = None
+        if checkpoint_dir is None:
+            return
+        role, index = _task()
+        self.chief = index == 0
+        checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+        self.directory = (checkpoint_dir if self.chief
+                          else os.path.join(checkpoint_dir, f".tmp-{role}-{index}"))
+        self.manager = tf.train.CheckpointManager(checkpoint, self.directory, max_to_keep=2)
+        latest = tf.train.latest_checkpoint(checkpoint_dir)
+        if latest:
+            checkpoint.restore(latest).assert_existing_objects_matched()
+
+    def save(self, step, report):
+        if self.manager is not None:
+            self.manager.save(checkpoint_number=step)
+            report(f"checkpoint {step}")
+
+    def close(self):
+        if self.manager is not None and not self.chief:
+            shutil.rmtree(self.directory, ignore_errors=True)
