@@ -30,9 +30,13 @@ def rounding_tolerance(dtype, steps, scale=1.0):
     """The largest gap that rounding explains after ``steps`` updates.
 
     Each update adds a rounding error of about one unit roundoff of the
-    values (of size ``scale``); over ``steps`` updates the errors add up at
-    most linearly.  The tolerance is ``SAFETY x steps x unit_roundoff x
-    scale``: about 1e-3 for 2000 float32 steps of weights of size 1, and
+    values (of size ``scale``).  How the errors of ``steps`` updates add up
+    depends on the dynamics: a contracting run keeps them near linear
+    growth, an expanding (chaotic, diverging) one amplifies them by its
+    Jacobian without bound.  The linear form ``SAFETY x steps x unit_roundoff
+    x scale`` is therefore an empirical bound for the book's converging
+    runs (``SAFETY`` above records the measured margins), not a theorem:
+    about 1e-3 for 2000 float32 steps of weights of size 1, and
     about 2e-12 for the same in float64, so a float64 run shows an equality
     that no machine's order of additions can hide.  Taught in the chapter
     "Synchronous training".
