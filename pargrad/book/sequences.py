@@ -55,11 +55,12 @@ def squared_error_per_token(y, prediction):
     return tf.reduce_sum(tf.square(tf.cast(y, prediction.dtype) - prediction), axis=-1)
 
 
-def sequence_model(seed=0, dtype="float32", width=8, dropout=0.0, max_length=MAX_LENGTH,
-                   vocabulary=VOCABULARY):
+def sequence_model(seed=0, dtype="float32", width=8, dropout=0.0, dropout_seed=0,
+                   max_length=MAX_LENGTH, vocabulary=VOCABULARY):
     """A small causal model: embedding, causal convolution of width 2, a tanh layer, one output.
 
-    ``dropout`` > 0 adds a dropout layer (the chapter's dropout trap).
+    ``seed`` sets the initial weights.  ``dropout`` > 0 adds a dropout layer
+    whose masks are drawn from ``dropout_seed`` (the chapter's dropout trap).
     """
     keras.utils.set_random_seed(seed)
     kind = np.dtype(dtype).name
@@ -69,7 +70,7 @@ def sequence_model(seed=0, dtype="float32", width=8, dropout=0.0, max_length=MAX
         keras.layers.Conv1D(width, 2, padding="causal", activation="tanh", dtype=kind),
     ]
     if dropout:
-        layers.append(keras.layers.Dropout(dropout, dtype=kind))
+        layers.append(keras.layers.Dropout(dropout, seed=dropout_seed, dtype=kind))
     layers += [keras.layers.Dense(width, activation="tanh", dtype=kind),
                keras.layers.Dense(1, dtype=kind)]
     return keras.Sequential(layers)
