@@ -199,3 +199,18 @@ def test_bad_weights_say_what_to_pass(devices):
     tokens, targets = sequence_data(8)
     with pytest.raises(ValueError, match="one weight per value"):
         trainer.fit(tokens, targets, steps=1, batch_size=8)
+
+
+@pytest.mark.claim
+def test_sync_trainer_weighted_with_jit_compile_equals_the_big_batch(devices):
+    """The token count is all-reduced outside the XLA computation of each replica."""
+    strategy = pargrad.sync_strategy(2)
+    with strategy.scope():
+        model = sequence_model(seed=1, dtype="float64")
+        optimizer = OPTIMIZERS["sgd"]()
+    trainer = pargrad.SyncTrainer(model, strategy, loss=squared_error_per_token,
+                                  optimizer=optimizer, accumulation_steps=2,
+                                  sample_weight=token_mask, jit_compile=True, progress=False)
+    trainer.fit(*data(), steps=UPDATES, batch_size=BATCH)
+    big = big_batch("sgd")
+    assert gap(model.get_weights(), big) <= tolerance(big)
