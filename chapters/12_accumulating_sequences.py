@@ -276,7 +276,7 @@ glue("gap_replicas", f"{gap_replicas:.1%}", display=False)
 # the model, so it is known before the forward pass:
 
 # %%
-show_lines(SyncTrainer._weighted_replica_gradients, "micro = ", "return self._shard_gradients")
+show_lines(SyncTrainer._weighted_replica_gradients, "local = tf.add_n", "return self._shard_gradients")
 
 # %% [markdown]
 # `sample_weight` is a function of a micro-batch, `sample_weight(x, y)`,
@@ -302,16 +302,18 @@ for replicas in (1, 2):
     print(f"SyncTrainer, {replicas} replica(s) x {K // replicas} micro-batches, weighted by "
           f"tokens, vs big batch: equal within {tolerance:.0e}: {gap_sync <= tolerance}")
     assert gap_sync <= tolerance
-gap_unmasked = weight_gap(train_sync(2, adam, sample_weight=None), big)
-print(f"SyncTrainer, 2 replicas, no sample_weight (every position counts, padding too): "
+every_position = lambda x, y: tf.ones(tf.shape(x), y.dtype)  # noqa: E731
+gap_unmasked = weight_gap(train_sync(2, adam, sample_weight=every_position), big)
+print(f"SyncTrainer, 2 replicas, every position weighing 1 (padding too): "
       f"{gap_unmasked:.4f} away")
 assert gap_unmasked > 1e6 * tolerance
 
 # %% [markdown]
-# Without `sample_weight`, `SyncTrainer` keeps its default: the loss of an
-# example is the mean over its positions, padding included, and the batch's
-# loss the mean over examples. That is the big batch of a *different* loss;
-# a mask is how you ask for tokens.
+# Weighting every position 1 is what `SyncTrainer` computes without
+# `sample_weight` (the loss of an example is the mean over its positions,
+# padding included, and the batch's loss the mean over examples, all of the
+# same length): the big batch of a *different* loss. A mask is how you ask
+# for tokens.
 #
 # ### What the extra all-reduce costs
 #

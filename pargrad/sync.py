@@ -509,7 +509,10 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
             if self.jit_compile else self._local_gradients)
         if sample_weight is not None:
             # The total weight is all-reduced first, outside any XLA computation.
-            self._shard_gradients = self._replica_gradients
+            local = self._weighted_local_gradients
+            self._shard_gradients = (
+                tf.function(local, autograph=False, jit_compile=True) if self.jit_compile
+                else local)
             self._replica_gradients = self._weighted_replica_gradients
         self._step_function = tf.function(self._distributed_step, autograph=False)
         self._steps_function = tf.function(self._distributed_steps, autograph=False)
@@ -558,19 +561,12 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         return self._accumulated_gradients(x, y, variables, global_batch_size)
 
     def _gradients(self, x, y, variables, global_batch_size):
-        """The loss of ``(x, y)`` divided by the *global* batch size, and its gradients.
-
-        With ``sample_weight``, ``global_batch_size`` is the global batch's
-        total weight and the loss is the weighted sum divided by it.
-        """
+        """The loss of ``(x, y)`` divided by the *global* batch size, and its gradients."""
         with tf.GradientTape() as tape:
             prediction = self.model(x, training=True)
-            if self.sample_weight is None:
-                loss = tf.nn.compute_average_loss(
-                    self.loss(y, prediction), global_batch_size=global_batch_size
-                )
-            else:
-                loss = self._weighted_loss(x, y, prediction, global_batch_size)
+            loss = tf.nn.compute_average_loss(
+                self.loss(y, prediction), global_batch_size=global_batch_size
+            )
             loss = self._with_regularization(loss)      # + model.losses / replicas
             scaled = self.optimizer.scale_loss(loss)    # loss scaling (mixed precision)
         self._update_metrics(y, prediction)
@@ -626,10 +622,8 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         of that one number (per update) gives the total weight ``W`` of the
         global batch, by which every replica divides its weighted loss sum.
         """
-        micro = ([(x, y)] if self.accumulation_steps == 1
-                 else [(x[i], y[i]) for i in range(self.accumulation_steps)])
         local = tf.add_n([tf.reduce_sum(tf.cast(self.sample_weight(xb, yb), tf.float64))
-                          for xb, yb in micro])
+                          for xb, yb in self._micro_batches(x, y)])
         context = tf.distribute.get_replica_context()
         total = context.all_reduce(tf.distribute.ReduceOp.SUM, local)
         check = tf.debugging.assert_positive(
@@ -638,6 +632,38 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         with tf.control_dependencies([check]):
             total = tf.identity(total)
         return self._shard_gradients(x, y, total)
+
+    def _micro_batches(self, x, y):
+        """This replica's shard as a list of ``accumulation_steps`` micro-batches."""
+        if self.accumulation_steps == 1:
+            return [(x, y)]
+        return [(x[i], y[i]) for i in range(self.accumulation_steps)]
+
+    def _weighted_local_gradients(self, x, y, total_weight):
+        """With ``sample_weight``: this replica's loss and gradient sum, before any communication.
+
+        As :meth:`_gradients` and :meth:`_accumulated_gradients`, with each
+        micro-batch's loss its weighted sum divided by ``total_weight``, the
+        global batch's total weight.
+        """
+        variables = self.model.trainable_variables
+        loss, grads = None, None
+        for xb, yb in self._micro_batches(x, y):
+            with tf.GradientTape() as tape:
+                prediction = self.model(xb, training=True)
+                micro_loss = self._weighted_loss(xb, yb, prediction, total_weight)
+                micro_loss = self._with_regularization(micro_loss)
+                scaled = self.optimizer.scale_loss(micro_loss)
+            self._update_metrics(yb, prediction)
+            micro_grads = tape.gradient(scaled, variables)
+            if grads is None:
+                loss, grads = micro_loss, micro_grads
+                continue
+            loss += micro_loss
+            # Dense sums: an embedding's gradient is sparse (IndexedSlices), which has no +.
+            grads = [tf.convert_to_tensor(g) + tf.convert_to_tensor(m)
+                     for g, m in zip(grads, micro_grads)]
+        return loss, grads
 
     def _weighted_loss(self, x, y, prediction, total_weight):
         """``sum(sample_weight(x, y) * losses) / total_weight`` for one micro-batch."""
@@ -657,9 +683,7 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         for i in range(1, self.accumulation_steps):     # unrolled: k is a Python int
             micro_loss, micro_grads = self._gradients(x[i], y[i], variables, global_batch_size)
             loss += micro_loss
-            # Dense sums: an embedding's gradient is sparse (IndexedSlices), which has no +.
-            grads = [tf.convert_to_tensor(g) + tf.convert_to_tensor(m)
-                     for g, m in zip(grads, micro_grads)]
+            grads = [g + m for g, m in zip(grads, micro_grads)]
         return loss, grads
 
     def _shard(self, x, y, position, global_batch_size):

@@ -135,6 +135,10 @@ def test_two_replicas_accumulator_sums_the_weight_over_replicas(optimizer_name, 
     assert gap(model.get_weights(), big) <= tolerance(big)
 
 
+def every_position(x, y):
+    return tf.ones(tf.shape(x), y.dtype)
+
+
 def sync_weights(optimizer_name, replicas, sample_weight):
     strategy = pargrad.sync_strategy(replicas)
     with strategy.scope():
@@ -157,8 +161,9 @@ def test_sync_trainer_with_a_mask_equals_the_big_batch(optimizer_name, replicas,
     assert gap(weights, big) <= tolerance(big)
     # Its loss is the big batch's mean over tokens, before each update.
     assert np.isfinite(history.loss).all() and len(history.loss) == UPDATES
-    # Without the mask the trainer averages over every position, padding included.
-    unmasked, _ = sync_weights(optimizer_name, replicas, None)
+    # Weighting every position 1 (the default's mean over positions, padding included)
+    # is another loss: the big batch of that, not of the token mean.
+    unmasked, _ = sync_weights(optimizer_name, replicas, every_position)
     assert gap(unmasked, big) > 1000 * tolerance(big)
 
 
