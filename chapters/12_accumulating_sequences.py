@@ -243,8 +243,7 @@ glue("tolerance_8", f"{tolerance:.0e}", display=False)
 # Weighted by tokens, the accumulated run is the big batch's run, to float64
 # rounding ({glue:text}`tolerance_8`). The mean of means ends
 # {glue:text}`gap_means_weights` away in the weights after 8 updates: a
-# different training, not a rounding error. The tests of the package check
-# the same for plain SGD too (`tests/test_weighted_accumulation.py`).
+# different training, not a rounding error.
 #
 # ## Across replicas: sum the tokens over the replicas too
 #
@@ -625,7 +624,8 @@ assert int(keras_optimizer._iterations) % K == 2 and left > 0
 # *sum* (answer 1) or their sum divided by a counter of micro-batches
 # (answer 3, the mean). On micro-batches of equal size and a loss that is a
 # mean over examples, answer 3 is right and answer 1 takes a step $k$ times
-# too large ("Accumulation in TF1"). On sequences, each micro-batch's
+# too large ([Accumulating gradients in TF1 graphs](06_accumulation_tf1)).
+# On sequences, each micro-batch's
 # gradient is of its token mean, and:
 
 # %%

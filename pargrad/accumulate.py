@@ -103,7 +103,10 @@ class GradientAccumulator(tf.Module):
     by the total number of examples, the gradient of the mean loss over all
     accumulated examples; ``apply()`` applies it with the optimizer and
     resets; ``step(gradients, num_examples)`` accumulates and applies once
-    ``steps`` micro-batches are in.
+    ``steps`` micro-batches are in.  All of them work eagerly and inside
+    ``tf.function``.  The sums and counts are variables of this
+    ``tf.Module``: ``tf.train.Checkpoint(accumulator=...)`` saves and restores
+    them (save the model and optimizer beside it).
 
     Weights (Keras's ``sample_weight``): ``accumulate(gradients,
     sample_weight=mask)`` takes the gradient of the micro-batch's *weighted*
@@ -115,15 +118,12 @@ class GradientAccumulator(tf.Module):
 
     ``stop_on_non_finite`` (default True): :meth:`apply` checks the
     accumulated sums once per update and raises
-    ``tf.errors.InvalidArgumentError`` naming the first variable whose sum
+    ``tf.errors.InvalidArgumentError`` naming a variable whose sum
     holds NaN or inf, before the optimizer runs: the weights and the
     optimizer's state are untouched, and the window stays as it is (call
     :meth:`reset` to drop it).  A NaN or inf in any micro-batch reaches the
     sum (inf - inf is NaN, still caught), so one check per update keeps the
-    guarantee that a check per micro-batch gave, at a k-th of its cost.  All of them work eagerly and inside
-    ``tf.function``.  The sums and counts are variables of this
-    ``tf.Module``: ``tf.train.Checkpoint(accumulator=...)`` saves and restores
-    them (save the model and optimizer beside it).
+    guarantee that a check per micro-batch gave, at a k-th of its cost.
 
     Under a ``tf.distribute`` strategy, create it in ``strategy.scope()``,
     call :meth:`accumulate` inside ``strategy.run`` with each replica's own
@@ -131,10 +131,12 @@ class GradientAccumulator(tf.Module):
     :meth:`mean_gradients`) outside ``strategy.run``: each replica sums into
     its own copy, and reading the sums adds them up over the replicas, one
     all-reduce per update; the total weight (examples or tokens) is added
-    up over the replicas the same way, one more all-reduce of one number.  :meth:`step` applies inside ``tf.cond`` and so
-    works only without a strategy.
+    up over the replicas the same way, an all-reduce of one number.
+    :meth:`step` applies inside ``tf.cond`` and so works only without a
+    strategy.
 
-    Taught in the chapter "Accumulation in TF2 and Keras 3".
+    Taught in the chapters "Accumulation in TF2 and Keras 3" and
+    "Accumulating sequences".
     """
 
     def __init__(self, variables, steps, optimizer=None, name="gradient_accumulator",
