@@ -469,7 +469,7 @@ assert at_001 <= tolerance_2 < as_scheduled
 # %% [markdown]
 # Without the schedule these two runs were equal (the default reduction,
 # above); with it, the accumulated run took both updates at 0.01: the
-# schedule was called at micro-steps 3 and 7, both past its boundary. In
+# schedule was called at micro-steps $k - 1$ and $2k - 1$, both past its boundary. In
 # Keras, give the optimizer a schedule of updates, `step // k`, a few lines
 # around yours:
 
