@@ -160,7 +160,7 @@ glue("gap_mean_of_means", f"{gap_mean_of_means:.1%}", display=False)
 show_lines(GradientAccumulator.accumulate, "if sample_weight is None:", "self.micro_batches")
 
 # %%
-show_lines(GradientAccumulator.mean_gradients, "weight = self.examples", "return [total")
+show_lines(GradientAccumulator.mean_gradients, "check = tf.debugging.assert_positive", "return [total")
 
 # %% [markdown]
 # `count` is the micro-batch's size when you pass `num_examples`, and the sum

@@ -42,9 +42,8 @@ tf = import_tensorflow_quietly()
 from pargrad.training import check_whole_number  # noqa: E402
 
 EMPTY_WINDOW_MESSAGE = (
-    "GradientAccumulator has nothing accumulated (or only weight 0): call "
-    "accumulate(gradients, num_examples) or accumulate(gradients, sample_weight=mask) "
-    "with some weight after the last apply() or reset()"
+    "GradientAccumulator has nothing accumulated: call accumulate(gradients, "
+    "num_examples) at least once after the last apply() or reset()"
 )
 
 
@@ -247,10 +246,9 @@ class GradientAccumulator(tf.Module):
                 "mean_gradients() outside strategy.run(...), where the replicas' sums "
                 "are added up; call accumulate() inside it."
             )
-        weight = self.examples.read_value()   # under a strategy: summed over the replicas
-        check = tf.debugging.assert_positive(weight, message=EMPTY_WINDOW_MESSAGE)
+        check = tf.debugging.assert_positive(self.examples, message=EMPTY_WINDOW_MESSAGE)
         with tf.control_dependencies([check]):
-            return [total / tf.cast(weight, total.dtype) for total in self.sums]
+            return [total / tf.cast(self.examples, total.dtype) for total in self.sums]
 
     def apply(self):
         """Apply the mean gradient with the optimizer, then reset the window."""
