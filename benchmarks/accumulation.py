@@ -8,15 +8,21 @@ one device, everything compiled with ``tf.function``.  Prints:
 1. one accumulate call of ``pargrad.GradientAccumulator`` (forward, backward,
    add the weighted gradients to the sums) against one plain training step
    (forward, backward, ``optimizer.apply_gradients``) on the same micro-batch
-   (target: at most 1.15x);
-2. a whole window (``--steps`` accumulate calls and one ``apply``) against one
-   plain step on the ``--steps``-times larger batch.
+   (target: at most 1.15x); the non-finite check runs once per update, in
+   ``apply``, so it is not in this call;
+2. the same call weighted by a mask (``sample_weight=``, the chapter
+   "Accumulating sequences"): a per-example weight vector summed per call;
+3. a whole window (``--steps`` accumulate calls and one ``apply``) against one
+   plain step on the ``--steps``-times larger batch, and the same window with
+   ``stop_on_non_finite=False``: what the once-per-update check costs.
 
 Contenders are traced first, then timed in interleaved rounds so that a busy
 moment of a shared machine hits all of them; the best round counts.  Both
 sides of a ratio run on the same device (the first of
 ``pargrad.logical_devices(1)``, a GPU if there is one), uncompiled by XLA.
-The last line, ``RESULT accumulate_vs_plain=...``, is ratio 1 for a script.
+The last line, ``RESULT accumulate_vs_plain=... weighted_vs_plain=...
+check_cost=...``, gives ratios 1 and 2 and the window with the check over the
+window without it, for a script.
 """
 
 import argparse
@@ -81,6 +87,8 @@ def run(args, k, b, device):
     acc_model = perceptron()
     accumulator = GradientAccumulator(acc_model.trainable_variables, k,
                                       keras.optimizers.SGD(1e-3))
+    unchecked = GradientAccumulator(acc_model.trainable_variables, k,
+                                    keras.optimizers.SGD(1e-3), stop_on_non_finite=False)
 
     @tf.function
     def plain_step(x, y):
@@ -95,32 +103,56 @@ def run(args, k, b, device):
             loss = loss_of(acc_model, x, y)
         accumulator.accumulate(tape.gradient(loss, acc_model.trainable_variables), tf.shape(x)[0])
 
+    @tf.function
+    def weighted_step(x, y, weights):
+        with tf.GradientTape() as tape:
+            loss = loss_of(acc_model, x, y)     # all weights 1: the same mean
+        accumulator.accumulate(tape.gradient(loss, acc_model.trainable_variables),
+                               sample_weight=weights)
+
+    @tf.function
+    def unchecked_step(x, y):
+        with tf.GradientTape() as tape:
+            loss = loss_of(acc_model, x, y)
+        unchecked.accumulate(tape.gradient(loss, acc_model.trainable_variables), tf.shape(x)[0])
+
     apply = tf.function(accumulator.apply)
+    apply_unchecked = tf.function(unchecked.apply)
 
     def window():
         for x, y in micro:
             accumulate_step(x, y)
         apply()
 
+    def window_unchecked():
+        for x, y in micro:
+            unchecked_step(x, y)
+        apply_unchecked()
+
     x0, y0 = micro[0]
+    ones = tf.ones([b])
     contenders = {
         "plain step, micro-batch": lambda: plain_step(x0, y0),
         "accumulate, micro-batch": lambda: accumulate_step(x0, y0),
+        "weighted, micro-batch": lambda: weighted_step(x0, y0, ones),
         f"window of {k} micro-batches": window,
+        "window, no check": window_unchecked,
         f"plain step, batch {k}x": lambda: plain_step(x_big, y_big),
     }
     repeats = {name: args.repeats if "micro-batch" in name and "window" not in name
                else max(1, args.repeats // k) for name in contenders}
+    accumulators = (accumulator, unchecked)
     for function in contenders.values():  # trace every shape first
         function()
         function()
-    accumulator.reset()
+    for each in accumulators:
+        each.reset()
     results = {name: [] for name in contenders}
     for _ in range(args.rounds):
         for name, function in contenders.items():
             time_round(function, repeats[name], results[name])
-            if name.startswith("accumulate"):
-                accumulator.reset()
+            for each in accumulators:          # half-full windows: start the next empty
+                each.reset()
     best = {name: min(times) for name, times in results.items()}
 
     print(describe_machine([device]))
@@ -131,9 +163,14 @@ def run(args, k, b, device):
     ratio = best["accumulate, micro-batch"] / best["plain step, micro-batch"]
     print(f"accumulate / plain step on the same micro-batch: {ratio:.2f}x "
           f"({verdict(ratio, 1.15, at_least=False)})")
+    weighted = best["weighted, micro-batch"] / best["plain step, micro-batch"]
+    print(f"weighted by a mask / plain step on the same micro-batch: {weighted:.2f}x")
+    check_cost = best[f"window of {k} micro-batches"] / best["window, no check"]
+    print(f"window with the once-per-update non-finite check / without: {check_cost:.2f}x")
     window_ratio = best[f"window of {k} micro-batches"] / best[f"plain step, batch {k}x"]
     print(f"window of {k} micro-batches / one step on the {k}x batch: {window_ratio:.2f}x")
-    print(result_line(accumulate_vs_plain=ratio))
+    print(result_line(accumulate_vs_plain=ratio, weighted_vs_plain=weighted,
+                      check_cost=check_cost))
 
 
 if __name__ == "__main__":

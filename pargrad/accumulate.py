@@ -3,8 +3,11 @@
 Taught in the chapter "Accumulation in TF2 and Keras 3".  Each micro-batch's
 gradient is weighted by its number of examples, so micro-batches of unequal
 size still give exactly the gradient of the mean loss over the big batch.
-The state lives in variables, so ``tf.train.Checkpoint`` saves a half-full
-window and training resumes where it stopped.
+With ``sample_weight`` (a padding mask, per-token weights) each micro-batch
+is weighted by its total weight instead, so sequences of unequal lengths
+give the big batch's mean over *tokens* (the chapter "Accumulating
+sequences").  The state lives in variables, so ``tf.train.Checkpoint`` saves
+a half-full window and training resumes where it stopped.
 
 A custom loop::
 
@@ -17,6 +20,13 @@ A custom loop::
             loss = loss_fn(y, model(x, training=True))      # mean over the micro-batch
         gradients = tape.gradient(loss, model.trainable_variables)
         return accumulator.step(gradients, tf.shape(x)[0])  # applies every 4th call
+
+Sequences whose loss is a mean over tokens (``mask`` is 1 on real tokens, 0
+on padding)::
+
+        loss = pargrad.accumulate.weighted_mean(per_token_losses, mask)
+        ...
+        accumulator.step(gradients, sample_weight=mask)
 """
 
 import json
@@ -35,6 +45,38 @@ EMPTY_WINDOW_MESSAGE = (
     "GradientAccumulator has nothing accumulated: call accumulate(gradients, "
     "num_examples) at least once after the last apply() or reset()"
 )
+
+
+def weighted_mean(values, sample_weight):
+    """``sum(sample_weight * values) / sum(sample_weight)``, and 0 when the weights sum to 0.
+
+    ``values``: a loss per example ``(batch,)`` or per token ``(batch,
+    time)``; ``sample_weight``: weights of the same shape (the accumulator
+    sums exactly these weights, so they must be the ones the mean divides
+    by: broadcast per-example weights to the tokens yourself).  A padding
+    mask (1 for a real token, 0 for padding) makes it the mean over the
+    real tokens, as Keras's ``reduction=
+    "mean_with_sample_weight"`` does.  A micro-batch of padding only gives
+    0 (and gradient 0), not NaN.  Returns a scalar in the values' dtype.
+
+    Taught in the chapter "Accumulating sequences".
+    """
+    values = tf.convert_to_tensor(values)
+    weights = _as_weights(sample_weight, values.dtype)
+    if not weights.shape.is_compatible_with(values.shape):
+        raise ValueError(
+            f"sample_weight of shape {weights.shape} does not match the loss values of shape "
+            f"{values.shape}; pass one weight per value (for per-example weights against "
+            "per-token losses: tf.broadcast_to(w[:, None], tf.shape(values))).")
+    return tf.math.divide_no_nan(tf.reduce_sum(weights * values), tf.reduce_sum(weights))
+
+
+def _as_weights(sample_weight, dtype):
+    """``sample_weight`` as a tensor of ``dtype``; a TypeError for anything but numbers."""
+    weights = tf.convert_to_tensor(sample_weight)
+    if not (weights.dtype.is_floating or weights.dtype.is_integer or weights.dtype.is_bool):
+        raise TypeError(f"sample_weight must hold numbers (a mask or weights), got {weights.dtype}.")
+    return tf.cast(weights, dtype)
 
 
 class _Untracked:
@@ -65,15 +107,35 @@ class GradientAccumulator(tf.Module):
     ``tf.Module``: ``tf.train.Checkpoint(accumulator=...)`` saves and restores
     them (save the model and optimizer beside it).
 
+    Weights (Keras's ``sample_weight``): ``accumulate(gradients,
+    sample_weight=mask)`` takes the gradient of the micro-batch's *weighted*
+    mean loss (:func:`weighted_mean`, for example the mean over its real
+    tokens) and weights it by ``sum(mask)``; the update is then the gradient
+    of the weighted mean over every value of the window (all its tokens),
+    not the mean of the micro-batches' means.  ``examples`` then holds the
+    total weight (the tokens) rather than the examples.
+
+    ``stop_on_non_finite`` (default True): :meth:`apply` checks the
+    accumulated sums once per update and raises
+    ``tf.errors.InvalidArgumentError`` naming a variable whose sum
+    holds NaN or inf, before the optimizer runs: the weights and the
+    optimizer's state are untouched, and the window stays as it is (call
+    :meth:`reset` to drop it).  A NaN or inf in any micro-batch reaches the
+    sum (inf - inf is NaN, still caught), so one check per update keeps the
+    guarantee that a check per micro-batch gave, at a k-th of its cost.
+
     Under a ``tf.distribute`` strategy, create it in ``strategy.scope()``,
     call :meth:`accumulate` inside ``strategy.run`` with each replica's own
     gradients and micro-batch size, and call :meth:`apply` (or
     :meth:`mean_gradients`) outside ``strategy.run``: each replica sums into
     its own copy, and reading the sums adds them up over the replicas, one
-    all-reduce per update.  :meth:`step` applies inside ``tf.cond`` and so
-    works only without a strategy.
+    all-reduce per update; the total weight (examples or tokens) is added
+    up over the replicas the same way, an all-reduce of one number.
+    :meth:`step` applies inside ``tf.cond`` and so works only without a
+    strategy.
 
-    Taught in the chapter "Accumulation in TF2 and Keras 3".
+    Taught in the chapters "Accumulation in TF2 and Keras 3" and
+    "Accumulating sequences".
     """
 
     def __init__(self, variables, steps, optimizer=None, name="gradient_accumulator",
@@ -117,7 +179,9 @@ class GradientAccumulator(tf.Module):
                             aggregation=tf.VariableAggregation.SUM, **local)
                 for i, v in enumerate(variables)
             ]
-            self.examples = tf.Variable(0, dtype=tf.int64, name="examples",
+            # The examples (or, with sample_weight, the total weight) of the
+            # window: float64, so that token counts stay exact.
+            self.examples = tf.Variable(0, dtype=tf.float64, name="examples",
                                         aggregation=tf.VariableAggregation.SUM, **local)
             self.micro_batches = tf.Variable(
                 0, dtype=tf.int64, name="micro_batches",
@@ -138,13 +202,17 @@ class GradientAccumulator(tf.Module):
         """A boolean tensor: ``steps`` micro-batches (or more) are accumulated."""
         return self.micro_batches >= self.steps
 
-    def accumulate(self, gradients, num_examples):
-        """Add one micro-batch's gradients, weighted by its ``num_examples``.
+    def accumulate(self, gradients, num_examples=None, sample_weight=None):
+        """Add one micro-batch's gradients, weighted by its ``num_examples`` or its weights.
 
         ``gradients``: one per target variable, in the same order, of a loss
         that is the mean over the micro-batch; ``num_examples``: the
         micro-batch's size (an int or an integer tensor such as
-        ``tf.shape(x)[0]``), at least 1.
+        ``tf.shape(x)[0]``), at least 1.  Or, instead of ``num_examples``,
+        ``sample_weight``: the micro-batch's weights (a padding mask of 0s
+        and 1s, per example or per token, at least 0), when the loss is
+        their weighted mean (:func:`weighted_mean`); the gradients are then
+        weighted by ``sum(sample_weight)``.
         """
         if tf.distribute.has_strategy() and tf.distribute.in_cross_replica_context():
             raise RuntimeError(
@@ -152,14 +220,20 @@ class GradientAccumulator(tf.Module):
                 "strategy.run(...), with that replica's gradients and micro-batch size."
             )
         gradients = self._check_gradients(gradients)
-        count = self._check_examples(num_examples)
-        if self.stop_on_non_finite:
-            gradients = self._finite(gradients)
+        if (num_examples is None) == (sample_weight is None):
+            raise ValueError(
+                "GradientAccumulator.accumulate needs exactly one of num_examples (the "
+                "micro-batch's size, for a loss that is the mean over its examples) and "
+                "sample_weight (its mask or weights, for a weighted mean such as the mean "
+                "over its real tokens).")
+        if sample_weight is None:
+            count = tf.cast(self._check_examples(num_examples), tf.float64)
+        else:
+            count = self._total_weight(sample_weight)
         for total, gradient in zip(self.sums, gradients):
             total.assign_add(gradient * tf.cast(count, total.dtype))
-        with tf.control_dependencies(gradients):     # counted only after the checks
-            self.examples.assign_add(count)
-            self.micro_batches.assign_add(1)
+        self.examples.assign_add(count)
+        self.micro_batches.assign_add(1)
 
     def mean_gradients(self):
         """The accumulated gradients divided by the number of accumulated examples.
@@ -185,7 +259,12 @@ class GradientAccumulator(tf.Module):
                 "or use mean_gradients() and apply them yourself."
             )
         means = self.mean_gradients()
-        self.optimizer.apply_gradients(zip(means, self.target_variables))
+        if self.stop_on_non_finite:
+            means = self._finite(means)           # once per update, before the optimizer
+        # In a graph, the optimizer's step counter does not read the means:
+        # without this tie it could count an update that the check stops.
+        with tf.control_dependencies(means):
+            self.optimizer.apply_gradients(zip(means, self.target_variables))
         self.reset()
 
     def reset(self):
@@ -195,12 +274,12 @@ class GradientAccumulator(tf.Module):
         self.examples.assign(0)
         self.micro_batches.assign(0)
 
-    def step(self, gradients, num_examples):
-        """Accumulate one micro-batch; apply once ``steps`` are in.
+    def step(self, gradients, num_examples=None, sample_weight=None):
+        """Accumulate one micro-batch (as :meth:`accumulate`); apply once ``steps`` are in.
 
         Returns a boolean tensor telling whether this call applied an update.
         """
-        self.accumulate(gradients, num_examples)
+        self.accumulate(gradients, num_examples, sample_weight)
         full = self.ready
 
         def apply_now():
@@ -237,16 +316,25 @@ class GradientAccumulator(tf.Module):
             checked.append(gradient)
         return checked
 
-    def _finite(self, gradients):
-        """The gradients, after checking that none holds NaN or inf (in eager and graph mode)."""
-        checks = [
+    def _finite(self, means):
+        """The mean gradients, after checking that none holds NaN or inf (eager and graph mode)."""
+        return [
             tf.debugging.assert_all_finite(
-                gradient,
-                f"GradientAccumulator: the gradient of {variable.name!r} holds NaN or inf; "
-                "check the learning rate (too large?), the data and the loss of this "
-                "micro-batch, or pass stop_on_non_finite=False to accumulate it anyway")
-            for gradient, variable in zip(gradients, self.target_variables)]
-        return checks
+                mean,
+                f"GradientAccumulator: the accumulated gradient of {variable.name!r} holds "
+                "NaN or inf, so a micro-batch of this window had a NaN or inf gradient; "
+                "nothing was applied. Check the learning rate (too large?), the data and "
+                "the loss, call reset() to drop the window, or pass "
+                "stop_on_non_finite=False to apply it anyway")
+            for mean, variable in zip(means, self.target_variables)]
+
+    def _total_weight(self, sample_weight):
+        """The sum of ``sample_weight`` as a float64 tensor, after checking it is >= 0."""
+        weights = _as_weights(sample_weight, tf.float64)
+        check = tf.debugging.assert_non_negative(
+            weights, message="sample_weight must be >= 0 (a mask of 0s and 1s, or weights)")
+        with tf.control_dependencies([check]):
+            return tf.reduce_sum(weights)
 
     def _check_examples(self, num_examples):
         if isinstance(num_examples, bool):

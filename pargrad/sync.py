@@ -76,6 +76,10 @@ import keras  # noqa: E402  (after the quiet TensorFlow import)
 from pargrad.training import (  # noqa: E402
     NonFiniteDataError,
     NonFiniteLossError,
+    _default_loss,
+    _loss_input,
+    _values_as_floats,
+    align_targets,
     TrainingPosition,
     check_whole_number,
     first_non_finite_row,
@@ -343,6 +347,19 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
       their gradients are summed on the replica and all-reduced once, so an
       update sees ``micro-batch x k x replicas`` examples
       (``SyncHistory.effective_batch_size``).
+    * ``sample_weight``: None (every example weighs 1: the loss is the mean
+      over the global batch's examples), or a function ``sample_weight(x,
+      y)`` returning the weights of a micro-batch, one per value of the loss
+      before any reduction: per example ``(batch,)``, or per token ``(batch,
+      time)`` for a loss per time step (a padding mask such as
+      ``lambda x, y: tf.cast(y != 0, "float32")``).  The loss is then
+      ``sum(weights * losses) / W`` over the update's micro-batches and
+      replicas, with ``W`` the total weight of the whole global batch: each
+      replica adds up its micro-batches' weights and one all-reduce of that
+      one number per update sums them over the replicas, before the
+      gradients.  So an update equals the big batch's weighted mean (its
+      mean over real tokens), not the mean of the micro-batches' means.
+      Taught in the chapter "Accumulating sequences".
     * ``progress``: show a progress bar (tqdm, notebook-aware) during fit.
     * ``jit_compile``: compile each replica's forward and backward pass
       (all its ``accumulation_steps`` micro-batches) with XLA into one
@@ -396,7 +413,7 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
 
     def __init__(self, model, strategy, loss=None, optimizer=None, learning_rate=1e-2,
                  accumulation_steps=1, progress=True, jit_compile=False, metrics=None,
-                 stop_on_non_finite=True):
+                 stop_on_non_finite=True, sample_weight=None):
         if not isinstance(strategy, tf.distribute.Strategy):
             raise TypeError(
                 f"SyncTrainer needs a tf.distribute strategy, got {strategy!r}; "
@@ -428,6 +445,11 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
             )
         if not isinstance(stop_on_non_finite, bool):
             raise TypeError(f"stop_on_non_finite must be True or False, got {stop_on_non_finite!r}.")
+        if sample_weight is not None and not callable(sample_weight):
+            raise TypeError(
+                f"sample_weight must be None or a function sample_weight(x, y) returning a "
+                f"micro-batch's weights, got {type(sample_weight).__name__}; pass for example "
+                "lambda x, y: tf.cast(y != 0, 'float32') for a padding mask.")
         metrics = self._check_metrics(metrics, strategy)
         if metrics and jit_compile:
             raise ValueError(
@@ -439,6 +461,8 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         self.model = model
         self.strategy = strategy
         self.loss = per_example_loss(loss)
+        self.sample_weight = sample_weight
+        self._loss_values = _loss_per_value(loss) if sample_weight is not None else None
         self.accumulation_steps = int(accumulation_steps)
         self.progress = progress
         self.jit_compile = bool(jit_compile)
@@ -491,6 +515,13 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         self._replica_gradients = (
             tf.function(self._local_gradients, autograph=False, jit_compile=True)
             if self.jit_compile else self._local_gradients)
+        if sample_weight is not None:
+            # The total weight is all-reduced first, outside any XLA computation.
+            local = self._weighted_local_gradients
+            self._shard_gradients = (
+                tf.function(local, autograph=False, jit_compile=True) if self.jit_compile
+                else local)
+            self._replica_gradients = self._weighted_replica_gradients
         self._step_function = tf.function(self._distributed_step, autograph=False)
         self._steps_function = tf.function(self._distributed_steps, autograph=False)
         self._evaluate_function = tf.function(self._distributed_evaluation, autograph=False)
@@ -592,13 +623,77 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         with tf.control_dependencies([check]):
             return [tf.identity(g) for g in grads]
 
+    def _weighted_replica_gradients(self, x, y, global_batch_size):
+        """With ``sample_weight``: the replica's loss and gradients over the global total weight.
+
+        Each replica adds up the weights of its micro-batches; one all-reduce
+        of that one number (per update) gives the total weight ``W`` of the
+        global batch, by which every replica divides its weighted loss sum.
+        """
+        local = tf.add_n([tf.reduce_sum(tf.cast(self.sample_weight(xb, yb), tf.float64))
+                          for xb, yb in self._micro_batches(x, y)])
+        context = tf.distribute.get_replica_context()
+        total = context.all_reduce(tf.distribute.ReduceOp.SUM, local)
+        check = tf.debugging.assert_positive(
+            total, message="sample_weight: the whole global batch has weight 0 (only padding?); "
+                           "pass batches with at least one weighted value")
+        with tf.control_dependencies([check]):
+            total = tf.identity(total)
+        return self._shard_gradients(x, y, total)
+
+    def _micro_batches(self, x, y):
+        """This replica's shard as a list of ``accumulation_steps`` micro-batches."""
+        if self.accumulation_steps == 1:
+            return [(x, y)]
+        return [(x[i], y[i]) for i in range(self.accumulation_steps)]
+
+    def _weighted_local_gradients(self, x, y, total_weight):
+        """With ``sample_weight``: this replica's loss and gradient sum, before any communication.
+
+        As :meth:`_gradients` and :meth:`_accumulated_gradients`, with each
+        micro-batch's loss its weighted sum divided by ``total_weight``, the
+        global batch's total weight.
+        """
+        variables = self.model.trainable_variables
+        loss, grads = None, None
+        for xb, yb in self._micro_batches(x, y):
+            with tf.GradientTape() as tape:
+                prediction = self.model(xb, training=True)
+                micro_loss = self._weighted_loss(xb, yb, prediction, total_weight)
+                micro_loss = self._with_regularization(micro_loss)
+                scaled = self.optimizer.scale_loss(micro_loss)
+            self._update_metrics(yb, prediction)
+            micro_grads = tape.gradient(scaled, variables)
+            if grads is None:
+                loss, grads = micro_loss, micro_grads
+                continue
+            loss += micro_loss
+            # Dense sums: an embedding's gradient is sparse (IndexedSlices), which has no +.
+            grads = [tf.convert_to_tensor(g) + tf.convert_to_tensor(m)
+                     for g, m in zip(grads, micro_grads)]
+        return loss, grads
+
+    def _weighted_loss(self, x, y, prediction, total_weight):
+        """``sum(sample_weight(x, y) * losses) / total_weight`` for one micro-batch."""
+        values = self._loss_values(y, prediction)
+        weights = tf.convert_to_tensor(self.sample_weight(x, y))
+        if not weights.shape.is_compatible_with(values.shape):
+            raise ValueError(
+                f"sample_weight(x, y) returned weights of shape {weights.shape}, but the loss "
+                f"gives values of shape {values.shape} (before any reduction); return one "
+                "weight per value: per example (batch,) or per token (batch, time).")
+        weighted = tf.reduce_sum(tf.cast(weights, values.dtype) * values)
+        return weighted / tf.cast(total_weight, values.dtype)
+
     def _accumulated_gradients(self, x, y, variables, global_batch_size):
         """Sum the gradients of k micro-batches on this replica, no communication."""
         loss, grads = self._gradients(x[0], y[0], variables, global_batch_size)
         for i in range(1, self.accumulation_steps):     # unrolled: k is a Python int
             micro_loss, micro_grads = self._gradients(x[i], y[i], variables, global_batch_size)
             loss += micro_loss
-            grads = [g + m for g, m in zip(grads, micro_grads)]
+            # Dense sums: an Embedding's sparse gradients (IndexedSlices) cannot be added.
+            grads = [tf.convert_to_tensor(g) + tf.convert_to_tensor(m)
+                     for g, m in zip(grads, micro_grads)]
         return loss, grads
 
     def _shard(self, x, y, position, global_batch_size):
@@ -1234,6 +1329,31 @@ def _raise_non_finite_batch(x, y, step, hint):
         if found is not None:
             raise NonFiniteDataError(
                 f"row {found[0]} of the dataset batch's {label} for step {step}", found[1], hint)
+
+
+def _loss_per_value(loss):
+    """The trainer's ``loss=`` as a function giving its values before any reduction.
+
+    The same loss as :func:`pargrad.training.per_example_loss` (which checks
+    it and averages extra axes), but one value per token for a loss per
+    time step, so that ``sample_weight`` can weight each token.
+    """
+    per_example_loss(loss)                          # its checks and errors
+    if loss is None:
+        function = _default_loss
+    elif isinstance(loss, str):
+        function = keras.losses.get(loss)
+    else:
+        function = loss
+    if isinstance(function, keras.losses.Loss):
+        function = function.call                    # unreduced
+
+    def loss_values(y, prediction):
+        prediction = _loss_input(prediction)
+        y, prediction = align_targets(tf.convert_to_tensor(y), prediction)
+        return function(_values_as_floats(y, prediction), prediction)
+
+    return loss_values
 
 
 def _same(a, b):

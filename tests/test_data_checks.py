@@ -146,3 +146,16 @@ def test_sync_refuses_an_empty_dataset(how, length):
     trainer = sync_trainer()
     with pytest.raises(ValueError, match="no batches"):
         trainer.fit(dataset, **{length: 1})
+
+
+def test_accumulation_sums_the_sparse_gradients_of_an_embedding():
+    strategy = sync_strategy(2)
+    with strategy.scope():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((4,), dtype="int32"), keras.layers.Embedding(10, 3),
+                                  keras.layers.Flatten(), keras.layers.Dense(1)])
+    tokens = np.random.default_rng(0).integers(0, 10, size=(16, 4)).astype(np.int32)
+    targets = np.ones((16, 1), np.float32)
+    trainer = SyncTrainer(model, strategy, accumulation_steps=2, learning_rate=0.1, progress=False)
+    history = trainer.fit(tokens, targets, steps=2, batch_size=8)
+    assert np.isfinite(history.loss).all() and history.loss[1] < history.loss[0]
