@@ -97,7 +97,9 @@ show_lines(AsyncTrainer._work, "parameters, version = self._read()", "self._appl
 # their version, `_gradients` computes the loss and the gradients on this
 # worker's data, and `_apply` updates the shared parameters. In between, a
 # device that is slower than the others (`speed` below 1) or a random delay
-# waits the extra time. Around these lines, in the collapsed cell below, the
+# spends the extra time: busy, holding its core as a slower core would
+# (`pargrad.asynchronous.hold_core`), or, when a step stands for an
+# accelerator's work (`step_seconds`), waiting for it. Around these lines, in the collapsed cell below, the
 # loop claims one of the requested updates (`_claim_update`, where the
 # *bounded staleness* of the chapter "Sync vs async in the same time" will
 # make a worker wait while it is too far ahead of the others) and stops when
