@@ -572,11 +572,12 @@ glue("alpha", experiments.ALPHA)
 # version, who applies when) and the same updates in float64 NumPy, for all
 # seeds at once. First we check that it *is* the same training: it replays
 # the trainer's runs above, seed 0, and must end at the trainer's losses
-# within float32 rounding (`pargrad.rounding_tolerance("float32", 400)`
+# within float32 rounding (`pargrad.rounding_tolerance("float32", UPDATES)`
 # relative to the loss; the trainer computes in float32):
 
 # %%
 UPDATES = 400
+glue("updates", UPDATES)
 x64, y64 = pargrad.parabola_data(dtype="float64")
 
 
@@ -597,7 +598,7 @@ for (workers, rate, aware_rule), loss in checked.items():
 
 # %% [markdown]
 # Now the question of the runs above, over the seeds: 4 and 8 workers
-# against one, at both rates, 400 updates each (so the same number of
+# against one, at both rates, {glue:text}`updates` updates each (so the same number of
 # gradients, each worker's on a quarter or an eighth of the data):
 
 # %%
@@ -629,7 +630,7 @@ for rate in (0.03, 0.1):
 # A fixed rate is not a fair race, though: a rate that suits one worker may
 # be too large for eight. So every method gets the best rate of its own sweep,
 # chosen on the {glue:text}`tuning-seeds` tuning seeds (the lowest median loss
-# after 400 updates, asserted to lie inside the grid), then run on the
+# after {glue:text}`updates` updates, asserted to lie inside the grid), then run on the
 # {glue:text}`seeds` seeds above:
 
 # %%
@@ -738,7 +739,7 @@ for workers in (2, 4, 8):
 # predicts how the largest stable rate shrinks with the workers: by the
 # factor $\text{bound}(n - 1) / \text{bound}(0)$ against one worker. For each
 # seed we find, by bisection, the largest rate at which $n$ equal workers end
-# 400 updates below their starting loss, and divide by one worker's.
+# {glue:text}`updates` updates below their starting loss, and divide by one worker's.
 # Mitliagkas et al. {cite}`mitliagkas2016asynchrony` showed that
 # asynchrony with *random*, queue-like delays acts on average like momentum
 # $\mu = 1 - 1/n$ at rate $\eta/n$; if that explained these runs, the
