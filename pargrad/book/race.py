@@ -21,9 +21,10 @@ Two clocks:
   Seeded, so a run repeats exactly.
 * ``mode="free-running"``: the wall clock.  Real threads (async) or a real
   ``MirroredStrategy`` step (sync) run, and each device's step is stretched
-  by sleeping to ``step_seconds`` times the same ``(1 + delay) / speed``: an
-  emulated device, because four logical devices on two CPU cores cannot
-  really compute side by side.  The measured time includes everything the
+  to ``step_seconds`` times the same ``(1 + delay) / speed``, the host thread
+  waiting meanwhile as it would for an accelerator: an emulated device,
+  because four logical devices on two CPU cores cannot really compute side
+  by side.  The measured time includes everything the
   virtual clock leaves out (Python, the lock, launching the step, the
   all-reduce), and it depends on the machine and its load.  One clock for
   every contender: a checkpoint's time is the elapsed ``time.perf_counter()``
@@ -83,7 +84,11 @@ CONTROLS = {
 
 BATCH_SIZE = 32  # examples per device and step
 WARM_UP_STEPS = 3  # untimed steps before a free-running race's clock starts, sync and async alike
-TARGET = 0.95     # the test accuracy of the time-to-target tables
+# The test accuracies of the time-to-target tables: two targets below the
+# plateau (about 96 %) that every method reaches, where time-to-target is not
+# decided by the plateau's wobbles.  TARGET is the higher one.
+TARGETS = (0.90, 0.93)
+TARGET = TARGETS[-1]
 
 
 def replica_times(steps, scenario, seed):
