@@ -121,6 +121,19 @@ def test_the_staleness_aware_rate_is_a_guard_not_a_gain():
     assert np.all(unguarded > start) and np.all(guarded < start)
 
 
+def test_against_the_same_mean_step_the_rule_wins_only_at_the_smaller_base_rate():
+    uneven = [1.0, 1.0, 1.0, 0.1]
+    schedule = parabola_async.virtual_schedule(uneven, 400)
+    verdicts = []
+    for base in (0.1, 0.2):
+        same_mean = parabola_async.mean_rate(schedule, base, staleness_aware=True)
+        verdicts.append(experiments.compare(
+            parabola_async.final_losses(4, base, SEEDS, speeds=uneven, staleness_aware=True),
+            parabola_async.final_losses(4, same_mean, SEEDS, speeds=uneven), "rule", "same mean"
+        ).verdict)
+    assert verdicts == ["rule ahead", "no difference shown"]
+
+
 def test_the_mean_matched_control_really_matches():
     schedule = parabola_async.virtual_schedule([1.0, 1.0, 1.0, 0.1], 400)
     staleness = np.arange(400) - schedule["read_version"]
