@@ -346,7 +346,8 @@ def paired_verdict(results, scenario, first, second, target=TARGET, resolution=0
     if not np.array_equal(seeds_a, seeds_b):
         raise ValueError(f"{first} and {second} were run on different seeds in {scenario!r}; "
                          "a paired comparison needs the same seeds.")
-    close = np.isfinite(a) & np.isfinite(b) & (np.abs(a - b) <= resolution)
+    both = np.isfinite(a) & np.isfinite(b)
+    close = both & (np.abs(np.where(both, a, 0.0) - np.where(both, b, 0.0)) <= resolution)
     b = np.where(close, a, b)
     return experiments.compare(a, b, first, second,
                                min_seeds=experiments.MIN_SEEDS if min_seeds is None else min_seeds)
