@@ -989,13 +989,15 @@ print("tf.Variable: lost", lost_updates(tf.Variable(0.0), threads=2, increments=
 #   $\eta\lambda < 2\sin(\pi / (2(2\tau + 1)))$, about $\pi / (2\tau + 1)$.
 #   The trainer follows the bound on a parabola, and on the y = x² network
 #   the largest stable rate of $n$ workers shrinks by the bound's factor (the
-#   median over the seeds), not like the momentum equivalence of random delays.
-# - Over the seeds, each at its best swept rate, more asynchronous workers end
-#   higher per update than one worker; the evidence is a sign test over paired
-#   seeds, and a single run (seed 0 here) can suggest the opposite.
-# - The staleness-aware rate, rate / (staleness + 1), is a guard: it keeps a
-#   too-high rate stable with uneven workers, but a tuned constant rate ends
-#   lower on most seeds.
+#   median over {glue:text}`seeds` seeds), not like the momentum equivalence
+#   of random delays.
+# - Over {glue:text}`seeds` seeds, each method at its best swept rate, 2, 4
+#   and 8 asynchronous workers end higher per update than one worker; the
+#   evidence is a sign test over paired seeds, and a single run (seed 0 here)
+#   can suggest the opposite.
+# - The staleness-aware rate, rate / (staleness + 1), is a guard: with uneven
+#   workers it keeps a too-high rate stable, but a tuned constant rate ends
+#   lower on most of the {glue:text}`seeds` seeds.
 # - Updates to shared parameters must be atomic. Keras 3's `assign_add` is a
 #   read-modify-write and loses updates under threads; native
 #   `tf.Variable.assign_add` does not; `AsyncTrainer` applies under a lock.
