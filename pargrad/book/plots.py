@@ -202,6 +202,36 @@ def stability_bound(bound, rates_times_curvature, growth, measured, stable_rate_
     return figure
 
 
+def paired_scores(panels, title="One dot a seed: the same initial weights, two methods"):
+    """Per-seed scores of two methods against each other, one panel a comparison.
+
+    ``panels`` maps a panel title to ``(first_name, first_scores,
+    second_name, second_scores)``; each dot is one seed (lower is better, log
+    axes), the diagonal is a tie, and the panel counts the seeds on each
+    side.  Drawn in the chapter "Asynchronous training".
+    """
+    figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.9), squeeze=False)
+    for ax, (panel, (first, a, second, b)) in zip(axes[0], panels.items()):
+        a, b = np.asarray(a, float), np.asarray(b, float)
+        ax.scatter(b, a, s=14, color="C0")
+        low, high = min(a.min(), b.min()) / 1.5, max(a.max(), b.max()) * 1.5
+        ax.plot([low, high], [low, high], color="0.4", lw=0.8, ls=":")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(low, high)
+        ax.set_ylim(low, high)
+        ax.set_xlabel(f"{second}: final loss")
+        ax.set_ylabel(f"{first}: final loss")
+        ax.set_title(panel, fontsize=10)
+        ax.text(0.04, 0.96, f"{first} lower: {int(np.sum(a < b))}", transform=ax.transAxes,
+                va="top", fontsize=8)
+        ax.text(0.96, 0.04, f"{second} lower: {int(np.sum(b < a))}", transform=ax.transAxes,
+                ha="right", fontsize=8)
+    figure.suptitle(title, fontsize=11)
+    figure.tight_layout()
+    return figure
+
+
 def async_timeline(history, ax=None, title="Who read and applied when"):
     """Each update as a bar from its read to its apply, one row a worker.
 
