@@ -898,8 +898,8 @@ glue("matched-verdict-high", matched_verdicts[0.2].verdict)
 #   the larger one the plain rate diverges (the line above counts the seeds)
 #   and the rule keeps it stable.
 # - **Against the same mean step,** the rule's verdict is
-#   "{glue:text}`matched-verdict-low`" at the smaller base rate and
-#   "{glue:text}`matched-verdict-high`" at the larger one: damping the slow
+#   {glue:text}`matched-verdict-low` at the smaller base rate and
+#   {glue:text}`matched-verdict-high` at the larger one: damping the slow
 #   worker's old news is worth something only where the seeds say so.
 #
 # So on this problem the staleness-aware rate is what its name suggests, a
