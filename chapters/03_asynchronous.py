@@ -209,9 +209,11 @@ stale_history = stale_run.fit(
 for key in ("worker", "read_version", "applied_version", "staleness", "time"):
     print(f"{key:>15}: {stale_history[key]}")
 print("w at t0, t1, t2:", np.round(async_path, 4))
+glue("second-apply-time", float(stale_history["time"][1]))
 
 # %% [markdown]
-# Both updates read version 0; d0's lands at time 1, d1's at time 1.25 on
+# Both updates read version 0; d0's lands at time 1, d1's at time
+# {glue:text}`second-apply-time:.2f` on
 # top of d0's, with staleness 1. To judge that result we need two more runs
 # from the same start. The **fresh** run applies the same two updates one
 # after the other, each gradient taken where the parameter is when it is
@@ -388,15 +390,18 @@ plt.close(figure)  # shown once, by the numbered figure below
 # one time unit a step and they take turns: while one computes, each of the
 # $n - 1$ others applies one update. So the staleness should be $n - 1$. We
 # measure it for 1, 2, 4 and 8 workers with small random delays
-# (`jitter=0.3`: each step takes 30% longer on average, at random), 400 updates
+# (`jitter`: each step takes longer by a random delay, on average
+# {glue:text}`jitter-percent:.0f`% of a step), {glue:text}`updates` updates
 # each, on the y = x² network:
 
 # %%
+JITTER = 0.3
+glue("jitter-percent", 100 * JITTER)
 stalenesses = {}
 for workers in (1, 2, 4, 8):
     trainer = AsyncTrainer(pargrad.parabola_model(seed=0), pargrad.squared_error,
                            devices[:workers], learning_rate=0.01, progress=False)
-    run = trainer.fit(x, y, updates=400, jitter=0.3, seed=0)
+    run = trainer.fit(x, y, updates=400, jitter=JITTER, seed=0)
     stalenesses[f"{workers} worker{'s' * (workers > 1)}"] = run["staleness"]
     print(f"{workers} workers: mean staleness {run['staleness'].mean():.3f}, "
           f"max {run['staleness'].max()}, histogram sums to {np.bincount(run['staleness']).sum()}")
