@@ -13,8 +13,9 @@ is plain asynchronous SGD (read, gradients, apply).  What the book adds
 around it sits in methods of its own: :meth:`AsyncTrainer._claim_update`
 (claim one of the requested updates; with ``staleness_bound``, first wait
 until :meth:`AsyncTrainer.may_start`, the bounded staleness of the chapter
-"Sync vs async in the same time"), :meth:`AsyncTrainer._extra_time` (the
-sleep that emulates a slower device) and, in :meth:`AsyncTrainer._apply`,
+"Sync vs async in the same time"), :meth:`AsyncTrainer._extra_time` and
+:meth:`AsyncTrainer._wait_as_device` (the extra time of a slower device:
+busy work that holds the core, or with ``step_seconds`` a wait) and, in :meth:`AsyncTrainer._apply`,
 the staleness-aware learning rate.
 """
 
@@ -602,8 +603,8 @@ class AsyncTrainer:
                 began = time.perf_counter()
                 parameters, version = self._read()
                 loss, gradients = self._gradients(worker, parameters)
-                # An emulated slower device or a random delay: wait the extra time.
-                if self._stop.wait(self._extra_time(delays, began, speed, jitter)):
+                # An emulated slower device or a random delay: the extra time.
+                if self._wait_as_device(self._extra_time(delays, began, speed, jitter)):
                     return
                 self._apply(worker, gradients, version, loss,
                             began - started, time.perf_counter() - started)
@@ -648,6 +649,21 @@ class AsyncTrainer:
         pause = (busy * (stretch - 1.0) if self._step_seconds is None
                  else self._step_seconds * stretch - busy)
         return max(0.0, pause)
+
+    def _wait_as_device(self, seconds):
+        """Spend a slower device's extra ``seconds``; True if the run was stopped meanwhile.
+
+        Without ``step_seconds`` the device *is* this worker's CPU core, made
+        slower: the extra time is busy work that holds the core
+        (:func:`hold_core`), as a slow core would, instead of a sleep that
+        would lend it to the other workers.  With ``step_seconds`` the step
+        stands for an accelerator's work, during which the host thread only
+        waits: then it sleeps.
+        """
+        if self._step_seconds is not None:
+            return self._stop.wait(seconds)
+        hold_core(seconds, self._stop)
+        return self._stop.is_set()
 
     def get_weights(self):
         """The shared parameters as a list of NumPy arrays."""
@@ -715,6 +731,24 @@ def random_delay(rng, jitter, distribution="exponential"):
         shape = 1.5  # numpy's pareto(a) is Lomax, mean 1 / (a - 1) = 2
         return float(rng.pareto(shape) * jitter * (shape - 1.0))
     raise ValueError(f"distribution must be one of {DELAY_DISTRIBUTIONS}, got {distribution!r}.")
+
+
+def hold_core(seconds, stop=None):
+    """Keep one CPU core busy for ``seconds`` (or until the event ``stop`` is set).
+
+    Busy work, not a sleep: an emulated slow device must not lend its core
+    to the other workers.  The work is NumPy arithmetic on a small array,
+    which releases Python's global interpreter lock while it runs, so other
+    threads' Python code is not held up.  Returns the seconds it held the
+    core.  Used in the chapters "Asynchronous training" and "Sync vs async
+    in the same time" (and by ``benchmarks/async.py``).
+    """
+    started = time.perf_counter()
+    deadline = started + max(0.0, float(seconds))
+    buffer = np.linspace(0.0, 1.0, 4096)
+    while time.perf_counter() < deadline and not (stop is not None and stop.is_set()):
+        np.sin(buffer, out=buffer)
+    return time.perf_counter() - started
 
 
 def lost_updates(variable, threads=2, increments=2000):

@@ -88,32 +88,35 @@ def test_the_zero_staleness_control_is_one_device_as_fast_as_all(devices, data):
     assert (trainer.history["staleness"] == 0).all()
 
 
-def row(scenario, method, times):
-    times = np.array(times, float)
-    return {"scenario": scenario, "method": method, "times": times,
-            "median": float(np.median(times))}
+def result(scenario, method, seed, reached_at):
+    """A race result whose accuracy reaches 0.95 at checkpoint time ``reached_at`` (inf: never)."""
+    times = np.arange(0.0, 10.5, 0.5)
+    accuracy = np.where(times >= reached_at, 0.96, 0.5)
+    return {"scenario": scenario, "method": method, "seed": seed, "time": times,
+            "accuracy": accuracy}
 
 
-def test_head_to_head_calls_a_tie_a_tie():
-    table = [row("s", "a", [1, 2, 3, 4, 5, 6]), row("s", "b", [2, 3, 4, 5, 6, 7]),
-             row("s", "c", [2, 1, 4, 3, 6, 5]), row("s", "d", [1, 2, 3, 5, 6, float("inf")])]
-    assert race.head_to_head(table, "s", "a", "b") == ((6, 0, 0), "a first")
-    assert race.head_to_head(table, "s", "b", "a") == ((0, 0, 6), "a first")
-    assert race.head_to_head(table, "s", "a", "c") == ((3, 0, 3), "tie")
-    assert race.head_to_head(table, "s", "a", "d") == ((3, 3, 0), "tie")  # 3 of 6: not enough
+def test_paired_verdict_follows_the_books_rule():
+    results = ([result("s", "a", seed, 1.0 + seed % 3) for seed in range(20)]
+               + [result("s", "b", seed, 2.5 + seed % 3) for seed in range(20)]
+               + [result("s", "c", seed, 1.0 + (seed + 1) % 3) for seed in range(20)])
+    assert race.paired_verdict(results, "s", "a", "b").verdict == "a ahead"
+    assert race.paired_verdict(results, "s", "b", "a").verdict == "a ahead"
+    assert race.paired_verdict(results, "s", "a", "c").verdict == "no difference shown"
+    # closer than the resolution: a tie
+    assert race.paired_verdict(results, "s", "a", "b", resolution=1.5).verdict == \
+        "no difference shown"
+    with pytest.raises(ValueError, match="at least 20"):
+        race.paired_verdict(results[:5] + results[20:25], "s", "a", "b")
 
 
 def test_wall_clock_claims_can_fail():
-    def table(equal_sync, equal_async, slow_sync, slow_backup, slow_async):
-        return [row("equal devices", "sync", [equal_sync]),
-                row("equal devices", "async", [equal_async]),
-                row("one device 3x slower", "sync", [slow_sync]),
-                row("one device 3x slower", "sync, 1 backup", [slow_backup]),
-                row("one device 3x slower", "async", [slow_async])]
+    def races(async_at, backup_at, sync_at):
+        return [result("one device 3x slower", method, seed, at)
+                for method, at in (("async", async_at), ("sync, 1 backup", backup_at),
+                                   ("sync", sync_at)) for seed in range(6)]
 
-    good = race.wall_clock_claims(table(1.6, 1.7, float("inf"), 1.7, 1.9), tie=0.2)
-    assert len(good) == 4 and all(good.values())
-    bad = race.wall_clock_claims(table(1.0, 1.7, 2.0, 2.1, 1.9), tie=0.2)
-    assert not bad["equal devices: sync and async tie"]
-    assert not bad["one device 3x slower: async reaches the target before sync"]
-    assert not bad["one device 3x slower: sync + 1 backup reaches it before sync"]
+    good = race.wall_clock_claims(races(2.0, 2.5, float("inf")), 0.95, resolution=0.2)
+    assert len(good) == 2 and all(good.values())
+    bad = race.wall_clock_claims(races(2.0, 4.0, 3.0), 0.95, resolution=0.2)
+    assert list(bad.values()) == [True, False]

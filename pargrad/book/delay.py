@@ -47,3 +47,18 @@ def _staleness(staleness):
         raise ValueError(f"staleness must be a whole number of updates >= 0 (0 = fresh), "
                          f"got {staleness!r}.")
     return int(staleness)
+
+
+def growth_per_update(path, staleness):
+    """How much ``|w - w*|`` grows per update along ``path`` (``w* = 0``): below 1 converges.
+
+    ``(max |w| over the last τ + 1 values / |w(0)|) ** (1 / updates)``, the
+    largest over the last ``τ + 1`` values because a delayed recursion
+    oscillates.  Taught in the chapter "Asynchronous training".
+    """
+    staleness = _staleness(staleness)
+    path = np.abs(np.asarray(path, dtype=np.float64))
+    if path.ndim != 1 or len(path) < staleness + 2 or not path[0] > 0:
+        raise ValueError(f"path needs w(0) != 0 and at least τ + 2 = {staleness + 2} values, "
+                         f"got {len(path)} starting at {path[:1]}.")
+    return float((path[-(staleness + 1):].max() / path[0]) ** (1.0 / (len(path) - 1)))

@@ -42,7 +42,7 @@ def parabola_fit(x, y, predictions, ax=None, title="Fitting y = x²"):
 
 
 def stale_gradient(weights, losses, async_path, fresh_path, sync_path, sweep=None,
-                   async_workers=("d0", "d1")):
+                   async_workers=("d0", "d1"), sync_double_path=None):
     """The stale-gradient article's figure, with the two runs it needs beside it, and where staleness costs.
 
     ``weights`` and ``losses`` trace the loss curve of a one-parameter model.
@@ -55,8 +55,12 @@ def stale_gradient(weights, losses, async_path, fresh_path, sync_path, sweep=Non
     asynchronous pair.  ``sweep``, if given, is a dict with the key
     ``"step_times_curvature"`` (the x values) and one array per run
     (``"async"``, ``"fresh"``, ``"sync"``): the distance to the minimum after
-    each, relative to the start, drawn in a fourth panel.  Drawn in the
-    chapter "Asynchronous training".
+    each, relative to the start, drawn in a fourth panel (with a key
+    ``"sync_double"``, also the synchronous step at twice the rate).
+    ``sync_double_path``, if given, is the start and the parameter after
+    one synchronous step at twice the learning rate (the linearly scaled
+    rate of a two-device batch), drawn in panel (c) beside the step at
+    the asynchronous rate.  Drawn in the chapter "Asynchronous training".
     """
     weights, losses = np.asarray(weights, float), np.asarray(losses, float)
     panels = 4 if sweep is not None else 3
@@ -103,8 +107,19 @@ def stale_gradient(weights, losses, async_path, fresh_path, sync_path, sweep=Non
     draw(axes[1], np.asarray(fresh_path, float), "(b) the same two updates, fresh",
          [f"{first}'s update", f"{second}'s update,\ngradient read at t1"], [f"{first}'s gradient"])
     draw(axes[2], np.asarray(sync_path, float), "(c) synchronous, same wall time",
-         [f"one step, mean of\n{first}'s and {second}'s gradients"],
+         [f"one step at η, mean of\n{first}'s and {second}'s gradients"],
          [f"{first}'s gradient", f"{second}'s gradient"])
+    if sync_double_path is not None:  # the same step at 2η lands where the stale pair does
+        double = np.asarray(sync_double_path, float)
+        height = np.interp(double, weights, losses)
+        lift = 0.03 * (losses.max() - losses.min())
+        axes[2].annotate("", xy=(double[1], height[1] + lift), xytext=(double[0], height[0] + lift),
+                         arrowprops=dict(arrowstyle="-|>", color="C1", lw=1.3, ls="--",
+                                         connectionstyle="arc3,rad=0.5", shrinkA=7, shrinkB=7))
+        axes[2].scatter([double[1]], [height[1] + lift], s=150, color="white", edgecolors="C1",
+                        zorder=3, linewidths=1.5)
+        axes[2].text(double[1], height[1] + 9 * lift, "one step at 2η", color="C1",
+                     ha="center", fontsize=7)
     axes[0].set_ylabel("loss")
     for ax in axes[1:3]:
         ax.sharey(axes[0])
@@ -120,6 +135,9 @@ def stale_gradient(weights, losses, async_path, fresh_path, sync_path, sweep=Non
                   "fresh": ("C0", "fresh (2 updates)"), "sync": ("C2", "sync (1 step)")}
         for key, (color, label) in styles.items():
             ax.plot(x, np.asarray(sweep[key], float), "o-", color=color, markersize=3, label=label)
+        if "sync_double" in sweep:
+            ax.plot(x, np.asarray(sweep["sync_double"], float), "--", color="C1", lw=1.5,
+                    label="sync at 2η (1 step)")
         ax.axhline(1.0, color="0.5", lw=0.8, ls=":")
         both = ((np.asarray(sweep["async"]) > np.asarray(sweep["fresh"]))
                 & (np.asarray(sweep["async"]) <= np.asarray(sweep["sync"])))
@@ -131,6 +149,86 @@ def stale_gradient(weights, losses, async_path, fresh_path, sync_path, sweep=Non
         ax.set_title("(d) distance to the minimum", fontsize=10)
         ax.legend(fontsize=7)
     figure.tight_layout(rect=(0, 0.07, 1, 1))
+    return figure
+
+
+def stability_bound(bound, rates_times_curvature, growth, measured, stable_rate_ratios,
+                    title="Where a delayed gradient stops converging"):
+    """The delayed-gradient stability bound against measured runs (chapter "Asynchronous training").
+
+    ``bound(τ)`` is :func:`pargrad.book.delay.stable_rate_bound`.  Panel (a):
+    ``growth`` maps a staleness τ to the growth of ``|w - w*|`` per update
+    (above 1: diverging) at each of ``rates_times_curvature``, from the
+    float64 recursion, with a vertical line at the bound; ``measured`` maps τ
+    to ``[(η λ, growth)]`` of runs of the trainer, drawn as dots.  Panel (b):
+    ``stable_rate_ratios`` maps a number of workers n to the per-seed ratios
+    of the largest stable learning rate with n workers to one worker's, on
+    the y = x² network, against the bound's ratio ``bound(n - 1) / bound(0)``
+    and against ``2n - 1``, what momentum ``1 - 1/n`` at rate ``η / n`` would allow.
+    """
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 3.8))
+    x = np.asarray(rates_times_curvature, float)
+    for k, (tau, values) in enumerate(sorted(growth.items())):
+        color = f"C{k}"
+        left.plot(x, values, color=color, label=f"τ = {tau}, recursion")
+        left.axvline(bound(tau), color=color, ls=":", lw=1)
+        points = np.asarray(measured.get(tau, []), float).reshape(-1, 2)
+        if len(points):
+            left.scatter(points[:, 0], points[:, 1], color=color, edgecolors="black", zorder=3,
+                         label=f"τ = {tau}, AsyncTrainer")
+    left.axhline(1.0, color="0.4", lw=0.8)
+    left.set_yscale("log")
+    left.set_xlabel("learning rate × curvature, ηλ  (dotted: the bound)")
+    left.set_ylabel("growth of |w − w*| per update")
+    left.set_title("(a) one parameter, a parabola", fontsize=10)
+    left.legend(fontsize=7)
+    workers = np.array(sorted(stable_rate_ratios))
+    for n in workers:
+        ratios = np.asarray(stable_rate_ratios[n], float)
+        right.scatter(np.full(len(ratios), n) + np.linspace(-0.15, 0.15, len(ratios)), ratios,
+                      s=10, color="C0", alpha=0.6, label="measured, one dot a seed" if n == workers[0]
+                      else None)
+    grid = np.arange(1, workers.max() + 1)
+    right.plot(grid, [bound(n - 1) / bound(0) for n in grid], "k-", lw=1.5,
+               label="bound(n − 1) / bound(0)")
+    right.plot(grid, 2 * grid - 1, "C3--", lw=1.2, label="momentum 1 − 1/n at η/n: 2n − 1")
+    right.set_yscale("log")
+    right.set_xlabel("workers n (staleness n − 1)")
+    right.set_ylabel("largest stable rate / one worker's")
+    right.set_title("(b) the y = x² network", fontsize=10)
+    right.legend(fontsize=7)
+    figure.suptitle(title, fontsize=11)
+    figure.tight_layout()
+    return figure
+
+
+def paired_scores(panels, title="One dot a seed: the same initial weights, two methods"):
+    """Per-seed scores of two methods against each other, one panel a comparison.
+
+    ``panels`` maps a panel title to ``(first_name, first_scores,
+    second_name, second_scores)``; each dot is one seed (lower is better, log
+    axes), the diagonal is a tie, and the panel counts the seeds on each
+    side.  Drawn in the chapter "Asynchronous training".
+    """
+    figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.9), squeeze=False)
+    for ax, (panel, (first, a, second, b)) in zip(axes[0], panels.items()):
+        a, b = np.asarray(a, float), np.asarray(b, float)
+        ax.scatter(b, a, s=14, color="C0")
+        low, high = min(a.min(), b.min()) / 1.5, max(a.max(), b.max()) * 1.5
+        ax.plot([low, high], [low, high], color="0.4", lw=0.8, ls=":")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(low, high)
+        ax.set_ylim(low, high)
+        ax.set_xlabel(f"{second}: final loss")
+        ax.set_ylabel(f"{first}: final loss")
+        ax.set_title(panel, fontsize=10)
+        ax.text(0.04, 0.96, f"{first} lower: {int(np.sum(a < b))}", transform=ax.transAxes,
+                va="top", fontsize=8)
+        ax.text(0.96, 0.04, f"{second} lower: {int(np.sum(b < a))}", transform=ax.transAxes,
+                ha="right", fontsize=8)
+    figure.suptitle(title, fontsize=11)
+    figure.tight_layout()
     return figure
 
 

@@ -21,15 +21,20 @@ Two clocks:
   Seeded, so a run repeats exactly.
 * ``mode="free-running"``: the wall clock.  Real threads (async) or a real
   ``MirroredStrategy`` step (sync) run, and each device's step is stretched
-  by sleeping to ``step_seconds`` times the same ``(1 + delay) / speed``: an
-  emulated device, because four logical devices on two CPU cores cannot
-  really compute side by side.  The measured time includes everything the
+  to ``step_seconds`` times the same ``(1 + delay) / speed``, the host thread
+  waiting meanwhile as it would for an accelerator: an emulated device,
+  because four logical devices on two CPU cores cannot really compute side
+  by side.  The measured time includes everything the
   virtual clock leaves out (Python, the lock, launching the step, the
-  all-reduce), and it depends on the machine and its load.
+  all-reduce), and it depends on the machine and its load.  One clock for
+  every contender: a checkpoint's time is the elapsed ``time.perf_counter()``
+  since the timed run began, taken around the whole run (the trainer's
+  bookkeeping, the copies of the parameters at checkpoints, everything).
 """
 
 import dataclasses
 import math
+import time
 
 import numpy as np
 
@@ -79,7 +84,11 @@ CONTROLS = {
 
 BATCH_SIZE = 32  # examples per device and step
 WARM_UP_STEPS = 3  # untimed steps before a free-running race's clock starts, sync and async alike
-TARGET = 0.95     # the test accuracy of the time-to-target tables
+# The test accuracies of the time-to-target tables: two targets below the
+# plateau (about 96 %) that every method reaches, where time-to-target is not
+# decided by the plateau's wobbles.  TARGET is the higher one.
+TARGETS = (0.90, 0.93)
+TARGET = TARGETS[-1]
 
 
 def replica_times(steps, scenario, seed):
@@ -188,6 +197,11 @@ def _race_async(options, scenario, seed, budget, every, mode, step_seconds, devi
 
     common = dict(batch_size=BATCH_SIZE, speeds=scenario.speeds, jitter=scenario.jitter,
                   delay_distribution=scenario.delay_distribution, seed=seed, on_update=keep)
+    clock = [None]  # free-running: the start of the one clock of the timed run
+    if mode == "free-running":
+        def keep(record, keep_on_virtual_clock=keep):  # the same checkpoints, on the one clock
+            keep_on_virtual_clock({**record, "time": time.perf_counter() - clock[0]})
+        common["on_update"] = keep
     if mode == "scheduled":
         trainer.fit(x, y, updates=10**9, virtual_time_limit=budget, **common)
     else:
@@ -195,11 +209,14 @@ def _race_async(options, scenario, seed, budget, every, mode, step_seconds, devi
         # the same arrays (so nothing traces again), then the weights are reset.
         trainer.fit(x, y, updates=WARM_UP_STEPS * len(devices), batch_size=BATCH_SIZE)
         trainer.set_weights(checkpoints[0][3])
+        clock[0] = time.perf_counter()
         trainer.fit(x, y, updates=10**9, mode="free-running", time_limit=budget,
                     step_seconds=step_seconds, **common)
+        elapsed = time.perf_counter() - clock[0]  # the whole run, bookkeeping included
     if applied[0] > checkpoints[-1][1]:  # the updates after the last checkpoint
-        last = max(float(np.max(trainer.history["time"])), checkpoints[-1][0])
-        checkpoints.append((last, applied[0], applied[0] * BATCH_SIZE, trainer.get_weights()))
+        last = (elapsed if mode == "free-running" else float(np.max(trainer.history["time"])))
+        checkpoints.append((max(last, checkpoints[-1][0]), applied[0], applied[0] * BATCH_SIZE,
+                            trainer.get_weights()))
     return checkpoints
 
 
@@ -254,10 +271,11 @@ def _race_sync(options, scenario, seed, budget, every, mode, step_seconds, devic
             checkpoints.append((clock, steps, steps * used, model.get_weights()))
         return checkpoints
     per_chunk = max(1, int(round(every / step_seconds)))
+    started = time.perf_counter()  # the one clock: elapsed time around the whole run
     while clock < budget and steps < len(times):
         n = min(per_chunk, len(times) - steps)
-        history = trainer.fit(x, y, steps=n, batch_size=batch, replica_times=times[steps:steps + n])
-        steps, clock = steps + n, clock + float(np.sum(history.step_time))
+        trainer.fit(x, y, steps=n, batch_size=batch, replica_times=times[steps:steps + n])
+        steps, clock = steps + n, time.perf_counter() - started
         checkpoints.append((clock, steps, steps * used, model.get_weights()))
     return checkpoints
 
@@ -295,49 +313,69 @@ def time_to_target_table(results, target=TARGET):
     return table
 
 
-def head_to_head(table, scenario, first, second):
-    """Which of two methods reached the target first, seed by seed, and the verdict.
+def times_by_seed(results, scenario, method, target=TARGET):
+    """Time to ``target`` of one (scenario, method) in ``results``, one entry a seed, by seed.
 
-    Seeds pair the runs: the same seed gives both methods the same initial
-    weights, batches and delays.  Returns ``(wins, draws, losses)`` of
-    ``first`` against ``second`` and a verdict: ``"<first> first"`` when it
-    was earlier in at least two thirds of the seeds and never later than
-    ``second`` in more than one, ``"<second> first"`` the other way round,
-    ``"tie"`` otherwise.  Taught in the chapter "Sync vs async in the same time".
+    Returns ``(seeds, times)``; ``inf`` where a seed never got there.
     """
-    rows = {row["method"]: row for row in table if row["scenario"] == scenario}
-    a, b = np.asarray(rows[first]["times"], float), np.asarray(rows[second]["times"], float)
-    wins, losses = int(np.sum(a < b)), int(np.sum(b < a))
-    draws = len(a) - wins - losses
-    verdict = ("tie" if max(wins, losses) < 2 * len(a) / 3 or min(wins, losses) > 1
-               else f"{first} first" if wins > losses else f"{second} first")
-    return (wins, draws, losses), verdict
+    from pargrad.book.digits import time_to_target
+
+    runs = sorted((r for r in results if r["scenario"] == scenario and r["method"] == method),
+                  key=lambda r: r["seed"])
+    if not runs:
+        raise ValueError(f"no results for scenario {scenario!r} and method {method!r}.")
+    return (np.array([r["seed"] for r in runs]),
+            np.array([time_to_target(r["time"], r["accuracy"], target) for r in runs]))
 
 
-def wall_clock_claims(table, tie):
-    """The chapter's claims about a wall-clock race, each with whether ``table`` bears it out.
+def paired_verdict(results, scenario, first, second, target=TARGET, resolution=0.0,
+                   min_seeds=None):
+    """Which of two methods reached ``target`` first, seed by seed, under the book's rule.
 
-    ``table`` is :func:`time_to_target_table`'s result (medians over seeds);
-    ``tie`` is the resolution of the times (the checkpoint interval): two
-    medians closer than that are a tie, and "before" means by more than two
-    intervals.  Claims about a scenario the table lacks are left out.
-    Returns ``{claim: bool}``.  Checked in the chapter "Sync vs async in the
-    same time" (on the stored sweep and on a live race) and by
-    ``benchmarks/sync_vs_async.py`` on every new measurement.
+    Seeds pair the runs (the same seed gives both methods the same initial
+    weights, batches and delays); times closer than ``resolution`` (the
+    checkpoint interval of a wall-clock race) count as ties.  Returns
+    :func:`pargrad.book.experiments.compare`'s :class:`Verdict` (at least
+    ``min_seeds`` seeds, default the rule's 20).  Taught in the chapter
+    "Sync vs async in the same time".
     """
-    medians = {(row["scenario"], row["method"]): row["median"] for row in table}
+    from pargrad.book import experiments
+
+    seeds_a, a = times_by_seed(results, scenario, first, target)
+    seeds_b, b = times_by_seed(results, scenario, second, target)
+    if not np.array_equal(seeds_a, seeds_b):
+        raise ValueError(f"{first} and {second} were run on different seeds in {scenario!r}; "
+                         "a paired comparison needs the same seeds.")
+    both = np.isfinite(a) & np.isfinite(b)
+    close = both & (np.abs(np.where(both, a, 0.0) - np.where(both, b, 0.0)) <= resolution)
+    b = np.where(close, a, b)
+    return experiments.compare(a, b, first, second,
+                               min_seeds=experiments.MIN_SEEDS if min_seeds is None else min_seeds)
+
+
+# The claims the chapter makes about the measured (wall-clock) race: with a
+# device three times slower, plain synchronous training waits three times as
+# long every step, while asynchronous training and a backup worker do not.
+WALL_CLOCK_CLAIMS = (("one device 3x slower", "async", "sync"),
+                     ("one device 3x slower", "sync, 1 backup", "sync"))
+
+
+def wall_clock_claims(results, target, resolution):
+    """Whether each of :data:`WALL_CLOCK_CLAIMS` holds on a wall-clock race: ``{claim: bool}``.
+
+    A claim "A reaches the target before B" holds when A is ahead of B by
+    :func:`paired_verdict` over all the seeds of ``results`` (times within
+    ``resolution`` tie).  With 6 seeds the sign test needs all 6: p = 2/64.
+    Checked in the chapter "Sync vs async in the same time" on the stored
+    sweep, and by ``tools/measure_race_sweep.py``'s file.
+    """
     claims = {}
-    if ("equal devices", "sync") in medians and ("equal devices", "async") in medians:
-        claims["equal devices: sync and async tie"] = bool(
-            abs(medians["equal devices", "async"] - medians["equal devices", "sync"]) <= tie)
-    for scenario in ("one device 3x slower", "heavy-tailed delays"):
-        if not all((scenario, m) in medians for m in ("sync", "sync, 1 backup", "async")):
-            continue
-        sync, backup, plain = (medians[scenario, m] for m in ("sync", "sync, 1 backup", "async"))
-        claims[f"{scenario}: async reaches the target before sync"] = bool(plain < sync - 2 * tie)
-        claims[f"{scenario}: sync + 1 backup reaches it before sync"] = bool(backup < sync - 2 * tie)
-        claims[f"{scenario}: sync + 1 backup is level with async or ahead"] = bool(
-            backup <= plain + tie)
+    for scenario, first, second in WALL_CLOCK_CLAIMS:
+        seeds = len(times_by_seed(results, scenario, first, target)[0])
+        verdict = paired_verdict(results, scenario, first, second, target, resolution,
+                                 min_seeds=seeds)
+        claims[f"{scenario}: {first} reaches {target:.0%} before {second}"] = (
+            verdict.verdict == f"{first} ahead")
     return claims
 
 

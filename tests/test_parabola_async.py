@@ -1,0 +1,162 @@
+"""The NumPy replica of AsyncTrainer's scheduled runs, and the conclusions of the chapter
+"Asynchronous training" that rest on it, each at a reduced seed count (20, the rule's minimum)."""
+
+import numpy as np
+import pytest
+
+import pargrad
+from pargrad.asynchronous import AsyncTrainer
+from pargrad.book import delay, experiments, parabola_async
+
+SEEDS = np.arange(20)
+TUNING = np.arange(100, 110)
+RATES = [0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.14, 0.2, 0.3, 0.4, 0.6]
+
+
+@pytest.fixture(scope="module")
+def devices():
+    return pargrad.logical_devices(4)
+
+
+@pytest.mark.parametrize("speeds, jitter, aware, rate", [
+    ([1.0, 1.0, 1.0, 1.0], 0.0, False, 0.03),
+    ([1.0, 1.0, 1.0, 0.1], 0.0, True, 0.1),
+    ([1.0, 0.5, 0.8], 0.3, False, 0.05),
+])
+def test_the_replica_replays_the_trainer(devices, speeds, jitter, aware, rate):
+    x, y = pargrad.parabola_data()
+    workers = len(speeds)
+    trainer = AsyncTrainer(pargrad.parabola_model(seed=3), pargrad.squared_error,
+                           devices[:workers], learning_rate=rate, staleness_aware=aware,
+                           progress=False)
+    history = trainer.fit(x, y, updates=200, speeds=speeds, jitter=jitter, seed=7)
+    schedule = parabola_async.virtual_schedule(speeds, 200, jitter=jitter, seed=7)
+    np.testing.assert_array_equal(schedule["worker"], history["worker"])
+    np.testing.assert_array_equal(schedule["read_version"], history["read_version"])
+    np.testing.assert_allclose(schedule["time"], history["time"])
+    model = pargrad.parabola_model()
+    model.set_weights(trainer.get_weights())
+    trained = float(pargrad.squared_error(y, model(x)))
+    x64, y64 = pargrad.parabola_data(dtype="float64")
+    replayed = parabola_async.train(parabola_async.stacked_weights([3]), x64, y64, workers,
+                                    schedule, rate, staleness_aware=aware)[0]
+    assert abs(replayed - trained) <= pargrad.rounding_tolerance("float32", 200, scale=trained)
+
+
+def test_equal_workers_read_tau_updates_back():
+    schedule = parabola_async.virtual_schedule([1.0] * 4, 40)
+    t = np.arange(40)
+    np.testing.assert_array_equal(schedule["worker"], t % 4)
+    np.testing.assert_array_equal(schedule["read_version"], np.where(t < 4, 0, t - 3))
+
+
+def test_a_schedule_a_seed_equals_running_seeds_one_by_one():
+    x, y = pargrad.parabola_data(dtype="float64")
+    schedules = [parabola_async.virtual_schedule([1.0, 0.5], 60, jitter=0.5, seed=s) for s in (0, 1)]
+    both = {key: np.stack([s[key] for s in schedules], axis=1) for key in ("worker", "read_version")}
+    together = parabola_async.train(parabola_async.stacked_weights([0, 1]), x, y, 2, both, 0.05)
+    alone = [parabola_async.train(parabola_async.stacked_weights([s]), x, y, 2, schedules[s], 0.05)[0]
+             for s in (0, 1)]
+    np.testing.assert_allclose(together, alone, rtol=1e-12)
+
+
+def test_bad_schedules_are_refused():
+    x, y = pargrad.parabola_data(dtype="float64")
+    with pytest.raises(ValueError, match="read_version"):
+        parabola_async.train(parabola_async.stacked_weights([0]), x, y, 1,
+                             {"worker": [0, 0], "read_version": [1, 1]}, 0.1)
+    with pytest.raises(ValueError, match="positive number per worker"):
+        parabola_async.virtual_schedule([1.0, 0.0], 10)
+
+
+# -- the chapter's conclusions, over 20 seeds ------------------------------------------------
+
+def test_one_worker_ends_below_four_at_the_chapters_small_rate():
+    four = parabola_async.final_losses(4, 0.03, SEEDS)
+    one = parabola_async.final_losses(1, 0.03, SEEDS)
+    assert experiments.compare(four, one, "4", "1").verdict == "1 ahead"
+
+
+def test_each_at_its_best_rate_more_workers_end_higher_with_smaller_rates():
+    methods = [experiments.Method(str(n), lambda r, s, n=n: parabola_async.final_losses(n, r, s),
+                                  RATES) for n in (1, 4, 8)]
+    result = experiments.run_experiment(methods, SEEDS, TUNING)
+    assert result.rates["1"] > result.rates["4"] > result.rates["8"]
+    for n in ("4", "8"):
+        assert result.compare(n, "1").verdict == "1 ahead"
+
+
+def test_the_largest_stable_rate_shrinks_as_the_delay_bound_says():
+    x, y = pargrad.parabola_data(dtype="float64")
+    weights = parabola_async.stacked_weights(SEEDS)
+    one = parabola_async.largest_stable_rate(weights, x, y, 1)
+    for n in (2, 4, 8):
+        ratios = parabola_async.largest_stable_rate(weights, x, y, n) / one
+        predicted = delay.stable_rate_bound(n - 1) / delay.stable_rate_bound(0)
+        assert abs(np.median(ratios) / predicted - 1) < 0.10 and np.all(ratios < 1)
+
+
+def test_momentum_does_not_explain_the_runs_at_the_large_rate():
+    for n in (4, 8):
+        control = parabola_async.final_losses(n, 0.1 / n, SEEDS, momentum=1 - 1 / n,
+                                              sequential=True)
+        stale = parabola_async.final_losses(n, 0.1, SEEDS)
+        verdict = experiments.compare(control, stale, "control", "async")
+        assert verdict.verdict == "control ahead" and verdict.losses == 0
+        assert np.all(control < 2 * parabola_async.final_losses(1, 0.1, SEEDS))
+
+
+def test_the_staleness_aware_rate_is_a_guard_not_a_gain():
+    uneven = [1.0, 1.0, 1.0, 0.1]
+    plain = experiments.Method("plain", lambda r, s: parabola_async.final_losses(
+        4, r, s, speeds=uneven), RATES)
+    rule = experiments.Method("rule", lambda r, s: parabola_async.final_losses(
+        4, r, s, speeds=uneven, staleness_aware=True), RATES)
+    result = experiments.run_experiment([plain, rule], SEEDS, TUNING)
+    assert result.compare("plain", "rule").verdict == "plain ahead"
+    start = parabola_async.full_loss(parabola_async.stacked_weights(SEEDS),
+                                     *pargrad.parabola_data(dtype="float64"))
+    guarded = parabola_async.final_losses(4, 0.2, SEEDS, speeds=uneven, staleness_aware=True)
+    unguarded = parabola_async.final_losses(4, 0.2, SEEDS, speeds=uneven)
+    assert np.all(unguarded > start) and np.all(guarded < start)
+
+
+def test_against_the_same_mean_step_the_rule_wins_only_at_the_smaller_base_rate():
+    uneven = [1.0, 1.0, 1.0, 0.1]
+    schedule = parabola_async.virtual_schedule(uneven, 400)
+    verdicts = []
+    for base in (0.1, 0.2):
+        same_mean = parabola_async.mean_rate(schedule, base, staleness_aware=True)
+        verdicts.append(experiments.compare(
+            parabola_async.final_losses(4, base, SEEDS, speeds=uneven, staleness_aware=True),
+            parabola_async.final_losses(4, same_mean, SEEDS, speeds=uneven), "rule", "same mean"
+        ).verdict)
+    assert verdicts == ["rule ahead", "no difference shown"]
+
+
+def test_the_mean_matched_control_really_matches():
+    schedule = parabola_async.virtual_schedule([1.0, 1.0, 1.0, 0.1], 400)
+    staleness = np.arange(400) - schedule["read_version"]
+    assert parabola_async.mean_rate(schedule, 0.1, True) == pytest.approx(
+        np.mean(0.1 / (staleness + 1)), rel=1e-12)
+    assert parabola_async.mean_rate(schedule, 0.1, False) == 0.1
+
+
+def test_trainer_on_repeated_data_follows_the_delayed_recursion(devices):
+    import keras
+
+    x, _ = pargrad.parabola_data()
+    curvature = 2 * float(np.mean(x.astype(np.float64) ** 2))
+    for factor in (0.8, 1.2):
+        product = factor * delay.stable_rate_bound(3)
+        model = keras.Sequential([keras.Input(shape=(1,)), keras.layers.Dense(1, use_bias=False)])
+        model.set_weights([np.array([[1.0]], np.float32)])
+        trainer = AsyncTrainer(model, "mse", devices[:4], learning_rate=product / curvature,
+                               progress=False, stop_on_non_finite=False)
+        path = [1.0]
+        trainer.fit(np.repeat(x, 4, axis=0), np.zeros((200, 1), np.float32), updates=80,
+                    on_update=lambda r: path.append(float(trainer.get_weights()[0][0, 0])))
+        exact = delay.delayed_gradient_path(product, 3, 1.0, 80)
+        assert np.abs(np.array(path) - exact).max() <= pargrad.rounding_tolerance(
+            "float32", 81, np.abs(exact).max())
+        assert (delay.growth_per_update(path, 3) < 1) == (factor < 1)
