@@ -165,7 +165,7 @@ figure = plots.async_timeline(history)
 #
 # We produce the picture with a real run. The model has one parameter $w$ and
 # predicts $\hat y = w x$; the data are the 50 points $x$ of the y = x² question with
-# targets $y = 0.5\,x$, so the loss $L(w) = \mathrm{mean}((w x - y)^2)$ is a
+# targets $y = x/2$, so the loss $L(w) = \mathrm{mean}((w x - y)^2)$ is a
 # parabola with its minimum at $w^* = 0.5$ and curvature
 # $L''(w) = 2\,\mathrm{mean}(x^2)$. Change the three numbers in the next cell to
 # redraw the figure: the learning rate is set as a multiple of one over the

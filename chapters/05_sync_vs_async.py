@@ -633,9 +633,9 @@ plt.close(figure)
 #   leaderboard's final ImageNet results, when submissions closed in 2020,
 #   trained ResNet-50 to 93% top-5 accuracy in 2 min 38 s (Alibaba Cloud,
 #   March 2020), 2 min 43 s and 9 min 22 s (Huawei Cloud ModelArts, 2019 and
-#   2018), each on clusters of 128 GPUs or more {cite}`dawnbench2020leaderboard`. (The
-#   10 min 28 s often quoted, also on the page the stale-gradient article comes from, is an
-#   earlier figure from a 2018 press report, not the leaderboard's.)
+#   2018), each on clusters of 128 GPUs or more {cite}`dawnbench2020leaderboard`. (A
+#   slower figure often quoted, also on the page the stale-gradient article comes from,
+#   is an earlier one from a 2018 press report, not the leaderboard's.)
 #
 # Asynchronous training did not disappear. It lives on where its strengths
 # matter: sparse models with huge embedding tables trained on parameter
@@ -709,7 +709,7 @@ plt.close(figure)
 #
 #    *Hint:* how far ahead does a fast worker get in one step of the slow
 #    one?
-# 4. Compute the verdicts at a target on the plateau, 96%, with
+# 4. Compute the verdicts at a target on the plateau with
 #    `race.paired_verdict(results, scenario, first, second, 0.96)`. Which
 #    verdicts change, and why is a target on the plateau a poor measure?
 #

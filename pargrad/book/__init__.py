@@ -4,8 +4,15 @@ The library at the top of :mod:`pargrad` (devices, sync, asynchronous,
 accumulate, tf1, cluster, numerics, cost) is what a reader takes home; this
 sub-package is what the chapters use to *demonstrate* it:
 
-* :mod:`pargrad.book.parabola` and :mod:`pargrad.book.digits`: the tasks
-  (the y = x² question's network, the offline digits classifier);
+* :mod:`pargrad.book.parabola`, :mod:`pargrad.book.digits` and
+  :mod:`pargrad.book.sequences`: the tasks (the y = x² question's network,
+  the offline digits classifier, padded sequences of unequal lengths);
+* :mod:`pargrad.book.experiments`: methods x seeds, each at its own best
+  swept rate, and the paired rule that turns them into a verdict;
+  :mod:`pargrad.book.parabola_async`: the asynchronous runs of the y = x²
+  network replayed in NumPy for many seeds at once;
+  :mod:`pargrad.book.delay`: the delayed-gradient recursion and its
+  stability bound;
 * :mod:`pargrad.book.instruments`: the synchronous trainer with per-replica
   timing, stragglers, emulated devices and backup workers around the core
   step of :class:`pargrad.sync.SyncTrainer`;
@@ -16,7 +23,8 @@ sub-package is what the chapters use to *demonstrate* it:
   all-reduce; :mod:`pargrad.book.replica_memory`: the memory that
   accumulating on every replica costs, measured;
 * :mod:`pargrad.book.plots`: the figures; :mod:`pargrad.book.display`:
-  showing the package's source in a chapter; ``data/``: stored sweeps.
+  showing the package's source in a chapter and gluing values into the
+  rendered book (:func:`glue`); ``data/``: stored sweeps.
 
 The dependency points one way: the book imports the library, the library
 never imports the book (``tests/test_layout.py`` checks it).
