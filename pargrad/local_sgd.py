@@ -249,9 +249,12 @@ class LocalSGDTrainer:
         """Every replica's H losses, on every replica: a small all-reduce for the check."""
         def share(mine):
             context = tf.distribute.get_replica_context()
-            spot = tf.one_hot(context.replica_id_in_sync_group, self.replicas, dtype=tf.float64)
-            return context.all_reduce(tf.distribute.ReduceOp.SUM, spot[:, None] * mine[None, :])
+            row = tf.equal(tf.range(self.replicas), context.replica_id_in_sync_group)
+            placed = tf.where(row[:, None], mine[None, :], tf.zeros_like(mine)[None, :])
+            return context.all_reduce(tf.distribute.ReduceOp.SUM, placed)   # where, not 0 x inf
 
+        if self.replicas == 1:                 # nothing to communicate
+            return self.strategy.experimental_local_results(losses)[0][None, :]
         gathered = self.strategy.run(share, args=(losses,))
         return self.strategy.experimental_local_results(gathered)[0]
 
@@ -261,8 +264,11 @@ class LocalSGDTrainer:
             context = tf.distribute.get_replica_context()
             return context.all_reduce(tf.distribute.ReduceOp.MEAN, change)
 
-        mean = self.strategy.run(average, args=(changes,))
-        mean = [self.strategy.experimental_local_results(m)[0] for m in mean]
+        if self.replicas == 1:                 # nothing to communicate
+            mean = [self.strategy.experimental_local_results(c)[0] for c in changes]
+        else:
+            mean = self.strategy.run(average, args=(changes,))
+            mean = [self.strategy.experimental_local_results(m)[0] for m in mean]
         self.outer_optimizer.apply_gradients(zip(mean, self.model.trainable_variables))
         return mean
 
