@@ -173,7 +173,7 @@ class LocalSGDTrainer:
                         for device in self._devices]
         self.parameter_bytes = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize
                                    for v in model.trainable_variables)
-        self._position, self._rounds = 0, 0
+        self._position, self._rounds, self._last_data = 0, 0, None
         self._local_function = tf.function(self._local_phase, autograph=False)
         self._loss_function = tf.function(self._gather_losses, autograph=False)
         self._average_function = tf.function(self._average_and_apply, autograph=False)
@@ -262,6 +262,8 @@ class LocalSGDTrainer:
         """The one all-reduce of the round (the mean change), then the outer step."""
         def average(change):
             context = tf.distribute.get_replica_context()
+            # identity: on the replica's device (collectives need a device to reduce to)
+            change = [tf.identity(c) for c in change]
             return context.all_reduce(tf.distribute.ReduceOp.MEAN, change)
 
         if self.replicas == 1:                 # nothing to communicate
@@ -281,11 +283,16 @@ class LocalSGDTrainer:
         all of ``x``) in order, wrapping around the end, and cuts each into
         equal contiguous shards, one a replica, as :class:`pargrad.SyncTrainer`
         does; a later ``fit`` on the same data continues with the next
-        batch.  Under ``MultiWorkerMirroredStrategy`` every process passes
+        batch (other arrays, or another batch size, start from their first
+        batch).  Under ``MultiWorkerMirroredStrategy`` every process passes
         the same arrays.  Taught in the chapter "Communicating rarely".
         """
         rounds = check_whole_number("rounds", rounds)
+        originals = (x, y)
         x, y, batch_size = self._checked_data(x, y, batch_size)
+        if self._last_data is None or not _same_data(self._last_data, originals, batch_size):
+            self._position = 0                  # other data start from their first batch
+        self._last_data = originals + (batch_size,)
         with tf.device(self._host()):
             x, y = tf.constant(x), tf.constant(y)
         records = [self._round(x, y, batch_size) for _ in range(rounds)]
@@ -434,6 +441,11 @@ def _replica_copy(model, inner_optimizer, learning_rate, device):
             optimizer = type(inner_optimizer).from_config(inner_optimizer.get_config())
         optimizer.build(copy.trainable_variables)
     return copy, optimizer
+
+
+def _same_data(last, originals, batch_size):
+    """Whether a fit continues the last one: the same array objects and batch size."""
+    return last[0] is originals[0] and last[1] is originals[1] and last[2] == batch_size
 
 
 def _first_replica_of_this_process(strategy, local_replicas):

@@ -126,6 +126,21 @@ def test_two_fits_continue_as_one():
     assert max_gap(once.model.get_weights(), twice.model.get_weights()) == 0
 
 
+def test_other_data_start_from_their_first_batch():
+    # A round's first losses are computed before any update: with the same
+    # weights they tell which rows the replicas read.
+    x, y = least_squares_data()
+    first = local_sgd_trainer(sync_strategy(2), 2).fit(x, y, rounds=1, batch_size=8)
+    trainer = local_sgd_trainer(sync_strategy(2), 2)
+    trainer.fit(x, y, rounds=1, batch_size=8)
+    trainer.model.set_weights([w.copy() for w in START])
+    same = trainer.fit(x, y, rounds=1, batch_size=8)               # rows 16.. next
+    trainer.model.set_weights([w.copy() for w in START])
+    other = trainer.fit(x.copy(), y.copy(), rounds=1, batch_size=8)  # rows 0.. again
+    assert np.array_equal(other.replica_loss[0, :, 0], first.replica_loss[0, :, 0])
+    assert not np.allclose(same.replica_loss[0, :, 0], first.replica_loss[0, :, 0])
+
+
 def test_more_local_steps_drift_apart_from_sync():
     # H > 1 is not synchronous SGD: the reference with H = 1 differs.
     x, y = least_squares_data()
