@@ -288,6 +288,9 @@ class LocalSGDTrainer:
         the same arrays.  Taught in the chapter "Communicating rarely".
         """
         rounds = check_whole_number("rounds", rounds)
+        if isinstance(x, tf.data.Dataset):
+            raise TypeError("LocalSGDTrainer.fit takes arrays x and y; read the dataset into "
+                            "NumPy arrays first (or train it with pargrad.SyncTrainer).")
         originals = (x, y)
         x, y, batch_size = self._checked_data(x, y, batch_size)
         if self._last_data is None or not _same_data(self._last_data, originals, batch_size):
@@ -384,7 +387,7 @@ class LocalSGDTrainer:
 # ----------------------------------------------------------------------------
 
 def _check_model_and_strategy(model, strategy):
-    """TypeError or ValueError, saying what to pass, unless the model's variables are the strategy's."""
+    """TypeError or ValueError saying what to pass, unless the model is the strategy's."""
     if not isinstance(strategy, tf.distribute.Strategy):
         raise TypeError(f"LocalSGDTrainer needs a tf.distribute strategy, got {strategy!r}; "
                         "make one with pargrad.sync_strategy(replicas).")
@@ -435,12 +438,23 @@ def _replica_copy(model, inner_optimizer, learning_rate, device):
             raise TypeError(
                 f"LocalSGDTrainer could not copy the model for each replica ({error}); pass a "
                 "Sequential or functional model, or give your model get_config().") from None
+        _check_same_variables(model, copy)
         if inner_optimizer is None:
             optimizer = keras.optimizers.SGD(learning_rate)
         else:
             optimizer = type(inner_optimizer).from_config(inner_optimizer.get_config())
         optimizer.build(copy.trainable_variables)
     return copy, optimizer
+
+
+def _check_same_variables(model, copy):
+    """ValueError unless a replica's copy has the model's trainable variables, shape for shape."""
+    shapes = [tuple(v.shape) for v in model.trainable_variables]
+    if [tuple(v.shape) for v in copy.trainable_variables] != shapes:
+        raise ValueError(
+            "The copy of the model made for a replica (keras.models.clone_model) does not have "
+            f"the model's trainable variables {shapes}; pass a Sequential or functional model "
+            "built with a keras.Input.")
 
 
 def _same_data(last, originals, batch_size):

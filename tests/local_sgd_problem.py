@@ -13,7 +13,7 @@ START = (np.array([[0.5], [-1.0]]), np.array([0.25]))
 
 
 def least_squares_data(n=24, poison_row=None):
-    """``n`` seeded float64 points of y = 2 x0 + x1 + 0.5 + noise; a huge (finite) x at ``poison_row``."""
+    """``n`` seeded float64 points of y = 2 x0 + x1 + 0.5 + noise; x huge (finite) at ``poison_row``."""
     rng = np.random.default_rng(3)
     x = rng.standard_normal((n, 2))
     y = x @ np.array([[2.0], [1.0]]) + 0.5 + 0.1 * rng.standard_normal((n, 1))

@@ -16,7 +16,7 @@ import pargrad
 from pargrad import cost
 from pargrad.cluster import ClusterError, LocalCluster
 from pargrad.local_sgd import LocalSGDTrainer, ring_bytes
-from pargrad.sync import SyncTrainer, sync_strategy
+from pargrad.sync import SyncTrainer, sync_strategy, tf
 
 from local_sgd_problem import (
     START,
@@ -150,6 +150,21 @@ def test_more_local_steps_drift_apart_from_sync():
     assert max_gap(trainer.model.get_weights(), as_sync) > 1e-3
 
 
+def test_each_replica_keeps_its_own_inner_optimizer_state():
+    # An inner Adam (as DiLoCo's AdamW): one state a replica, carried across rounds.
+    x, y = least_squares_data()
+    strategy = sync_strategy(2)
+    with strategy.scope():
+        model = linear_model()
+    trainer = LocalSGDTrainer(model, strategy, 3, inner_optimizer=keras.optimizers.Adam(0.01))
+    history = trainer.fit(x, y, rounds=2, batch_size=8)
+    first, second = trainer.inner_optimizers
+    assert first is not second and first.iterations.numpy() == second.iterations.numpy() == 6
+    moments = [np.concatenate([np.ravel(v.numpy()) for v in o.variables[2:]]) for o in (first, second)]
+    assert np.max(np.abs(moments[0] - moments[1])) > 1e-6      # their own shards, own state
+    assert np.all(np.isfinite(history.loss)) and history.replica_loss.shape == (2, 2, 3)
+
+
 # -- what a round costs ----------------------------------------------------------------
 
 @pytest.mark.parametrize("replicas", [1, 2, 4])
@@ -257,6 +272,8 @@ def test_bad_data_and_rounds():
         trainer.fit(x, y, rounds=1, batch_size=7)
     with pytest.raises(ValueError, match="rounds must be a whole number"):
         trainer.fit(x, y, rounds=0, batch_size=8)
+    with pytest.raises(TypeError, match="takes arrays x and y"):
+        trainer.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8), None, rounds=1)
     x[3, 0] = np.nan
     with pytest.raises(pargrad.NonFiniteDataError, match="row 3 of x"):
         trainer.fit(x, y, rounds=1, batch_size=8)
