@@ -211,8 +211,10 @@ class LocalSGDTrainer:
         offset = position + (self._first_replica + index) * per_replica
 
         def body(h, losses):
-            rows = (offset + h * batch_size + tf.range(per_replica)) % tf.shape(x)[0]
-            loss = self._local_step(copy, optimizer, tf.gather(x, rows), tf.gather(y, rows))
+            with tf.device(self._host()):           # the shard is cut where the data are
+                rows = (offset + h * batch_size + tf.range(per_replica)) % tf.shape(x)[0]
+                xb, yb = tf.gather(x, rows), tf.gather(y, rows)
+            loss = self._local_step(copy, optimizer, tf.identity(xb), tf.identity(yb))
             return h + 1, losses.write(h, tf.cast(loss, tf.float64))
 
         with tf.control_dependencies(reset):
