@@ -342,6 +342,18 @@ class LocalSGDTrainer:
             replicas=self.replicas, local_steps=self.local_steps, batch_size=batch_size,
             parameter_bytes=self.parameter_bytes)
 
+    def evaluate(self, x, y):
+        """The mean per-example loss (no regularization) of the shared parameters on ``(x, y)``.
+
+        What the replicas' round losses are not: the loss of the averaged
+        model, the one the chapter plots against updates, bytes and time.
+        Taught in the chapter "Communicating rarely".
+        """
+        x, y = prepare_arrays(x, y, self.model, finite_hint=DATA_HINT)
+        with tf.device(self._host()):
+            losses = self.loss(tf.constant(y), self.model(tf.constant(x), training=False))
+        return float(tf.reduce_mean(tf.cast(losses, tf.float64)))
+
     def communication_seconds(self):
         """Modelled seconds of one round's all-reduce on ``link`` (NaN without a link).
 

@@ -116,6 +116,16 @@ def test_matches_numpy_local_sgd_and_diloco(outer, replicas, local_steps):
     assert max_gap(trainer.model.get_weights(), START) > 0.1      # it moved
 
 
+def test_evaluate_is_the_shared_models_mean_loss():
+    x, y = least_squares_data()
+    trainer = local_sgd_trainer(sync_strategy(2), 3)
+    assert trainer.evaluate(x, y) == pytest.approx(np.mean((x @ START[0] + START[1] - y) ** 2),
+                                                   rel=1e-12)
+    trainer.fit(x, y, rounds=3, batch_size=8)
+    w, b = trainer.model.get_weights()
+    assert trainer.evaluate(x, y) == pytest.approx(np.mean((x @ w + b - y) ** 2), rel=1e-12)
+
+
 def test_two_fits_continue_as_one():
     x, y = least_squares_data()
     once = local_sgd_trainer(sync_strategy(2), 2)
@@ -160,7 +170,8 @@ def test_each_replica_keeps_its_own_inner_optimizer_state():
     history = trainer.fit(x, y, rounds=2, batch_size=8)
     first, second = trainer.inner_optimizers
     assert first is not second and first.iterations.numpy() == second.iterations.numpy() == 6
-    moments = [np.concatenate([np.ravel(v.numpy()) for v in o.variables[2:]]) for o in (first, second)]
+    moments = [np.concatenate([np.ravel(v.numpy()) for v in o.variables[2:]])   # m and v
+               for o in (first, second)]
     assert np.max(np.abs(moments[0] - moments[1])) > 1e-6      # their own shards, own state
     assert np.all(np.isfinite(history.loss)) and history.replica_loss.shape == (2, 2, 3)
 
