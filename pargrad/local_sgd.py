@@ -133,7 +133,8 @@ class LocalSGDTrainer:
     ``inner_optimizer`` (made from its config; default
     ``keras.optimizers.SGD(learning_rate)``).  ``outer_optimizer``
     (default ``SGD(1.0)``, plain model averaging) must be created inside
-    ``strategy.scope()``.  Only the trainable variables are averaged.
+    ``strategy.scope()``.  Only trainable variables are averaged, so a model
+    with non-trainable state (BatchNormalization's statistics) is refused.
 
     ``local_steps``: ``H``, the steps each replica takes alone between two
     averages (a whole number >= 1).  ``loss``: as
@@ -415,6 +416,12 @@ def _check_model_and_strategy(model, strategy):
     if not variables:
         raise ValueError("The model has no trainable variables yet; build it (give it a "
                          "keras.Input) inside `with strategy.scope():`.")
+    if model.non_trainable_variables:
+        raise ValueError(
+            "LocalSGDTrainer averages trainable variables only, and the model has non-trainable "
+            f"state {[v.path for v in model.non_trainable_variables]} (BatchNormalization's "
+            "statistics?) that each replica would keep apart; use a model without it, for "
+            "example with LayerNormalization instead of BatchNormalization.")
     inside = strategy.extended.variable_created_in_scope
     if not all(inside(getattr(v, "value", v)) for v in variables):
         raise ValueError("The model's variables were created outside this strategy's scope; "

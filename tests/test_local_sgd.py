@@ -265,6 +265,15 @@ def test_bad_strategy_model_and_scope():
             LocalSGDTrainer(model, strategy, 2)
 
 
+def test_a_model_with_non_trainable_state_is_refused():
+    strategy = sync_strategy(2)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((2,)), keras.layers.BatchNormalization(),
+                                  keras.layers.Dense(1)])
+    with pytest.raises(ValueError, match="LayerNormalization instead"):
+        LocalSGDTrainer(model, strategy, 2)
+
+
 @pytest.mark.parametrize("options, error, says", [
     ({"link": "fast"}, TypeError, "pargrad.cost.Link"),
     ({"step_seconds": -1.0}, ValueError, "positive number of seconds"),
