@@ -105,6 +105,22 @@ class LocalSGDHistory:
         """The virtual clock at the end of each round: the running sum of ``round_seconds``."""
         return np.cumsum(self.round_seconds)
 
+    def clock_on(self, link, step_seconds=0.0, slowest=1.0):
+        """The virtual clock of this run charged on another ``link``, without running it again.
+
+        Each round costs ``H x step_seconds x slowest`` (the slowest
+        replica's factor) plus a ring all-reduce of the parameters on
+        ``link``; returns the running sum at the end of each round, so one
+        run can be drawn against a fast and a slow network.  Taught in the
+        chapter "Communicating rarely".
+        """
+        if not isinstance(link, cost.Link):
+            raise TypeError(f"link must be a pargrad.cost.Link, got {link!r}.")
+        step_seconds = _checked_step_seconds(step_seconds, zero=True) or 0.0   # None: no compute
+        compute = self.local_steps * step_seconds * float(slowest)
+        communication = cost.ring_all_reduce_time(self.parameter_bytes, self.replicas, link)
+        return (compute + communication) * np.arange(1, len(self.loss) + 1)
+
 
 def ring_bytes(parameter_bytes, replicas):
     """Bytes each replica sends (and receives) in a ring all-reduce of ``parameter_bytes``.
@@ -498,11 +514,11 @@ def _checked_link(link):
     return link
 
 
-def _checked_step_seconds(seconds):
+def _checked_step_seconds(seconds, zero=False):
     if seconds is None:
         return None
-    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not seconds > 0 \
-            or not np.isfinite(seconds):
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) \
+            or not (seconds >= 0 if zero else seconds > 0) or not np.isfinite(seconds):
         raise ValueError(f"step_seconds must be a positive number of seconds (the virtual time "
                          f"of one local step) or None, got {seconds!r}.")
     return float(seconds)

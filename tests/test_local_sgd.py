@@ -204,6 +204,21 @@ def test_communication_time_is_the_cost_model_of_the_link():
     assert history.round_seconds == pytest.approx([by_hand] * 2, rel=1e-12)
 
 
+def test_one_run_is_charged_on_another_link_as_if_it_had_run_there():
+    x, y = least_squares_data()
+    slow = cost.Link(latency=50e-3, bandwidth=1e6, name="between data centres")
+    fast = cost.Link(latency=5e-6, bandwidth=3e11, name="NVLink-class")
+    ran_slow = local_sgd_trainer(sync_strategy(4), 3, link=slow, step_seconds=0.01,
+                                 slowdown=[1, 2, 1, 1]).fit(x, y, rounds=3, batch_size=8)
+    ran_fast = local_sgd_trainer(sync_strategy(4), 3, link=fast, step_seconds=0.01,
+                                 slowdown=[1, 2, 1, 1]).fit(x, y, rounds=3, batch_size=8)
+    assert ran_fast.clock_on(slow, 0.01, slowest=2) == pytest.approx(ran_slow.clock, rel=1e-12)
+    assert ran_slow.clock_on(fast, 0.01, slowest=2) == pytest.approx(ran_fast.clock, rel=1e-12)
+    assert ran_slow.clock_on(fast)[-1] == pytest.approx(3 * cost.ring_all_reduce_time(24, 4, fast))
+    with pytest.raises(TypeError, match="pargrad.cost.Link"):
+        ran_slow.clock_on("fast")
+
+
 def test_without_a_link_or_step_time_nothing_is_modelled():
     x, y = least_squares_data()
     history = local_sgd_trainer(sync_strategy(2), 2).fit(x, y, rounds=2, batch_size=8)
