@@ -29,6 +29,7 @@ from pargrad.cluster import (  # noqa: E402
     tf_config,
 )
 from pargrad.devices import DevicesAlreadyInitializedError, logical_devices  # noqa: E402
+from pargrad.local_sgd import LocalSGDHistory, LocalSGDTrainer, ring_bytes  # noqa: E402
 from pargrad.numerics import rounding_tolerance, unit_roundoff  # noqa: E402
 from pargrad.training import NonFiniteDataError, NonFiniteLossError, per_example_loss  # noqa: E402
 from pargrad.sync import (  # noqa: E402
