@@ -80,7 +80,7 @@ class LocalSGDHistory:
       modelled counts 0; NaN when neither is); ``clock`` is their running sum.
     * ``wall_seconds[k]``: the round as measured on this machine.
 
-    For the chapter "Communicating rarely" (not written yet; tests/test_local_sgd.py shows its use).
+  
     """
 
     loss: np.ndarray
@@ -127,7 +127,7 @@ def ring_bytes(parameter_bytes, replicas):
     """Bytes each replica sends (and receives) in a ring all-reduce of ``parameter_bytes``.
 
     ``2 (R - 1) / R x parameter_bytes`` (0 for one replica), the traffic of
-    :func:`pargrad.cost.ring_pattern`.  For the chapter "Communicating rarely" (not written yet; tests/test_local_sgd.py shows its use).
+    :func:`pargrad.cost.ring_pattern`.
     """
     return cost.ring_pattern(replicas).traffic * float(parameter_bytes)
 
@@ -172,7 +172,7 @@ class LocalSGDTrainer:
     parameters stay those of the round's start (the replicas' inner
     optimizers may hold non-finite state afterwards; make a new trainer).
 
-    For the chapter "Communicating rarely" (not written yet; tests/test_local_sgd.py shows its use).
+  
     """
 
     def __init__(self, model, strategy, local_steps, inner_optimizer=None, outer_optimizer=None,
@@ -305,7 +305,7 @@ class LocalSGDTrainer:
         does; a later ``fit`` on the same data continues with the next
         batch (other arrays, or another batch size, start from their first
         batch).  Under ``MultiWorkerMirroredStrategy`` every process passes
-        the same arrays.  For the chapter "Communicating rarely" (not written yet; tests/test_local_sgd.py shows its use).
+        the same arrays.
         """
         rounds = check_whole_number("rounds", rounds)
         if isinstance(x, tf.data.Dataset):
@@ -365,7 +365,7 @@ class LocalSGDTrainer:
 
         What the replicas' round losses are not: the loss of the averaged
         model, the one the chapter plots against updates, bytes and time.
-        For the chapter "Communicating rarely" (not written yet; tests/test_local_sgd.py shows its use).
+      
         """
         x, y = prepare_arrays(x, y, self.model, finite_hint=DATA_HINT)
         with tf.device(self._host()):
@@ -376,7 +376,7 @@ class LocalSGDTrainer:
         """Modelled seconds of one round's all-reduce on ``link`` (NaN without a link).
 
         :func:`pargrad.cost.ring_all_reduce_time` of the parameters' bytes over
-        the replicas.  For the chapter "Communicating rarely" (not written yet; tests/test_local_sgd.py shows its use).
+        the replicas.
         """
         if self.link is None:
             return float("nan")
@@ -385,7 +385,7 @@ class LocalSGDTrainer:
     def compute_seconds(self):
         """Modelled seconds of one round's local steps: H x step_seconds x the largest slowdown.
 
-        NaN without ``step_seconds``.  For the chapter "Communicating rarely" (not written yet; tests/test_local_sgd.py shows its use).
+        NaN without ``step_seconds``.
         """
         if self.step_seconds is None:
             return float("nan")
