@@ -112,8 +112,7 @@ class LocalSGDHistory:
         Each round costs ``H x step_seconds x slowest`` (the slowest
         replica's factor) plus a ring all-reduce of the parameters on
         ``link``; returns the running sum at the end of each round, so one
-        run can be drawn against a fast and a slow network.  Taught in the
-        chapter "Communicating rarely".
+        run can be drawn against a fast and a slow network.
         """
         if not isinstance(link, cost.Link):
             raise TypeError(f"link must be a pargrad.cost.Link, got {link!r}.")
