@@ -3,6 +3,8 @@
 import inspect
 import textwrap
 
+import numpy as np
+
 from IPython.display import Code
 
 
@@ -60,6 +62,8 @@ def glue(name, value, display=False):
     value in the notebook instead, so the chapter still runs and the reader
     still sees the figure or number.
     """
+    if isinstance(value, np.generic):   # np.float64(0.5) would be pasted as its repr
+        value = value.item()
     try:
         from myst_nb import glue as myst_glue
     except ImportError:
