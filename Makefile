@@ -116,7 +116,9 @@ test-other-numerics: $(STAMP)
 # with only its declared dependencies, nothing from requirements.txt, and
 # the kernel and notebook runner Colab has.  Not compared with the stored
 # outputs (another TensorFlow prints other digits); the chapters' asserts
-# run.  About 15 minutes on two cores, so not part of `make test`.
+# run.  About five minutes on an idle two-core machine, plus the download of
+# a second TensorFlow: not part of `make test` (a reader's check needs no
+# second TensorFlow), but .ci/run runs it.
 COLAB    := .venv-colab
 COLAB_TF ?= 2.19.0
 
