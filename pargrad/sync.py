@@ -76,10 +76,6 @@ import keras  # noqa: E402  (after the quiet TensorFlow import)
 from pargrad.training import (  # noqa: E402
     NonFiniteDataError,
     NonFiniteLossError,
-    _default_loss,
-    _loss_input,
-    _values_as_floats,
-    align_targets,
     TrainingPosition,
     check_whole_number,
     first_non_finite_row,
@@ -462,7 +458,7 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         self.strategy = strategy
         self.loss = per_example_loss(loss)
         self.sample_weight = sample_weight
-        self._loss_values = _loss_per_value(loss) if sample_weight is not None else None
+        self._loss_values = self.loss.values if sample_weight is not None else None
         self.accumulation_steps = int(accumulation_steps)
         self.progress = progress
         self.jit_compile = bool(jit_compile)
@@ -1329,31 +1325,6 @@ def _raise_non_finite_batch(x, y, step, hint):
         if found is not None:
             raise NonFiniteDataError(
                 f"row {found[0]} of the dataset batch's {label} for step {step}", found[1], hint)
-
-
-def _loss_per_value(loss):
-    """The trainer's ``loss=`` as a function giving its values before any reduction.
-
-    The same loss as :func:`pargrad.training.per_example_loss` (which checks
-    it and averages extra axes), but one value per token for a loss per
-    time step, so that ``sample_weight`` can weight each token.
-    """
-    per_example_loss(loss)                          # its checks and errors
-    if loss is None:
-        function = _default_loss
-    elif isinstance(loss, str):
-        function = keras.losses.get(loss)
-    else:
-        function = loss
-    if isinstance(function, keras.losses.Loss):
-        function = function.call                    # unreduced
-
-    def loss_values(y, prediction):
-        prediction = _loss_input(prediction)
-        y, prediction = align_targets(tf.convert_to_tensor(y), prediction)
-        return function(_values_as_floats(y, prediction), prediction)
-
-    return loss_values
 
 
 def _same(a, b):

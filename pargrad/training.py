@@ -294,7 +294,10 @@ def per_example_loss(loss):
     trainer's mean over the global batch is the mean of the shards' means).
 
     Anything else (a number, a loss *class* instead of an instance) raises
-    ``TypeError`` saying what to pass.  Taught in the chapter "Your own model".
+    ``TypeError`` saying what to pass.  The returned function's ``values``
+    attribute gives the loss's values before any averaging (one per token for
+    a loss per time step, for weighting each token).  Taught in the chapter
+    "Your own model".
     """
     if loss is None:
         function = _default_loss
@@ -325,12 +328,16 @@ def per_example_loss(loss):
             f"{type(loss).__name__} {loss!r}."
         )
 
-    def loss_per_example(y, prediction):
+    def values(y, prediction):
         prediction = _loss_input(prediction)
         y, prediction = align_targets(tf.convert_to_tensor(y), prediction)
-        return _per_example(function(_values_as_floats(y, prediction), prediction), prediction)
+        return function(_values_as_floats(y, prediction), prediction), prediction
+
+    def loss_per_example(y, prediction):
+        return _per_example(*values(y, prediction))
 
     loss_per_example.wrapped = loss
+    loss_per_example.values = lambda y, prediction: values(y, prediction)[0]
     return loss_per_example
 
 
