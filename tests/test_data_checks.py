@@ -19,6 +19,9 @@ from pargrad.asynchronous import AsyncTrainer
 from pargrad.sync import SyncTrainer, sync_strategy
 from pargrad.training import NonFiniteDataError, check_finite_data, first_non_finite_row
 
+# Runs are compared bit for bit, so with deterministic kernels (a GPU's are not by default).
+pytestmark = pytest.mark.usefixtures("deterministic_ops")
+
 
 def data(n=32, seed=0):
     rng = np.random.default_rng(seed)
