@@ -4,7 +4,7 @@ Two layers.  The library, at the top of the package, is what a reader takes
 home: :mod:`pargrad.devices`, :mod:`pargrad.sync`,
 :mod:`pargrad.asynchronous`, :mod:`pargrad.accumulate`, :mod:`pargrad.tf1`,
 :mod:`pargrad.cluster`, :mod:`pargrad.numerics`, :mod:`pargrad.cost`,
-:mod:`pargrad.training`.  The
+:mod:`pargrad.training`, :mod:`pargrad.checks`, :mod:`pargrad.scenario`.  The
 book's instruments (tasks, races, demos, figures, stored data) live in
 :mod:`pargrad.book`, which imports the library and is never imported by it.
 The names below are re-exported from both layers, so ``pargrad.X`` is all a
@@ -20,7 +20,7 @@ import_tensorflow_quietly()
 # -- the library --------------------------------------------------------------
 from pargrad import cost, tf1  # noqa: E402
 from pargrad.accumulate import GradientAccumulator, peak_memory  # noqa: E402
-from pargrad.asynchronous import AsyncTrainer, lost_updates, random_delay  # noqa: E402
+from pargrad.asynchronous import AsyncTrainer  # noqa: E402
 from pargrad.cluster import (  # noqa: E402
     ClusterError,
     ClusterTimeoutError,
@@ -31,6 +31,7 @@ from pargrad.cluster import (  # noqa: E402
 from pargrad.devices import DevicesAlreadyInitializedError, logical_devices  # noqa: E402
 from pargrad.local_sgd import LocalSGDHistory, LocalSGDTrainer, ring_bytes  # noqa: E402
 from pargrad.numerics import rounding_tolerance, unit_roundoff  # noqa: E402
+from pargrad.scenario import Scenario, random_delay  # noqa: E402
 from pargrad.training import NonFiniteDataError, NonFiniteLossError, per_example_loss  # noqa: E402
 from pargrad.sync import (  # noqa: E402
     DevicesNotReadyError,
@@ -61,6 +62,7 @@ from pargrad.book.instruments import (  # noqa: E402
     backup_worker_mask,
     sync_step_times,
 )
+from pargrad.book.lost_updates import lost_updates  # noqa: E402
 from pargrad.book.multiworker import train_parabola_multiworker  # noqa: E402
 from pargrad.book.parabola import (  # noqa: E402
     add_layer,

@@ -15,14 +15,19 @@ around it sits in methods of its own: :meth:`AsyncTrainer._claim_update`
 until :meth:`AsyncTrainer.may_start`, the bounded staleness of the chapter
 "Sync vs async in the same time"), :meth:`AsyncTrainer._extra_time` and
 :meth:`AsyncTrainer._wait_as_device` (the extra time of a slower device:
-busy work that holds the core, or with ``step_seconds`` a wait) and, in :meth:`AsyncTrainer._apply`,
-the staleness-aware learning rate.
+busy work that holds the core, or with ``step_seconds`` a wait) and, in
+:meth:`AsyncTrainer._apply`, the staleness-aware learning rate and the
+delay-compensated gradient (:func:`delay_compensated`).  The constructor's
+options are checked in :meth:`AsyncTrainer._check_options`, a fit's in
+:class:`_Run` (its settings and its state while it runs) and
+:meth:`AsyncTrainer._checked_data`.
 """
 
+import dataclasses
 import heapq
-import numbers
 import threading
 import time
+from typing import Callable, NamedTuple
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -32,16 +37,85 @@ from pargrad._quiet import import_tensorflow_quietly
 tf = import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
 
+from pargrad.checks import (  # noqa: E402
+    check_choice, check_flag, check_positive, check_whole_number,
+)
+from pargrad.scenario import DELAY_DISTRIBUTIONS, Scenario, random_delay  # noqa: E402,F401
 from pargrad.training import (  # noqa: E402
-    check_finite_loss, check_whole_number, keras_metrics, per_example_loss, prepare_arrays,
+    check_finite_loss, keras_metrics, per_example_loss, prepare_arrays,
 )
 
 MODES = ("scheduled", "free-running")
-DELAY_DISTRIBUTIONS = ("exponential", "pareto")
 HISTORY_KEYS = (
     "worker", "read_version", "applied_version", "staleness",
     "learning_rate", "loss", "read_time", "time",
 )
+# fit's older spellings, still accepted: updates= for steps=, and the three
+# emulation knobs that a Scenario now holds as one value.
+OLD_NAMES = ("updates", "speeds", "jitter", "delay_distribution")
+
+
+class _Read(NamedTuple):
+    """What a worker read: the ``parameters`` (copies), their ``version``, and the ``time`` it read."""
+
+    parameters: list
+    version: int
+    time: float
+
+
+@dataclasses.dataclass
+class _Run:
+    """One fit: its settings, checked here, and its state while it runs (a new one each fit)."""
+
+    workers: int
+    steps: int
+    scenario: Scenario
+    batch_size: int = None
+    mode: str = "scheduled"
+    seed: int = 0
+    time_limit: float = None
+    virtual_time_limit: float = None
+    step_seconds: float = None
+    on_update: Callable = None
+    validation_data: tuple = None
+    validation_every: int = None
+    shards: list = None          # each worker's (x, y, indices), on its device
+    records: list = dataclasses.field(default_factory=list)      # one tuple an update
+    validations: list = dataclasses.field(default_factory=list)  # one tuple an evaluation
+    stop: threading.Event = dataclasses.field(default_factory=threading.Event)
+    claimed: int = 0             # updates claimed by free-running workers
+    errors: list = dataclasses.field(default_factory=list)       # (worker, exception)
+
+    def __post_init__(self):
+        check_choice("mode", self.mode, MODES)
+        if self.virtual_time_limit is not None and (
+                self.mode != "scheduled" or not self.virtual_time_limit > 0):
+            raise ValueError(
+                "virtual_time_limit must be a positive number of virtual time units, and "
+                f"works only with mode='scheduled'; got {self.virtual_time_limit!r} with "
+                f"mode={self.mode!r}. For free-running runs pass time_limit (seconds) instead.")
+        if self.step_seconds is not None:
+            self.step_seconds = check_positive("step_seconds (None: stretch the measured step)",
+                                               self.step_seconds)
+        if self.time_limit is not None:
+            self.time_limit = check_positive("time_limit (seconds, or None)", self.time_limit)
+        if self.validation_every is not None:
+            self.validation_every = check_whole_number("validation_every", self.validation_every)
+            if self.validation_data is None:
+                raise ValueError("validation_every needs validation_data=(x_val, y_val) too.")
+        self.applied = [0] * self.workers   # updates applied by each worker in this fit
+        self.finished = set()               # workers whose fit is over
+        self.batch_rngs = [np.random.default_rng([self.seed, w]) for w in range(self.workers)]
+
+    def history(self, metrics):
+        """The records as a dict of arrays (HISTORY_KEYS, and val_* with validation data)."""
+        columns = list(zip(*self.records)) or [[] for _ in HISTORY_KEYS]
+        history = {key: np.array(column) for key, column in zip(HISTORY_KEYS, columns)}
+        if self.validation_data is not None:
+            names = ["val_version", "val_loss"] + [f"val_{m.name}" for m in metrics]
+            columns = list(zip(*self.validations)) or [[] for _ in names]
+            history.update({name: np.array(c) for name, c in zip(names, columns)})
+        return history
 
 
 class AsyncTrainer:
@@ -52,7 +126,7 @@ class AsyncTrainer:
         devices = pargrad.logical_devices(4)      # before anything else
         trainer = AsyncTrainer(pargrad.parabola_model(), "mse", devices,
                                learning_rate=0.01)
-        history = trainer.fit(x, y, updates=400)  # scheduled: repeatable
+        history = trainer.fit(x, y, steps=400)    # scheduled: repeatable
         history["staleness"]                      # one entry per update
 
     ``model`` is a built Keras model; its trainable weights are copied into
@@ -75,13 +149,18 @@ class AsyncTrainer:
     ``staleness + 1`` (Zhang et al. 2016); with an optimizer it sets the
     optimizer's rate, not the gradient's size, because adaptive optimizers
     (Adagrad, Adam) divide the size of the gradient away; for SGD the two
-    are the same update.  Updates are applied one at a time under a lock,
-    so none is lost and the version counter equals the number of applied
-    updates.  A loss that is NaN or infinite stops :meth:`fit` with
-    :class:`pargrad.NonFiniteLossError` (naming the update and the worker)
-    before it is applied, unless ``stop_on_non_finite=False``.  ``metrics``
-    (Keras metric objects) are computed with the loss on ``fit``'s
-    ``validation_data``.
+    are the same update.  ``delay_compensation=λ`` (a positive number;
+    ``None``, the default, leaves the gradient as it is) applies Zheng et
+    al.'s (2017) delay-compensated gradient ``g + λ·g⊙g⊙(w_now − w_read)``
+    instead of the stale ``g``, ``w_read`` the parameters the worker read
+    (kept for each worker) and ``w_now`` those it updates: DC-ASGD with a
+    constant λ (:func:`delay_compensated`).  Updates are applied one at a
+    time under a lock, so none is lost and the version counter equals the
+    number of applied updates.  A loss that is NaN or infinite stops
+    :meth:`fit` with :class:`pargrad.NonFiniteLossError` (naming the update
+    and the worker) before it is applied, unless ``stop_on_non_finite=False``.
+    ``metrics`` (Keras metric objects) are computed with the loss on
+    ``fit``'s ``validation_data``.
 
     ``staleness_bound=s`` bounds how far the workers drift apart (stale
     synchronous parallel, Ho et al. 2013): a worker that has applied more
@@ -119,111 +198,99 @@ class AsyncTrainer:
     def __init__(self, model, loss, devices, learning_rate=None,
                  staleness_aware=False, parameter_device=None, progress=True,
                  staleness_bound=None, jit_compile=False, optimizer=None,
-                 stop_on_non_finite=True, metrics=None):
-        if not isinstance(model, keras.Model) or not model.built:
-            raise ValueError(
-                f"AsyncTrainer needs a built keras.Model, got {type(model).__name__}; "
-                "build it first, for example keras.Sequential([keras.Input(shape=(1,)), ...])."
-            )
-        if not model.trainable_variables:
-            raise ValueError("AsyncTrainer needs a model with trainable weights; this one has none.")
-        if any(getattr(layer.dtype_policy, "compute_dtype", None) == "float16"
-               for layer in model._flatten_layers()):
-            raise ValueError(
-                "AsyncTrainer has no loss scaling, and float16 gradients of a mixed_float16 "
-                "model underflow; build the model under a float32 policy "
-                "(keras.mixed_precision.set_dtype_policy('float32')), or use "
-                "SyncTrainer, or Keras fit, which scale the loss."
-            )
-        if isinstance(devices, str) or not devices or not all(isinstance(d, str) for d in devices):
-            raise ValueError(
-                f"devices must be a non-empty list of device names, got {devices!r}; "
-                "pass for example pargrad.logical_devices(2)."
-            )
-        if optimizer is not None and not isinstance(optimizer, keras.optimizers.Optimizer):
-            raise ValueError(
-                f"optimizer must be None (plain SGD at learning_rate) or a Keras optimizer "
-                f"object, got {optimizer!r}; pass for example keras.optimizers.Adagrad(0.1)."
-            )
-        if optimizer is not None and learning_rate is not None:
-            raise ValueError(
-                "pass the learning rate to the optimizer, not to AsyncTrainer: "
-                f"keras.optimizers.{type(optimizer).__name__}(learning_rate={learning_rate!r})."
-            )
-        if learning_rate is None:
-            learning_rate = 0.01
-        if not isinstance(learning_rate, numbers.Real) or not learning_rate > 0:
-            raise ValueError(f"learning_rate must be a positive number, got {learning_rate!r}.")
-        if staleness_aware and optimizer is not None and isinstance(
-                optimizer._learning_rate, keras.optimizers.schedules.LearningRateSchedule):
-            raise ValueError(
-                "staleness_aware=True divides the optimizer's learning rate by staleness + 1 "
-                "and needs a fixed rate; pass a number as the optimizer's learning_rate, "
-                "or staleness_aware=False to keep the schedule."
-            )
-        if staleness_bound is not None and (
-                isinstance(staleness_bound, bool) or not isinstance(staleness_bound, numbers.Integral)
-                or staleness_bound < 0):
-            raise ValueError(
-                f"staleness_bound must be None (never wait) or a whole number >= 0, "
-                f"got {staleness_bound!r}; for example 2 lets a worker run 2 updates "
-                "ahead of the slowest."
-            )
-        metrics = keras_metrics(metrics, " (they are computed on fit's validation_data)")
-
-        self.model = model
-        self.loss = loss
+                 stop_on_non_finite=True, metrics=None, delay_compensation=None):
+        check_model(model)
+        self.model, self.loss = model, loss
         mean_loss(loss)  # refuses what is not a loss now, not in fit
-        self.devices = list(devices)
-        self.optimizer = optimizer
-        self._learning_rate = (float(learning_rate) if optimizer is None
-                               else float(optimizer.learning_rate))
-        self.staleness_aware = bool(staleness_aware)
-        self.staleness_bound = None if staleness_bound is None else int(staleness_bound)
-        self.parameter_device = parameter_device or self.devices[0]
-        self.progress = progress
-        self.jit_compile = bool(jit_compile)
-        self.stop_on_non_finite = bool(stop_on_non_finite)
-        self.metrics = metrics
-        # Plain tf.Variables: their assign_sub is one atomic kernel (a Keras
-        # variable's is assign(self - value), which can lose updates).  With
-        # a Keras optimizer, Keras variables (the optimizer needs them) whose
-        # tf.Variables are the parameters; updates go through the lock anyway.
-        with tf.device(self.parameter_device):
-            if optimizer is None:
-                self.parameters = [
-                    tf.Variable(v.numpy(), name=v.path.replace("/", "_"), trainable=False)
-                    for v in model.trainable_variables
-                ]
-            else:
-                self._optimized = [keras.Variable(v.numpy(), dtype=v.dtype,
-                                                  name=v.path.replace("/", "_"))
-                                   for v in model.trainable_variables]
-                self.parameters = [v.value for v in self._optimized]
-                optimizer.build(self._optimized)  # slot variables here, on the parameter device
-        # Each worker keeps its own copy of the model's non-trainable state
-        # (Dropout's random seeds, BatchNorm's statistics), as a worker on a
-        # machine of its own would; worker w's random streams start 2**40
-        # draws after worker w - 1's, so the workers drop different units.
-        self._state = []
-        for worker, device in enumerate(self.devices):
-            with tf.device(device):
-                self._state.append([
-                    tf.Variable(v.numpy() + (np.array([0, worker << 40], v.dtype)
-                                             if v.name == "seed_generator_state" else 0),
-                                trainable=False)
-                    for v in model.non_trainable_variables
-                ])
+        self.devices, self.parameter_device, self.optimizer = devices, parameter_device, optimizer
+        self.staleness_aware, self.staleness_bound = staleness_aware, staleness_bound
+        self.delay_compensation, self.metrics = delay_compensation, metrics
+        self.progress, self.jit_compile, self.stop_on_non_finite = (
+            progress, jit_compile, stop_on_non_finite)
+        self._learning_rate = learning_rate
+        self._check_options()
+        self._make_parameters()
+        self._state = [self._worker_state(worker, device)
+                       for worker, device in enumerate(self.devices)]
         self.version = 0  # number of updates applied so far
         self.history = {key: np.array([]) for key in HISTORY_KEYS}
         self._lock = threading.Lock()
         self._caught_up = threading.Condition(self._lock)  # for staleness_bound
-        self._applied = [0] * len(self.devices)  # updates applied by each worker in a fit
-        self._finished = set()                   # workers whose fit is over
+        self._run = None  # the fit under way (or the last one): a _Run
         self._gradient_fns = [self._compile_gradients(worker, device)
                               for worker, device in enumerate(self.devices)]
         self._apply_fn = tf.function(self._apply_update, jit_compile=self.jit_compile)
         self._evaluate_fn = None
+
+    def _check_options(self):
+        """Check the constructor's options, all here, and keep them in the form used."""
+        devices, optimizer = self.devices, self.optimizer
+        if isinstance(devices, str) or not devices or not all(isinstance(d, str) for d in devices):
+            raise ValueError(f"devices must be a non-empty list of device names, got {devices!r}; "
+                             "pass for example pargrad.logical_devices(2).")
+        if optimizer is not None and not isinstance(optimizer, keras.optimizers.Optimizer):
+            raise TypeError(
+                f"optimizer must be None (plain SGD at learning_rate) or a Keras optimizer "
+                f"object, got {optimizer!r}; pass for example keras.optimizers.Adagrad(0.1).")
+        if optimizer is not None and self._learning_rate is not None:
+            raise ValueError(
+                "pass the learning rate to the optimizer, not to AsyncTrainer: keras.optimizers."
+                f"{type(optimizer).__name__}(learning_rate={self._learning_rate!r}).")
+        self.staleness_aware = check_flag("staleness_aware", self.staleness_aware)
+        if self.staleness_aware and optimizer is not None and isinstance(
+                optimizer._learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+            raise ValueError(
+                "staleness_aware=True divides the optimizer's learning rate by staleness + 1 "
+                "and needs a fixed rate; pass a number as the optimizer's learning_rate, "
+                "or staleness_aware=False to keep the schedule.")
+        self._learning_rate = (check_positive("learning_rate", 0.01 if self._learning_rate is None
+                                              else self._learning_rate)
+                               if optimizer is None else float(optimizer.learning_rate))
+        if self.staleness_bound is not None:  # None: never wait; 2: at most 2 updates ahead
+            self.staleness_bound = check_whole_number(
+                "staleness_bound (None to never wait)", self.staleness_bound, minimum=0)
+        if self.delay_compensation is not None:
+            self.delay_compensation = check_positive(
+                "delay_compensation (λ; None to apply the stale gradient as it is)",
+                self.delay_compensation)
+        self.devices = list(devices)
+        self.parameter_device = self.parameter_device or self.devices[0]
+        self.jit_compile = check_flag("jit_compile", self.jit_compile)
+        self.stop_on_non_finite = check_flag("stop_on_non_finite", self.stop_on_non_finite)
+        self.metrics = keras_metrics(self.metrics, " (they are computed on fit's validation_data)")
+
+    def _make_parameters(self):
+        """The shared parameters on the parameter device, copied from the model.
+
+        Plain tf.Variables: their assign_sub is one atomic kernel (a Keras
+        variable's is assign(self - value), which can lose updates).  With a
+        Keras optimizer, Keras variables (the optimizer needs them) whose
+        tf.Variables are the parameters; updates go through the lock anyway.
+        """
+        with tf.device(self.parameter_device):
+            if self.optimizer is None:
+                self.parameters = [
+                    tf.Variable(v.numpy(), name=v.path.replace("/", "_"), trainable=False)
+                    for v in self.model.trainable_variables]
+                return
+            self._optimized = [keras.Variable(v.numpy(), dtype=v.dtype,
+                                              name=v.path.replace("/", "_"))
+                               for v in self.model.trainable_variables]
+            self.parameters = [v.value for v in self._optimized]
+            self.optimizer.build(self._optimized)  # slot variables here, on the parameter device
+
+    def _worker_state(self, worker, device):
+        """``worker``'s own copy of the model's non-trainable state, on its device.
+
+        Dropout's random seeds, BatchNorm's statistics, as a worker on a
+        machine of its own would keep them; worker w's random streams start
+        2**40 draws after worker w - 1's, so the workers drop different units.
+        """
+        with tf.device(device):
+            return [tf.Variable(v.numpy() + (np.array([0, worker << 40], v.dtype)
+                                             if v.name == "seed_generator_state" else 0),
+                                trainable=False)
+                    for v in self.model.non_trainable_variables]
 
     @property
     def learning_rate(self):
@@ -235,10 +302,10 @@ class AsyncTrainer:
 
     # -- the three steps of one worker's iteration -------------------------
 
-    def _read(self):
-        """The latest parameters and their version, read together."""
+    def _read(self, now):
+        """The latest parameters and their version, read together, at time ``now``."""
         with self._lock:
-            return [p.read_value() for p in self.parameters], self.version
+            return _Read([p.read_value() for p in self.parameters], self.version, now)
 
     def _loss_and_predictions(self, loss_fn, parameters, state, x, y, training):
         """Mean loss over the batch plus the model's own losses (regularization), at ``parameters``."""
@@ -267,7 +334,11 @@ class AsyncTrainer:
 
         return gradients
 
-    def _apply_update(self, gradients, learning_rate):
+    def _apply_update(self, gradients, learning_rate, read=None):
+        """The update, in one tf.function; ``read``: the parameters the worker read (DC-ASGD)."""
+        if read is not None:
+            gradients = delay_compensated(gradients, self.parameters, read,
+                                          self.delay_compensation)
         if self.optimizer is not None:
             if self.staleness_aware:  # the rate, not the gradient (see the class docstring)
                 self.optimizer.learning_rate.assign(learning_rate)
@@ -276,28 +347,31 @@ class AsyncTrainer:
         for parameter, gradient in zip(self.parameters, gradients):
             parameter.assign_sub(tf.cast(learning_rate, gradient.dtype) * gradient)
 
-    def _apply(self, worker, gradients, read_version, loss, read_time, now):
+    def _apply(self, worker, read, loss, gradients, now):
         """Apply one worker's update atomically and record it."""
+        run = self._run
         with self._lock:
-            staleness = self.version - read_version
+            staleness = self.version - read.version
             rate = self.learning_rate / (staleness + 1) if self.staleness_aware else self.learning_rate
+            compensate = read.parameters if self.delay_compensation is not None else None
             with tf.device(self.parameter_device):
-                self._apply_fn(gradients, tf.constant(rate, tf.float32))
-            self._records.append((worker, read_version, self.version, staleness,
-                                  rate, float(loss), read_time, now))
+                self._apply_fn(gradients, tf.constant(rate, tf.float32), compensate)
+            run.records.append((worker, read.version, self.version, staleness,
+                                rate, float(loss), read.time, now))
             self.version += 1
-            self._applied[worker] += 1
+            run.applied[worker] += 1
             self._caught_up.notify_all()
-            if self._on_update is not None:
-                self._on_update(dict(zip(HISTORY_KEYS, self._records[-1])))
+            if run.on_update is not None:
+                run.on_update(dict(zip(HISTORY_KEYS, run.records[-1])))
 
     def _gradients(self, worker, parameters):
         """Loss and gradients of ``worker`` on its next batch of its own data."""
-        x, y, everything = self._shards[worker]
-        if self._batch_size is None:
+        run = self._run
+        x, y, everything = run.shards[worker]
+        if run.batch_size is None:
             batch = everything
         else:
-            batch = self._batch_rngs[worker].choice(len(everything), self._batch_size, replace=False)
+            batch = run.batch_rngs[worker].choice(len(everything), run.batch_size, replace=False)
             batch = tf.constant(np.sort(batch), tf.int32)
         with tf.device(self.devices[worker]):
             loss, gradients = self._gradient_fns[worker](parameters, x, y, batch)
@@ -317,160 +391,122 @@ class AsyncTrainer:
         """
         if self.staleness_bound is None:
             return True
-        running = [n for w, n in enumerate(self._applied) if w not in self._finished]
-        return not running or self._applied[worker] - min(running) <= self.staleness_bound
+        applied, finished = self._run.applied, self._run.finished
+        running = [n for w, n in enumerate(applied) if w not in finished]
+        return not running or applied[worker] - min(running) <= self.staleness_bound
 
     # -- running the workers ------------------------------------------------
 
-    def fit(self, x, y=None, updates=None, batch_size=None, mode="scheduled", speeds=None,
-            jitter=0.0, seed=0, time_limit=None, on_update=None,
-            delay_distribution="exponential", step_seconds=None, virtual_time_limit=None,
-            validation_data=None, validation_every=None):
-        """Run ``updates`` asynchronous updates; return the history of this run.
+    def fit(self, x, y=None, *, steps=None, batch_size=None, mode="scheduled", scenario=None,
+            seed=0, time_limit=None, virtual_time_limit=None, step_seconds=None,
+            on_update=None, validation_data=None, validation_every=None, **old_names):
+        """Run ``steps`` updates, each on ``batch_size`` examples *per worker*; return the history.
 
-        The examples are dealt out to the workers (worker ``i`` gets
-        ``x[i::workers]``); each step a worker uses ``batch_size`` random
-        examples of its shard (all of them when ``None``).  ``speeds`` gives
-        each device's relative speed (``[1, 0.5]``: device 1 takes twice as
-        long); ``jitter`` adds a random delay with mean ``jitter`` times a step,
-        exponential or, with ``delay_distribution="pareto"``, heavy-tailed
-        (see :func:`random_delay`).  In ``mode="scheduled"`` these define a
-        virtual clock (a step takes ``(1 + delay) / speed`` time units) that
-        orders reads and applies; in ``mode="free-running"`` they make the
-        real threads sleep: by default a step is stretched to ``(1 + delay)
-        / speed`` times what its computation took; with ``step_seconds`` it
-        is stretched to last ``step_seconds * (1 + delay) / speed`` seconds
-        (an emulated device, the same time model as the virtual clock).
-        ``time_limit`` (seconds) stops the run early; in scheduled mode
-        ``virtual_time_limit`` stops it before the first update that would
-        land after that virtual time (to give every trainer the same time).
+        ``batch_size`` is per worker: each update is one worker's gradient
+        on ``batch_size`` random examples of its own shard (the examples are
+        dealt out, worker ``i`` gets ``x[i::workers]``; ``None``: its whole
+        shard).  Every argument after ``y`` is keyword-only.  ``updates=``
+        is the older name of ``steps=`` (pass one of them).
+
+        ``scenario`` (a :class:`pargrad.Scenario`; default: equal devices,
+        no delays) says how fast each device is: ``Scenario(speeds=(1,
+        0.5))`` makes device 1 take twice as long, ``jitter`` adds a random
+        delay with mean ``jitter`` times a step, exponential or, with
+        ``delay_distribution="pareto"``, heavy-tailed.  (The older
+        ``speeds=``, ``jitter=`` and ``delay_distribution=`` are still
+        accepted, but not together with ``scenario``.)  In
+        ``mode="scheduled"`` the scenario defines a virtual clock (a step
+        takes ``(1 + delay) / speed`` time units) that orders reads and
+        applies; in ``mode="free-running"`` it stretches the real steps: by
+        default to ``(1 + delay) / speed`` times what the computation took,
+        with ``step_seconds`` to ``step_seconds * (1 + delay) / speed``
+        seconds (an emulated device, the same time model as the virtual
+        clock).  ``time_limit`` (seconds) stops the run early; in scheduled
+        mode ``virtual_time_limit`` stops it before the first update that
+        would land after that virtual time (to give every trainer the same
+        time).  ``seed`` fixes the batches and the delays.
         ``on_update(record)`` is called after each update, under the lock.
         With a ``staleness_bound`` a worker that is too far ahead waits
         before it reads (on the virtual clock, or really, on a condition).
         ``x`` and ``y`` are arrays (or lists), cast as
-        :func:`pargrad.training.prepare_arrays` casts them; ``validation_data``
-        is a pair ``(x_val, y_val)`` on which the loss (in inference mode, with
-        ``model.losses``) and the trainer's ``metrics`` are computed at the
-        end of the fit and, with ``validation_every=n``, after every n-th
-        update (under the lock, so the workers wait for it).
+        :func:`pargrad.training.prepare_arrays` casts them;
+        ``validation_data`` is a pair ``(x_val, y_val)`` on which the loss
+        (in inference mode, with ``model.losses``) and the trainer's
+        ``metrics`` are computed at the end of the fit and, with
+        ``validation_every=n``, after every n-th update (under the lock, so
+        the workers wait for it).
 
         Returns a dict of arrays, one entry per applied update, in the order
         they were applied: ``worker``, ``read_version``, ``applied_version``,
         ``staleness`` (= applied - read), ``learning_rate``, ``loss`` (of the
-        worker's batch, at the parameters it read),
-        ``read_time`` and ``time`` (seconds since the start, or virtual time
-        units when scheduled).  With ``validation_data`` it also holds, one
-        entry per evaluation, ``val_version`` (the updates applied by then),
+        worker's batch, at the parameters it read), ``read_time`` and
+        ``time`` (seconds since the start, or virtual time units when
+        scheduled).  With ``validation_data`` it also holds, one entry per
+        evaluation, ``val_version`` (the updates applied by then),
         ``val_loss`` and ``val_<metric name>``.  The model's weights are set
         to the trained parameters, also when a worker fails.
         """
         workers = len(self.devices)
+        steps, scenario = fit_length_and_scenario(steps, scenario, old_names, workers)
+        x, y, validation_data = self._checked_data(x, y, batch_size, validation_data)
+        run = _Run(workers=workers, steps=steps, scenario=scenario, batch_size=batch_size,
+                   mode=mode, seed=seed, time_limit=time_limit,
+                   virtual_time_limit=virtual_time_limit, step_seconds=step_seconds,
+                   validation_data=validation_data, validation_every=validation_every)
+        run.shards = [self._shard(x, y, worker) for worker in range(workers)]
+        run.on_update = self._after_each_update(on_update, run.validation_every)
+        self._run = run
+        try:
+            with tqdm(total=steps, unit="update", disable=not self.progress, mininterval=0.5,
+                      desc=f"async, {workers} worker{'s' * (workers > 1)}") as bar:
+                (self._run_scheduled if mode == "scheduled" else self._run_free)(bar)
+            if validation_data is not None and (
+                    not run.validations or run.validations[-1][0] != self.version):
+                self._validate()
+        finally:  # also when a worker failed: the model holds the parameters applied so far
+            self._copy_to_model()
+            self.history = run.history(self.metrics)
+        return self.history
+
+    def _checked_data(self, x, y, batch_size, validation_data):
+        """``x``, ``y`` and ``validation_data`` checked and cast; ``batch_size`` checked against the shards."""
         if isinstance(x, tf.data.Dataset) or isinstance(y, tf.data.Dataset):
             raise ValueError(
                 "AsyncTrainer.fit takes arrays x and y, not a tf.data.Dataset: it deals the "
                 "examples out to the workers and draws each worker's batches from its own seeded "
                 "generator, so that a scheduled run repeats exactly.  Pass arrays, for example "
                 "x, y = (np.concatenate(part) for part in zip(*dataset.as_numpy_iterator())), "
-                "or train from a dataset with SyncTrainer."
-            )
-        if y is None or updates is None:
-            raise ValueError(
-                "fit needs targets y and a number of updates: fit(x, y, updates=100); "
-                f"got y={'None' if y is None else '...'} and updates={updates!r}."
-            )
+                "or train from a dataset with SyncTrainer.")
+        if y is None:
+            raise ValueError("fit needs targets y: fit(x, y, steps=100); got y=None.")
         hint = ("Pass AsyncTrainer(..., stop_on_non_finite=False) to train on regardless."
                 if self.stop_on_non_finite else None)
         x, y = prepare_arrays(x, y, self.model, finite_hint=hint)
-        updates = check_whole_number("updates", updates)
+        workers = len(self.devices)
         if len(x) < workers:
-            raise ValueError(
-                f"AsyncTrainer needs at least one example per worker ({workers}), got {len(x)}; "
-                "pass more examples or fewer devices."
-            )
-        smallest_shard = len(x) // workers
-        if batch_size is not None:
-            batch_size = check_whole_number("batch_size", batch_size)
-            if not batch_size <= smallest_shard:
-                raise ValueError(
-                    f"batch_size must be None (whole shard) or between 1 and {smallest_shard} "
-                    f"(the smallest worker's shard), got {batch_size!r}."
-                )
+            raise ValueError(f"AsyncTrainer needs at least one example per worker ({workers}), "
+                             f"got {len(x)}; pass more examples or fewer devices.")
+        if batch_size is not None and not check_whole_number(
+                "batch_size", batch_size) <= len(x) // workers:
+            raise ValueError(f"batch_size must be None (whole shard) or between 1 and "
+                             f"{len(x) // workers} (the smallest worker's shard), got {batch_size!r}.")
         if validation_data is not None:
             if not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2:
                 raise ValueError(
                     f"validation_data must be a pair (x_val, y_val) of arrays, got "
-                    f"{type(validation_data).__name__}; pass for example (x_test, y_test)."
-                )
+                    f"{type(validation_data).__name__}; pass for example (x_test, y_test).")
             validation_data = prepare_arrays(*validation_data, self.model)
-        if validation_every is not None:
-            validation_every = check_whole_number("validation_every", validation_every)
-            if validation_data is None:
-                raise ValueError("validation_every needs validation_data=(x_val, y_val) too.")
-        if self.metrics and validation_data is None:
+        elif self.metrics:
             raise ValueError(
                 "the trainer's metrics are computed on validation data; pass "
-                "fit(..., validation_data=(x_val, y_val)), or build the trainer without metrics."
-            )
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}.")
-        speeds = [1.0] * workers if speeds is None else [float(s) for s in speeds]
-        if len(speeds) != workers or min(speeds) <= 0:
-            raise ValueError(
-                f"speeds needs one positive number per worker ({workers}), got {speeds!r}; "
-                "for example [1.0, 0.5] makes device 1 twice as slow."
-            )
-        if jitter < 0:
-            raise ValueError(f"jitter must be >= 0 (0 for no random delays), got {jitter!r}.")
-        if virtual_time_limit is not None and (mode != "scheduled" or not virtual_time_limit > 0):
-            raise ValueError(
-                "virtual_time_limit must be a positive number of virtual time units, and "
-                f"works only with mode='scheduled'; got {virtual_time_limit!r} with mode={mode!r}. "
-                "For free-running runs pass time_limit (seconds) instead."
-            )
-        if delay_distribution not in DELAY_DISTRIBUTIONS:
-            raise ValueError(f"delay_distribution must be one of {DELAY_DISTRIBUTIONS}, "
-                             f"got {delay_distribution!r}.")
-        if step_seconds is not None and not step_seconds > 0:
-            raise ValueError(f"step_seconds must be None or a positive number of seconds, "
-                             f"got {step_seconds!r}.")
-        if time_limit is not None and not time_limit > 0:
-            raise ValueError(f"time_limit must be None or a positive number of seconds, got {time_limit!r}.")
+                "fit(..., validation_data=(x_val, y_val)), or build the trainer without metrics.")
+        return x, y, validation_data
 
-        self._shards = []
-        for worker, device in enumerate(self.devices):
-            with tf.device(device):
-                shard = x[worker::workers], y[worker::workers]
-                self._shards.append((tf.constant(shard[0]), tf.constant(shard[1]),
-                                     tf.range(len(shard[0]))))
-        self._batch_size = batch_size
-        self._batch_rngs = [np.random.default_rng([seed, w]) for w in range(workers)]
-        self._records = []
-        self._on_update = self._after_each_update(on_update, validation_every)
-        self._stop = threading.Event()
-        self._applied = [0] * workers
-        self._finished = set()
-        self._delay_distribution = delay_distribution
-        self._step_seconds = step_seconds
-        self._virtual_time_limit = virtual_time_limit
-        self._validation_data = validation_data
-        self._validations = []
-        run = self._run_scheduled if mode == "scheduled" else self._run_free
-        try:
-            with tqdm(total=updates, unit="update", disable=not self.progress, mininterval=0.5,
-                      desc=f"async, {workers} worker{'s' * (workers > 1)}") as bar:
-                run(updates, speeds, jitter, seed, time_limit, bar)
-            if validation_data is not None and (
-                    not self._validations or self._validations[-1][0] != self.version):
-                self._validate()
-        finally:  # also when a worker failed: the model holds the parameters applied so far
-            self._copy_to_model()
-            columns = list(zip(*self._records)) or [[] for _ in HISTORY_KEYS]
-            self.history = {key: np.array(column) for key, column in zip(HISTORY_KEYS, columns)}
-            if validation_data is not None:
-                names = ["val_version", "val_loss"] + [f"val_{m.name}" for m in self.metrics]
-                columns = list(zip(*self._validations)) or [[] for _ in names]
-                self.history.update({name: np.array(c) for name, c in zip(names, columns)})
-        return self.history
+    def _shard(self, x, y, worker):
+        """Worker ``worker``'s examples ``x[worker::workers]`` (and targets, and their indices), on its device."""
+        with tf.device(self.devices[worker]):
+            x, y = x[worker::len(self.devices)], y[worker::len(self.devices)]
+            return tf.constant(x), tf.constant(y), tf.range(len(x))
 
     # -- the model, and validation ------------------------------------------
 
@@ -497,7 +533,7 @@ class AsyncTrainer:
                     loss_fn, parameters, state, x, y, False)
                 return loss, predictions
             self._evaluate_fn = tf.function(evaluate)
-        x, y = self._validation_data
+        x, y = self._run.validation_data
         with tf.device(self.parameter_device):
             loss, predictions = self._evaluate_fn(
                 [p.read_value() for p in self.parameters], self._shared_state(), x, y)
@@ -506,7 +542,7 @@ class AsyncTrainer:
             metric.reset_state()
             metric.update_state(y, predictions)
             results.append(float(metric.result()))
-        self._validations.append((self.version, float(loss), *results))
+        self._run.validations.append((self.version, float(loss), *results))
 
     def _after_each_update(self, on_update, validation_every):
         """The hook :meth:`_apply` calls after each update, under the lock, or None.
@@ -518,136 +554,130 @@ class AsyncTrainer:
             return on_update
 
         def after_update(record):
-            if len(self._records) % validation_every == 0:
+            if len(self._run.records) % validation_every == 0:
                 self._validate()
             if on_update is not None:
                 on_update(record)
 
         return after_update
 
-    def _run_scheduled(self, updates, speeds, jitter, seed, time_limit, bar):
+    def _run_scheduled(self, bar):
         """One thread; a virtual clock decides the order of reads and applies."""
-        clock_rng = np.random.default_rng(seed)
-
-        def step_time(worker):
-            delay = random_delay(clock_rng, jitter, self._delay_distribution)
-            return (1.0 + delay) / speeds[worker]
-
+        run, workers = self._run, range(len(self.devices))
+        clock_rng = np.random.default_rng(run.seed)
         started = time.perf_counter()
         finishing = []  # heap of (virtual time the worker's gradient is ready, worker)
-        reads = {}
-        for worker in range(len(self.devices)):
-            reads[worker] = (*self._read(), 0.0)
-            heapq.heappush(finishing, (step_time(worker), worker))
-        for _ in range(updates):
-            if time_limit is not None and time.perf_counter() - started > time_limit:
+        reads = {}      # what each computing worker read: the weights DC-ASGD needs, too
+        for worker in workers:
+            reads[worker] = self._read(0.0)
+            heapq.heappush(finishing, (run.scenario.step_time(clock_rng, worker), worker))
+        for _ in range(run.steps):
+            if run.time_limit is not None and time.perf_counter() - started > run.time_limit:
                 break
-            if self._virtual_time_limit is not None and finishing[0][0] > self._virtual_time_limit:
+            if run.virtual_time_limit is not None and finishing[0][0] > run.virtual_time_limit:
                 break
             now, worker = heapq.heappop(finishing)
-            parameters, version, read_time = reads.pop(worker)
-            loss, gradients = self._gradients(worker, parameters)
-            self._apply(worker, gradients, version, loss, read_time, now)
+            read = reads.pop(worker)
+            loss, gradients = self._gradients(worker, read.parameters)
+            self._apply(worker, read, loss, gradients, now)
             # Read again right away, unless the staleness bound says wait; a
             # waiting worker starts when the slowest catches up (here, now).
-            for ready in [worker] + sorted(set(range(len(self.devices))) - {worker}):
+            for ready in [worker] + [w for w in workers if w != worker]:
                 if ready not in reads and self.may_start(ready):
-                    reads[ready] = (*self._read(), now)
-                    heapq.heappush(finishing, (now + step_time(ready), ready))
+                    reads[ready] = self._read(now)
+                    heapq.heappush(finishing, (now + run.scenario.step_time(clock_rng, ready),
+                                               ready))
             bar.update(1)
 
     def _trace_gradients(self):
         """Compile every worker's gradient function before the threads start."""
-        parameters, _ = self._read()
-        for function, (x, y, everything) in zip(self._gradient_fns, self._shards):
+        parameters, batch_size = self._read(0.0).parameters, self._run.batch_size
+        for function, (x, y, everything) in zip(self._gradient_fns, self._run.shards):
             if isinstance(function, tf.types.experimental.PolymorphicFunction):
-                batch = everything if self._batch_size is None else tf.range(self._batch_size)
+                batch = everything if batch_size is None else tf.range(batch_size)
                 function.get_concrete_function(parameters, x, y, batch)
 
-    def _run_free(self, updates, speeds, jitter, seed, time_limit, bar):
+    def _run_free(self, bar):
         """One real thread per worker; any failure stops all and is re-raised."""
-        self._claimed = 0
-        self._errors = []
+        run = self._run
         self._trace_gradients()  # here, not in several threads at once
         started = time.perf_counter()
-        threads = [
-            threading.Thread(target=self._work, name=f"pargrad-async-worker-{w}",
-                             args=(w, updates, speeds[w], jitter, seed, started))
-            for w in range(len(self.devices))
-        ]
+        threads = [threading.Thread(target=self._work, name=f"pargrad-async-worker-{w}",
+                                    args=(w, started))
+                   for w in range(len(self.devices))]
         try:
             for thread in threads:
                 thread.start()
             while any(thread.is_alive() for thread in threads):
-                self._stop.wait(0.02)
-                bar.update(len(self._records) - bar.n)
-                if self._errors:
+                run.stop.wait(0.02)
+                bar.update(len(run.records) - bar.n)
+                if run.errors:
                     break
-                if time_limit is not None and time.perf_counter() - started > time_limit:
+                if run.time_limit is not None and time.perf_counter() - started > run.time_limit:
                     break
         finally:
-            self._stop.set()
+            run.stop.set()
             for thread in threads:
                 thread.join()
-        bar.update(len(self._records) - bar.n)
-        if self._errors:
-            worker, error = self._errors[0]
+        bar.update(len(run.records) - bar.n)
+        if run.errors:
+            worker, error = run.errors[0]
             error.add_note(f"(raised by async worker {worker} on {self.devices[worker]})")
             raise error
 
-    def _work(self, worker, updates, speed, jitter, seed, started):
+    def _work(self, worker, started):
         """The single-device training loop, run by one worker's thread."""
-        delays = np.random.default_rng([seed, worker, 1])
+        delays = np.random.default_rng([self._run.seed, worker, 1])
         try:
-            while self._claim_update(worker, updates):
+            while self._claim_update(worker):
                 began = time.perf_counter()
-                parameters, version = self._read()
-                loss, gradients = self._gradients(worker, parameters)
+                read = self._read(began - started)
+                loss, gradients = self._gradients(worker, read.parameters)
                 # An emulated slower device or a random delay: the extra time.
-                if self._wait_as_device(self._extra_time(delays, began, speed, jitter)):
+                if self._wait_as_device(self._extra_time(delays, began, worker)):
                     return
-                self._apply(worker, gradients, version, loss,
-                            began - started, time.perf_counter() - started)
+                self._apply(worker, read, loss, gradients, time.perf_counter() - started)
         except BaseException as error:  # noqa: BLE001 - handed to fit, which re-raises it
-            self._errors.append((worker, error))
-            self._stop.set()
+            self._run.errors.append((worker, error))
+            self._run.stop.set()
         finally:
             self._leave(worker)
 
-    def _claim_update(self, worker, updates):
-        """Whether ``worker`` may do one more of the ``updates`` a free-running fit asked for.
+    def _claim_update(self, worker):
+        """Whether ``worker`` may do one more of the updates a free-running fit asked for.
 
         False once the run is stopped or every update is claimed.  With a
         ``staleness_bound`` the worker first waits, on a condition, while it
         is too far ahead of the slowest (:meth:`may_start`).
         """
+        run = self._run
         with self._lock:
             while not self.may_start(worker):  # staleness bound: too far ahead
                 self._caught_up.wait(0.05)
-                if self._stop.is_set():
+                if run.stop.is_set():
                     return False
-            if self._stop.is_set() or self._claimed == updates:
+            if run.stop.is_set() or run.claimed == run.steps:
                 return False
-            self._claimed += 1
+            run.claimed += 1
             return True
 
     def _leave(self, worker):
         """Mark ``worker``'s run as over, so that it no longer holds the others back."""
         with self._lock:
-            self._finished.add(worker)
+            self._run.finished.add(worker)
             self._caught_up.notify_all()
 
-    def _extra_time(self, delays, began, speed, jitter):
-        """Seconds a worker sleeps after computing, to emulate its device (see :meth:`fit`).
+    def _extra_time(self, delays, began, worker):
+        """Seconds a worker waits after computing, to emulate its device (see :meth:`fit`).
 
         A step is stretched to ``(1 + delay) / speed`` times what its
         computation took, or with ``step_seconds`` to last
         ``step_seconds * (1 + delay) / speed`` seconds.
         """
         busy = time.perf_counter() - began
-        stretch = (1.0 + random_delay(delays, jitter, self._delay_distribution)) / speed
-        pause = (busy * (stretch - 1.0) if self._step_seconds is None
-                 else self._step_seconds * stretch - busy)
+        stretch = self._run.scenario.step_time(delays, worker)
+        step_seconds = self._run.step_seconds
+        pause = busy * (stretch - 1.0) if step_seconds is None else step_seconds * stretch - busy
         return max(0.0, pause)
 
     def _wait_as_device(self, seconds):
@@ -660,10 +690,10 @@ class AsyncTrainer:
         stands for an accelerator's work, during which the host thread only
         waits: then it sleeps.
         """
-        if self._step_seconds is not None:
-            return self._stop.wait(seconds)
-        hold_core(seconds, self._stop)
-        return self._stop.is_set()
+        if self._run.step_seconds is not None:
+            return self._run.stop.wait(seconds)
+        hold_core(seconds, self._run.stop)
+        return self._run.stop.is_set()
 
     def get_weights(self):
         """The shared parameters as a list of NumPy arrays."""
@@ -680,6 +710,72 @@ class AsyncTrainer:
         with self._lock:
             for parameter, weight in zip(self.parameters, weights):
                 parameter.assign(np.asarray(weight, parameter.dtype.as_numpy_dtype))
+
+
+def check_model(model):
+    """Refuse a model AsyncTrainer cannot train, saying what to pass instead."""
+    if not isinstance(model, keras.Model) or not model.built:
+        raise ValueError(
+            f"AsyncTrainer needs a built keras.Model, got {type(model).__name__}; "
+            "build it first, for example keras.Sequential([keras.Input(shape=(1,)), ...]).")
+    if not model.trainable_variables:
+        raise ValueError("AsyncTrainer needs a model with trainable weights; this one has none.")
+    if any(getattr(layer.dtype_policy, "compute_dtype", None) == "float16"
+           for layer in model._flatten_layers()):
+        raise ValueError(
+            "AsyncTrainer has no loss scaling, and float16 gradients of a mixed_float16 "
+            "model underflow; build the model under a float32 policy "
+            "(keras.mixed_precision.set_dtype_policy('float32')), or use "
+            "SyncTrainer, or Keras fit, which scale the loss.")
+
+
+def fit_length_and_scenario(steps, scenario, old_names, workers):
+    """``fit``'s ``steps`` and :class:`Scenario` from its arguments, old spellings included.
+
+    ``old_names`` holds what fit received as ``updates=`` (for ``steps=``)
+    and ``speeds=``, ``jitter=``, ``delay_distribution=`` (for a
+    ``scenario``); a name fit does not know is a ``TypeError``, a length or
+    a scenario given twice a ``ValueError``.
+    """
+    unknown = sorted(set(old_names) - set(OLD_NAMES))
+    if unknown:
+        raise TypeError(f"AsyncTrainer.fit() got unexpected keyword arguments {unknown}; "
+                        "see help(AsyncTrainer.fit) for the names it takes.")
+    old = {name: value for name, value in old_names.items() if value is not None}
+    updates = old.pop("updates", None)
+    if steps is not None and updates is not None:
+        raise ValueError(f"pass steps= (or its older name updates=), not both: got steps={steps!r} "
+                         f"and updates={updates!r}.")
+    if steps is None and updates is None:
+        raise ValueError("fit needs the number of updates to run: fit(x, y, steps=100).")
+    steps = check_whole_number("steps" if updates is None else "updates",
+                               updates if steps is None else steps)
+    if scenario is not None and old:
+        raise ValueError(f"pass the devices' speeds and delays either as scenario=Scenario(...) "
+                         f"or as the older {sorted(old)}, not both.")
+    if scenario is None:
+        scenario = Scenario(tuple(old.pop("speeds", (1.0,) * workers)), **old)
+    elif not isinstance(scenario, Scenario):
+        raise TypeError(f"scenario must be a pargrad.Scenario, got {scenario!r}; pass for example "
+                        f"Scenario(speeds=(1.0, 0.5), jitter=0.2).")
+    if len(scenario.speeds) != workers:
+        raise ValueError(f"speeds needs one positive number per worker ({workers}), got "
+                         f"{scenario.speeds!r}; for example (1.0, 0.5) makes device 1 twice as slow.")
+    return steps, scenario
+
+
+def delay_compensated(gradients, now, read, strength):
+    """Zheng et al.'s delay-compensated gradients: ``g + λ·g⊙g⊙(w_now − w_read)``, one a parameter.
+
+    A gradient ``g`` computed at the parameters ``read`` arrives when they
+    are ``now``.  Its first-order Taylor correction to ``now`` needs the
+    Hessian; DC-ASGD (Zheng et al. 2017) approximates the Hessian by the
+    outer product ``g gᵀ`` and keeps its diagonal, scaled by ``λ`` =
+    ``strength``, so the correction costs two products an element.  Works
+    on TensorFlow tensors and on NumPy arrays.  Taught in the chapter
+    "Asynchronous training".
+    """
+    return [g + strength * g * g * (w - r) for g, w, r in zip(gradients, now, read)]
 
 
 def mean_loss(loss):
@@ -711,28 +807,6 @@ def mean_loss(loss):
     return mean
 
 
-def random_delay(rng, jitter, distribution="exponential"):
-    """One random extra delay, in units of a step, with mean ``jitter`` (0 gives 0.0).
-
-    ``"exponential"``: ``rng.exponential(jitter)``, light-tailed.
-    ``"pareto"``: a Lomax (Pareto II) draw of shape 1.5 scaled to the same
-    mean, heavy-tailed: its variance is infinite, and now and then a step
-    takes many times the mean (a device busy with something else).  Both
-    trainers' virtual clocks draw their delays here, so synchronous and
-    asynchronous runs see the same kind of delays.
-
-    Used in the chapter "Sync vs async in the same time".
-    """
-    if not jitter:
-        return 0.0
-    if distribution == "exponential":
-        return float(rng.exponential(jitter))
-    if distribution == "pareto":
-        shape = 1.5  # numpy's pareto(a) is Lomax, mean 1 / (a - 1) = 2
-        return float(rng.pareto(shape) * jitter * (shape - 1.0))
-    raise ValueError(f"distribution must be one of {DELAY_DISTRIBUTIONS}, got {distribution!r}.")
-
-
 def hold_core(seconds, stop=None):
     """Keep one CPU core busy for ``seconds`` (or until the event ``stop`` is set).
 
@@ -749,33 +823,3 @@ def hold_core(seconds, stop=None):
     while time.perf_counter() < deadline and not (stop is not None and stop.is_set()):
         np.sin(buffer, out=buffer)
     return time.perf_counter() - started
-
-
-def lost_updates(variable, threads=2, increments=2000):
-    """Add 1 to ``variable`` from several threads at once; return how many adds were lost.
-
-    Each thread calls ``variable.assign_add(1.0)`` ``increments`` times.  A
-    native ``tf.Variable`` adds in one kernel and loses none; a Keras
-    variable's ``assign_add`` is ``assign(self + value)``, a read, an add and
-    a write, and two threads that read the same value both write it back
-    plus one.  Every thread is joined before the count is returned.
-
-    Shown in the chapter "Asynchronous training".
-    """
-    if threads < 1 or increments < 1:
-        raise ValueError(f"threads and increments must be >= 1, got {threads} and {increments}.")
-    variable.assign(0.0)
-
-    def add_ones():
-        for _ in range(increments):
-            variable.assign_add(1.0)
-
-    workers = [threading.Thread(target=add_ones, name=f"pargrad-adder-{i}") for i in range(threads)]
-    try:
-        for worker in workers:
-            worker.start()
-    finally:
-        for worker in workers:
-            if worker.is_alive():
-                worker.join()
-    return threads * increments - int(round(float(variable.numpy())))

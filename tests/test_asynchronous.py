@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import pargrad
-from pargrad.asynchronous import AsyncTrainer, lost_updates, tf
+from pargrad.asynchronous import AsyncTrainer, tf
+from pargrad.book.lost_updates import lost_updates
 
 from linear_problem import linear_data, linear_model, mse, numpy_gradient
 
@@ -150,7 +151,7 @@ def test_a_failing_worker_ends_fit_promptly_and_leaves_no_thread(devices):
     assert time.perf_counter() - failed_at[0] < 1.0
     assert "worker 1" in " ".join(getattr(caught.value, "__notes__", []))
     assert async_threads() == []
-    assert trainer.version == len(trainer._records) > 3
+    assert trainer.version == len(trainer.history["loss"]) > 3
 
 
 def test_a_time_limit_stops_a_free_running_fit(devices):

@@ -104,7 +104,7 @@ def test_free_running_bounded_workers_wait_really_and_finish(devices):
 def test_staleness_bound_is_validated(devices):
     with pytest.raises(ValueError, match="staleness_bound"):
         AsyncTrainer(linear_model(), mse, devices[:2], staleness_bound=-1)
-    with pytest.raises(ValueError, match="staleness_bound"):
+    with pytest.raises(TypeError, match="staleness_bound"):  # a wrong type, not a wrong value
         AsyncTrainer(linear_model(), mse, devices[:2], staleness_bound=1.5)
 
 

@@ -32,7 +32,6 @@ Two clocks:
   bookkeeping, the copies of the parameters at checkpoints, everything).
 """
 
-import dataclasses
 import math
 import time
 
@@ -46,13 +45,7 @@ from pargrad.book.digits import digits_data, digits_model
 tf = import_tensorflow_quietly()
 
 
-@dataclasses.dataclass(frozen=True)
-class Scenario:
-    """How fast the devices are: relative ``speeds`` and random delays (mean ``jitter`` steps)."""
-
-    speeds: tuple
-    jitter: float = 0.0
-    delay_distribution: str = "exponential"
+from pargrad.scenario import Scenario  # noqa: E402  (promoted to the library; kept importable here)
 
 
 SCENARIOS = {
