@@ -58,6 +58,7 @@ import keras  # noqa: E402
 
 from _common import describe_machine, result_line, verdict  # noqa: E402
 from pargrad.asynchronous import AsyncTrainer  # noqa: E402
+from pargrad.scenario import Scenario  # noqa: E402
 from pargrad.book.instruments import InstrumentedSyncTrainer  # noqa: E402
 from pargrad.sync import SyncTrainer, sync_strategy  # noqa: E402
 
@@ -95,13 +96,14 @@ class Async:
         self.batch, self.speeds, self.workers = batch, speeds, workers
         self.trainer = AsyncTrainer(big_model(), mse, DEVICES[:workers], learning_rate=1e-3,
                                     progress=False, jit_compile=jit_compile)
-        self.trainer.fit(self.x, self.y, updates=4 * workers, batch_size=batch, mode="free-running")
+        self.trainer.fit(self.x, self.y, steps=4 * workers, batch_size=batch, mode="free-running")
         self.history = None
 
     def examples_per_second(self, seconds):
         started = time.perf_counter()
-        self.history = self.trainer.fit(self.x, self.y, updates=10**9, batch_size=self.batch,
-                                        mode="free-running", speeds=self.speeds, time_limit=seconds)
+        self.history = self.trainer.fit(self.x, self.y, steps=10**9, batch_size=self.batch,
+                                        mode="free-running", time_limit=seconds,
+                                        scenario=Scenario(self.speeds or (1.0,) * self.workers))
         return len(self.history["loss"]) * self.batch / (time.perf_counter() - started)
 
 

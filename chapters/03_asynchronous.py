@@ -59,7 +59,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import tensorflow as tf
 from pargrad.book import plots
-from pargrad.asynchronous import AsyncTrainer, lost_updates
+from pargrad import AsyncTrainer, Scenario
+from pargrad.book.lost_updates import lost_updates
 from pargrad.book import glue, show_lines
 
 devices = pargrad.logical_devices(8)
@@ -90,11 +91,11 @@ print(devices)
 # carry the idea:
 
 # %%
-show_lines(AsyncTrainer._work, "parameters, version = self._read()", "self._apply(")
+show_lines(AsyncTrainer._work, "read = self._read(", "self._apply(")
 
 # %% [markdown]
 # It is the single-device loop: `_read` takes the current parameters and
-# their version, `_gradients` computes the loss and the gradients on this
+# their version (kept as the worker's `read`), `_gradients` computes the loss and the gradients on this
 # worker's data, and `_apply` updates the shared parameters. In between, a
 # device that is slower than the others (`speed` below 1) or a random delay
 # spends the extra time: busy, holding its core as a slower core would
@@ -113,7 +114,8 @@ pargrad.show_source(AsyncTrainer._work)
 # applying happen under a lock, so that a read sees a whole version of the
 # parameters and an update is applied in one piece. Applying records the
 # staleness, and divides the learning rate by `staleness + 1` when we ask for
-# the staleness-aware rate (more on that below):
+# the staleness-aware rate; with `delay_compensation` it corrects the stale
+# gradient using the parameters the worker read (both remedies come below):
 
 # %%
 pargrad.show_source(AsyncTrainer._apply)
@@ -137,7 +139,8 @@ pargrad.show_source(AsyncTrainer._apply)
 x, y = pargrad.parabola_data()
 trainer = AsyncTrainer(pargrad.parabola_model(seed=0), pargrad.squared_error, devices[:3],
                        learning_rate=0.01, progress=False)
-history = trainer.fit(x, y, updates=12, speeds=[1.0, 1.0, 0.5], jitter=0.2, seed=1)
+history = trainer.fit(x, y, steps=12, scenario=Scenario((1.0, 1.0, 0.5), jitter=0.2),
+                      seed=1)
 print("worker   :", history["worker"])
 print("read v   :", history["read_version"])
 print("applied v:", history["applied_version"])
@@ -204,7 +207,7 @@ stale_run = AsyncTrainer(one_parameter_model(START), mean_squared_error, devices
                          learning_rate=learning_rate, progress=False)
 async_path = [START]
 stale_history = stale_run.fit(
-    x, targets, updates=2, speeds=SPEEDS,
+    x, targets, steps=2, scenario=Scenario(SPEEDS),
     on_update=lambda record: async_path.append(float(stale_run.get_weights()[0][0, 0])))
 for key in ("worker", "read_version", "applied_version", "staleness", "time"):
     print(f"{key:>15}: {stale_history[key]}")
@@ -418,7 +421,7 @@ stalenesses = {}
 for workers in (1, 2, 4, 8):
     trainer = AsyncTrainer(pargrad.parabola_model(seed=0), pargrad.squared_error,
                            devices[:workers], learning_rate=0.01, progress=False)
-    run = trainer.fit(x, y, updates=400, jitter=JITTER, seed=0)
+    run = trainer.fit(x, y, steps=400, scenario=Scenario((1.0,) * workers, JITTER), seed=0)
     stalenesses[f"{workers} worker{'s' * (workers > 1)}"] = run["staleness"]
     print(f"{workers} workers: mean staleness {run['staleness'].mean():.3f}, "
           f"max {run['staleness'].max()}, histogram sums to {np.bincount(run['staleness']).sum()}")
@@ -429,7 +432,7 @@ for workers in (1, 2, 4, 8):
 # %%
 trainer = AsyncTrainer(pargrad.parabola_model(seed=0), pargrad.squared_error, devices[:4],
                        learning_rate=0.01, progress=False)
-run = trainer.fit(x, y, updates=400, jitter=0.3, seed=0, speeds=[1, 1, 1, 0.25])
+run = trainer.fit(x, y, steps=400, scenario=Scenario((1, 1, 1, 0.25), jitter=0.3), seed=0)
 slow = run["worker"] == 3
 stalenesses["4 workers, one 4x slower"] = run["staleness"]
 print(f"slow worker: {slow.mean():.1%} of the updates, mean staleness "
@@ -464,7 +467,7 @@ figure = plots.staleness_histograms(stalenesses)
 # %% tags=["nbval-ignore-output"]
 trainer = AsyncTrainer(pargrad.parabola_model(seed=0), pargrad.squared_error, devices[:2],
                        learning_rate=0.01, progress=False)
-free = trainer.fit(x, y, updates=300, mode="free-running")
+free = trainer.fit(x, y, steps=300, mode="free-running")
 print("staleness histogram with 2 threads:", np.bincount(free["staleness"]))
 print(f"{len(free['loss'])} updates applied, version counter {trainer.version}")
 assert trainer.version == len(free["loss"]) == 300
@@ -507,7 +510,8 @@ def train(workers, learning_rate, staleness_aware=False, updates=400, speeds=Non
                            devices[:workers], learning_rate=learning_rate,
                            staleness_aware=staleness_aware, progress=False,
                            stop_on_non_finite=False)
-    history = trainer.fit(x, y, updates=updates, speeds=speeds)
+    history = trainer.fit(x, y, steps=updates,
+                          scenario=Scenario(speeds or (1.0,) * workers))
     return history, full_loss(trainer.get_weights())
 
 
@@ -758,7 +762,7 @@ def trainer_on_parabola(workers, rate_times_curvature, updates=120):
                        learning_rate=rate_times_curvature / curvature, progress=False,
                        stop_on_non_finite=False)
     path = [START]
-    run.fit(repeated_x, repeated_y, updates=updates,
+    run.fit(repeated_x, repeated_y, steps=updates,
             on_update=lambda record: path.append(float(run.get_weights()[0][0, 0])))
     return np.array(path) - 0.5  # distance to the minimum w* = 0.5
 
@@ -1062,7 +1066,7 @@ print("tf.Variable: lost", lost_updates(tf.Variable(0.0), threads=2, increments=
 #
 # 1. Redraw the stale-gradient figure with `STEP_TIMES_CURVATURE` 0.4, 0.5 and
 #    1.2. Then add a third worker (`devices[:3]`, `speeds=[1, 0.9, 0.8]`,
-#    `updates=3`): from which value of $\eta a$ on does the third update
+#    `steps=3`): from which value of $\eta a$ on does the third update
 #    overshoot? Compare with $1 - k\eta a$.
 #
 #    *Hint:* after $k$ stale updates computed at the same point, the distance

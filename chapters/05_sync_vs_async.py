@@ -55,6 +55,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from pargrad.book import digits, glue, plots, race
 from pargrad.asynchronous import AsyncTrainer
+from pargrad.scenario import Scenario
 from pargrad.book.instruments import InstrumentedSyncTrainer, backup_worker_mask, sync_step_times
 from pargrad.sync import sync_strategy
 
@@ -196,7 +197,7 @@ pargrad.show_source(AsyncTrainer.may_start)
 # %%
 ssp = AsyncTrainer(digits.digits_model(seed=0), digits.cross_entropy, devices[:2],
                    learning_rate=0.2, staleness_bound=1, progress=False)
-waits = ssp.fit(x_train, y_train, updates=8, batch_size=32, speeds=[1.0, 1 / 3])
+waits = ssp.fit(x_train, y_train, steps=8, batch_size=32, scenario=Scenario((1.0, 1 / 3)))
 for key in ("worker", "read_time", "time", "staleness"):
     print(f"{key:>10}: {np.round(waits[key], 2)}")
 

@@ -9,6 +9,7 @@ import pytest
 
 import pargrad
 from pargrad.asynchronous import AsyncTrainer, tf
+from pargrad.scenario import Scenario
 from pargrad.book.lost_updates import lost_updates
 
 from linear_problem import linear_data, linear_model, mse, numpy_gradient
@@ -24,7 +25,7 @@ def async_threads():
 def test_one_worker_is_plain_sgd_with_staleness_zero(devices):
     x, y = linear_data(12)
     trainer = AsyncTrainer(linear_model(), mse, devices[:1], LEARNING_RATE, progress=False)
-    history = trainer.fit(x, y, updates=15)
+    history = trainer.fit(x, y, steps=15)
     w, b = linear_model().get_weights()
     for _ in range(15):
         dw, db = numpy_gradient(w, b, x, y)
@@ -40,7 +41,7 @@ def test_two_scheduled_workers_apply_the_stale_updates_computed_by_hand(devices,
     x, y = linear_data(12)
     trainer = AsyncTrainer(linear_model(), mse, devices[:2], LEARNING_RATE, progress=False,
                            jit_compile=jit_compile)
-    history = trainer.fit(x, y, updates=8)
+    history = trainer.fit(x, y, steps=8)
     shards = [(x[0::2], y[0::2]), (x[1::2], y[1::2])]
     # Both workers read version 0 at time 0; with equal speeds they then take
     # turns, and each applies a gradient taken at the version before the
@@ -58,7 +59,7 @@ def test_two_scheduled_workers_apply_the_stale_updates_computed_by_hand(devices,
     assert history["staleness"].tolist() == [0, 1, 1, 1, 1, 1, 1, 1]
     # The stale sequence really differs from one worker's plain SGD.
     plain = AsyncTrainer(linear_model(), mse, devices[:1], LEARNING_RATE, progress=False)
-    plain.fit(x, y, updates=8)
+    plain.fit(x, y, steps=8)
     assert not np.allclose(plain.get_weights()[0], versions[-1][0], atol=1e-3)
 
 
@@ -67,7 +68,8 @@ def test_every_requested_update_is_applied_and_counted(devices, mode):
     x, y = pargrad.parabola_data()
     trainer = AsyncTrainer(pargrad.parabola_model(), pargrad.squared_error, devices,
                            learning_rate=0.01, progress=False)
-    history = trainer.fit(x, y, updates=37, batch_size=4, mode=mode, jitter=0.5)
+    history = trainer.fit(x, y, steps=37, batch_size=4, mode=mode,
+                          scenario=Scenario((1.0,) * len(devices), jitter=0.5))
     assert trainer.version == 37
     assert len(history["staleness"]) == 37
     assert np.bincount(history["staleness"]).sum() == 37
@@ -76,7 +78,7 @@ def test_every_requested_update_is_applied_and_counted(devices, mode):
                                   history["applied_version"] - history["read_version"])
     assert history["staleness"].min() >= 0
     # fit continues from where it stopped, and the Keras model holds the result.
-    trainer.fit(x, y, updates=5, mode=mode)
+    trainer.fit(x, y, steps=5, mode=mode)
     assert trainer.version == 42
     for weight, parameter in zip(trainer.model.get_weights(), trainer.get_weights()):
         np.testing.assert_array_equal(weight, parameter)
@@ -86,9 +88,9 @@ def test_equal_speeds_give_staleness_workers_minus_one_and_a_slow_worker_more(de
     x, y = pargrad.parabola_data()
     trainer = AsyncTrainer(pargrad.parabola_model(), pargrad.squared_error, devices,
                            learning_rate=0.01, progress=False)
-    history = trainer.fit(x, y, updates=40)
+    history = trainer.fit(x, y, steps=40)
     assert history["staleness"][4:].tolist() == [3] * 36
-    history = trainer.fit(x, y, updates=60, speeds=[1, 1, 1, 0.25])
+    history = trainer.fit(x, y, steps=60, scenario=Scenario((1, 1, 1, 0.25)))
     slow = history["worker"] == 3
     assert history["staleness"][slow][1:].min() >= 12  # 3 others x 4 steps each
     assert history["staleness"][~slow].mean() < 3
@@ -100,7 +102,7 @@ def test_staleness_aware_learning_rate_divides_by_staleness_plus_one(devices):
     x, y = pargrad.parabola_data()
     trainer = AsyncTrainer(pargrad.parabola_model(), pargrad.squared_error, devices,
                            learning_rate=0.1, staleness_aware=True, progress=False)
-    history = trainer.fit(x, y, updates=20, jitter=1.0)
+    history = trainer.fit(x, y, steps=20, scenario=Scenario((1.0,) * len(devices), jitter=1.0))
     np.testing.assert_allclose(history["learning_rate"], 0.1 / (history["staleness"] + 1))
     assert history["staleness"].max() > 0
 
@@ -112,8 +114,8 @@ def test_scheduled_runs_repeat_exactly(devices):
     def run():
         trainer = AsyncTrainer(pargrad.parabola_model(), pargrad.squared_error, devices,
                                learning_rate=0.02, progress=False)
-        history = trainer.fit(x, y, updates=30, batch_size=5, speeds=[1, 0.7, 1, 0.5],
-                              jitter=0.5, seed=3)
+        history = trainer.fit(x, y, steps=30, batch_size=5,
+                              scenario=Scenario((1, 0.7, 1, 0.5), jitter=0.5), seed=3)
         return history, trainer.get_weights()
 
     (first, weights1), (second, weights2) = run(), run()
@@ -147,7 +149,7 @@ def test_a_failing_worker_ends_fit_promptly_and_leaves_no_thread(devices):
 
     trainer._gradient_fns[1] = failing
     with pytest.raises(RuntimeError, match="device 1 fell over") as caught:
-        trainer.fit(x, y, updates=10**7, mode="free-running")
+        trainer.fit(x, y, steps=10**7, mode="free-running")
     assert time.perf_counter() - failed_at[0] < 1.0
     assert "worker 1" in " ".join(getattr(caught.value, "__notes__", []))
     assert async_threads() == []
@@ -158,9 +160,9 @@ def test_a_time_limit_stops_a_free_running_fit(devices):
     x, y = pargrad.parabola_data()
     trainer = AsyncTrainer(pargrad.parabola_model(), pargrad.squared_error, devices[:2],
                            learning_rate=0.01, progress=False)
-    trainer.fit(x, y, updates=2, mode="free-running")  # compile first
+    trainer.fit(x, y, steps=2, mode="free-running")  # compile first
     started = time.perf_counter()
-    history = trainer.fit(x, y, updates=10**7, mode="free-running", time_limit=0.3)
+    history = trainer.fit(x, y, steps=10**7, mode="free-running", time_limit=0.3)
     assert time.perf_counter() - started < 1.3
     assert 0 < len(history["loss"]) == trainer.version - 2 < 10**7
     assert async_threads() == []
@@ -185,7 +187,7 @@ def test_bad_constructor_arguments_say_what_to_pass(devices, bad, message):
 
 
 @pytest.mark.parametrize("bad, message", [
-    (dict(updates=0), "updates"),
+    (dict(steps=0), "steps"),
     (dict(mode="async"), "mode"),
     (dict(speeds=[1.0]), "speeds"),
     (dict(speeds=[1.0, 0.0]), "speeds"),
@@ -196,13 +198,13 @@ def test_bad_fit_arguments_say_what_to_pass(devices, bad, message):
     x, y = linear_data(12)
     trainer = AsyncTrainer(linear_model(), mse, devices[:2], 0.1, progress=False)
     with pytest.raises(ValueError, match=message):
-        trainer.fit(x, y, **{"updates": 5, **bad})
+        trainer.fit(x, y, **{"steps": 5, **bad})
 
 
 def test_progress_bar_counts_the_updates_and_on_update_sees_each_record(devices, capsys):
     x, y = linear_data(12)
     trainer = AsyncTrainer(linear_model(), mse, devices[:2], 0.1, progress=True)
     seen = []
-    trainer.fit(x, y, updates=6, on_update=lambda record: seen.append(record["applied_version"]))
+    trainer.fit(x, y, steps=6, on_update=lambda record: seen.append(record["applied_version"]))
     assert "6/6" in capsys.readouterr().err
     assert seen == list(range(6))

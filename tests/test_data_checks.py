@@ -105,11 +105,11 @@ def test_async_refuses_non_finite_arrays_naming_the_row(devices):
     trainer = async_trainer(devices)
     before = [w.copy() for w in trainer.model.get_weights()]
     with pytest.raises(NonFiniteDataError, match=r"-inf at row 9 of x(.|\n)*stop_on_non_finite=False"):
-        trainer.fit(x, y.astype(np.float32), updates=4)
+        trainer.fit(x, y.astype(np.float32), steps=4)
     for old, new in zip(before, trainer.model.get_weights()):
         np.testing.assert_array_equal(old, new)
     history = async_trainer(devices, stop_on_non_finite=False).fit(
-        np.nan_to_num(x, neginf=0.0), y.astype(np.float32), updates=4)
+        np.nan_to_num(x, neginf=0.0), y.astype(np.float32), steps=4)
     assert len(history["loss"]) == 4
 
 
@@ -118,8 +118,8 @@ def test_async_refuses_non_finite_arrays_naming_the_row(devices):
 @pytest.mark.parametrize("loss", [None, mean_squared], ids=["default", "own function"])
 def test_async_trains_on_integer_targets_as_on_floats(devices, loss):
     x, y = data()
-    as_int = async_trainer(devices, loss).fit(x, y.astype(np.int64), updates=6, batch_size=8)
-    as_float = async_trainer(devices, loss).fit(x, y.astype(np.float32), updates=6, batch_size=8)
+    as_int = async_trainer(devices, loss).fit(x, y.astype(np.int64), steps=6, batch_size=8)
+    as_float = async_trainer(devices, loss).fit(x, y.astype(np.float32), steps=6, batch_size=8)
     np.testing.assert_array_equal(as_int["loss"], as_float["loss"])
 
 
@@ -136,7 +136,7 @@ def test_class_indices_stay_integers_for_a_sparse_loss(devices):
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4)])
     history = AsyncTrainer(model, "sparse_categorical_crossentropy", devices[:2],
-                           learning_rate=0.05, progress=False).fit(x, y, updates=3)
+                           learning_rate=0.05, progress=False).fit(x, y, steps=3)
     assert np.isfinite(history["loss"]).all()
 
 

@@ -11,7 +11,8 @@ import keras
 import numpy as np
 import pytest
 
-from pargrad.asynchronous import AsyncTrainer, random_delay, tf
+from pargrad.asynchronous import AsyncTrainer, tf
+from pargrad.scenario import Scenario, random_delay
 from pargrad.book.instruments import InstrumentedSyncTrainer, backup_worker_mask, sync_step_times
 from pargrad.sync import sync_strategy
 
@@ -28,7 +29,7 @@ def test_staleness_aware_updates_take_the_rate_divided_by_staleness_plus_one(dev
     x, y = linear_data(16)
     trainer = AsyncTrainer(linear_model(), mse, devices[:2], LEARNING_RATE,
                            staleness_aware=True, progress=False)
-    history = trainer.fit(x, y, updates=6)
+    history = trainer.fit(x, y, steps=6)
     # Two equal workers take turns; update k reads version k - 1 (staleness 1)
     # and steps by LEARNING_RATE / 2, except the very first (staleness 0).
     shards = [(x[0::2], y[0::2]), (x[1::2], y[1::2])]
@@ -51,7 +52,7 @@ def test_a_worker_more_than_s_updates_ahead_waits_for_the_slowest(devices):
     x, y = linear_data(16)
     trainer = AsyncTrainer(linear_model(), mse, devices[:2], LEARNING_RATE,
                            staleness_bound=1, progress=False)
-    history = trainer.fit(x, y, updates=8, speeds=[1.0, 1.0 / 3.0])
+    history = trainer.fit(x, y, steps=8, scenario=Scenario((1.0, 1.0 / 3.0)))
     # Worked out by hand: worker 0 takes 1 time unit, worker 1 takes 3.  After
     # its 2nd update (t=2) worker 0 is 2 ahead of worker 1, more than s = 1,
     # so it waits until worker 1's update at t=3, then reads; and so on.
@@ -61,7 +62,7 @@ def test_a_worker_more_than_s_updates_ahead_waits_for_the_slowest(devices):
     assert history["staleness"].tolist() == [0, 0, 2, 0, 1, 0, 1, 0]
     # Without the bound, worker 0 never waits and worker 1's updates go staler.
     free = AsyncTrainer(linear_model(), mse, devices[:2], LEARNING_RATE, progress=False)
-    unbounded = free.fit(x, y, updates=8, speeds=[1.0, 1.0 / 3.0])
+    unbounded = free.fit(x, y, steps=8, scenario=Scenario((1.0, 1.0 / 3.0)))
     assert unbounded["worker"].tolist() == [0, 0, 0, 1, 0, 0, 0, 1]
     assert unbounded["staleness"][unbounded["worker"] == 1].tolist() == [3, 3]
 
@@ -80,7 +81,7 @@ def test_bounded_workers_never_drift_more_than_s_plus_one_apart(devices, bound):
     x, y = linear_data(16)
     trainer = AsyncTrainer(linear_model(), mse, devices, LEARNING_RATE,
                            staleness_bound=bound, progress=False)
-    history = trainer.fit(x, y, updates=60, speeds=[1, 0.5, 1, 0.25], jitter=0.5, seed=2)
+    history = trainer.fit(x, y, steps=60, scenario=Scenario((1, 0.5, 1, 0.25), jitter=0.5), seed=2)
     counts = counts_at_each_apply(history, 4)
     # A worker reads only when at most s ahead, so after its apply at most s + 1.
     assert (counts.max(axis=1) - counts.min(axis=1)).max() == bound + 1
@@ -91,7 +92,7 @@ def test_free_running_bounded_workers_wait_really_and_finish(devices):
     x, y = linear_data(16)
     trainer = AsyncTrainer(linear_model(), mse, devices[:2], LEARNING_RATE,
                            staleness_bound=1, progress=False)
-    history = trainer.fit(x, y, updates=40, mode="free-running", speeds=[1.0, 0.25],
+    history = trainer.fit(x, y, steps=40, mode="free-running", scenario=Scenario((1.0, 0.25)),
                           step_seconds=0.004)
     counts = counts_at_each_apply(history, 2)
     assert np.abs(counts[:, 0] - counts[:, 1]).max() <= 2
@@ -126,11 +127,12 @@ def test_random_delays_have_the_requested_mean_and_pareto_has_the_heavy_tail():
 def test_a_virtual_time_limit_stops_before_the_first_late_update(devices):
     x, y = linear_data(16)
     trainer = AsyncTrainer(linear_model(), mse, devices, LEARNING_RATE, progress=False)
-    history = trainer.fit(x, y, updates=10**6, speeds=[1, 1, 1, 0.5], virtual_time_limit=10)
+    history = trainer.fit(x, y, steps=10**6, scenario=Scenario((1, 1, 1, 0.5)),
+                          virtual_time_limit=10)
     assert history["time"].max() <= 10
     assert len(history["time"]) == 3 * 10 + 5
     with pytest.raises(ValueError, match="time_limit"):
-        trainer.fit(x, y, updates=5, mode="free-running", virtual_time_limit=10)
+        trainer.fit(x, y, steps=5, mode="free-running", virtual_time_limit=10)
 
 
 # -- backup workers -----------------------------------------------------------------

@@ -6,6 +6,7 @@ import pytest
 
 import pargrad
 from pargrad.asynchronous import AsyncTrainer
+from pargrad.scenario import Scenario
 from pargrad.book import delay, experiments, parabola_async
 
 SEEDS = np.arange(20)
@@ -29,7 +30,7 @@ def test_the_replica_replays_the_trainer(devices, speeds, jitter, aware, rate):
     trainer = AsyncTrainer(pargrad.parabola_model(seed=3), pargrad.squared_error,
                            devices[:workers], learning_rate=rate, staleness_aware=aware,
                            progress=False)
-    history = trainer.fit(x, y, updates=200, speeds=speeds, jitter=jitter, seed=7)
+    history = trainer.fit(x, y, steps=200, scenario=Scenario(speeds, jitter), seed=7)
     schedule = parabola_async.virtual_schedule(speeds, 200, jitter=jitter, seed=7)
     np.testing.assert_array_equal(schedule["worker"], history["worker"])
     np.testing.assert_array_equal(schedule["read_version"], history["read_version"])
@@ -154,7 +155,7 @@ def test_trainer_on_repeated_data_follows_the_delayed_recursion(devices):
         trainer = AsyncTrainer(model, "mse", devices[:4], learning_rate=product / curvature,
                                progress=False, stop_on_non_finite=False)
         path = [1.0]
-        trainer.fit(np.repeat(x, 4, axis=0), np.zeros((200, 1), np.float32), updates=80,
+        trainer.fit(np.repeat(x, 4, axis=0), np.zeros((200, 1), np.float32), steps=80,
                     on_update=lambda r: path.append(float(trainer.get_weights()[0][0, 0])))
         exact = delay.delayed_gradient_path(product, 3, 1.0, 80)
         assert np.abs(np.array(path) - exact).max() <= pargrad.rounding_tolerance(

@@ -106,7 +106,7 @@ def _gradients(weights, x, y, share):
 
 
 def train(weights, x, y, workers, schedule, learning_rate, staleness_aware=False, momentum=0.0,
-          record_loss=False):
+          record_loss=False, delay_compensation=None):
     """Apply a schedule's updates to every seed's network; float64, vectorised over seeds.
 
     ``weights`` come from :func:`stacked_weights`; ``schedule`` from
@@ -115,7 +115,11 @@ def train(weights, x, y, workers, schedule, learning_rate, staleness_aware=False
     Update ``t`` is worker ``schedule["worker"][t]``'s full-shard gradient at
     the parameters of version ``schedule["read_version"][t]``, times
     ``learning_rate`` (divided by staleness + 1 with ``staleness_aware``,
-    staleness = ``t - read_version``), with Keras SGD's ``momentum``.
+    staleness = ``t - read_version``), with Keras SGD's ``momentum``.  With
+    ``delay_compensation=λ`` the gradient ``g`` is replaced by DC-ASGD's
+    ``g + λ·g·g·(w_now − w_read)`` (Zheng et al. 2017, constant λ), as
+    ``AsyncTrainer(delay_compensation=λ)`` applies it; ``λ`` may be one
+    number or one a seed.
     Returns the loss on all points after the last update, one a seed
     (``inf`` for a run that overflowed), and with ``record_loss`` also the
     loss on all points after each update, ``(updates, seeds)``.
@@ -131,6 +135,8 @@ def train(weights, x, y, workers, schedule, learning_rate, staleness_aware=False
     if np.any(read_of > np.arange(updates)[:, np.newaxis]) or np.any(read_of < 0):
         raise ValueError("a schedule's read_version must lie between 0 and the update's index.")
     base_rate = np.broadcast_to(np.asarray(learning_rate, np.float64), (seeds,))
+    compensation = (None if delay_compensation is None else
+                    np.broadcast_to(np.asarray(delay_compensation, np.float64), (seeds,)))
     shares = np.zeros((workers, len(x)))
     for worker in range(workers):
         shares[worker, worker::workers] = 1.0 / len(range(worker, len(x), workers))
@@ -145,14 +151,21 @@ def train(weights, x, y, workers, schedule, learning_rate, staleness_aware=False
                          if read_of[t].min() != read_of[t].max() else history[read_of[t, 0]][i]
                          for i in range(4))
             grads = _gradients(read, x, y, shares[worker_of[t]])
+            if compensation is not None:  # DC-ASGD: g + λ g g (w_now - w_read), element by element
+                grads = tuple(g + per_seed(compensation, g) * g * g * (now - was)
+                              for g, now, was in zip(grads, history[-1], read))
             rate = base_rate / (t - read_of[t] + 1.0) if staleness_aware else base_rate
-            shape = lambda g: rate.reshape((seeds,) + (1,) * (g.ndim - 1))  # noqa: E731
-            velocity = [momentum * v - shape(g) * g for v, g in zip(velocity, grads)]
+            velocity = [momentum * v - per_seed(rate, g) * g for v, g in zip(velocity, grads)]
             history.append(tuple(w + v for w, v in zip(history[-1], velocity)))
             if record_loss:
                 losses.append(full_loss(history[-1], x, y))
     final = full_loss(history[-1], x, y)
     return (final, np.array(losses)) if record_loss else final
+
+
+def per_seed(values, like):
+    """One value a seed, ``(seeds,)``, shaped to multiply an array ``like`` with a seed axis first."""
+    return values.reshape((len(values),) + (1,) * (like.ndim - 1))
 
 
 def mean_rate(schedule, learning_rate, staleness_aware):
@@ -186,13 +199,14 @@ def largest_stable_rate(weights, x, y, workers, updates=400, low=1e-3, high=2.0,
 
 
 def final_losses(workers, learning_rate, seeds, updates=400, speeds=None, staleness_aware=False,
-                 momentum=0.0, sequential=False):
+                 momentum=0.0, sequential=False, delay_compensation=None):
     """Loss on all 50 points of the y = x² question after ``updates`` updates, one a seed.
 
     ``workers`` asynchronous workers on the virtual clock with ``speeds``
     (default: equal, no delays), or with ``sequential=True`` one worker
     taking their shards in turn with fresh gradients (the zero-staleness
-    control, with Keras SGD's ``momentum``).  Each seed's run starts from
+    control, with Keras SGD's ``momentum``); ``delay_compensation`` as in
+    :func:`train`.  Each seed's run starts from
     :func:`pargrad.book.parabola.initial_weights` of that seed.  Taught in
     the chapter "Asynchronous training".
     """
@@ -202,4 +216,5 @@ def final_losses(workers, learning_rate, seeds, updates=400, speeds=None, stalen
     schedule = (sequential_schedule(workers, updates) if sequential else
                 virtual_schedule(speeds or [1.0] * workers, updates))
     return train(stacked_weights(seeds), x, y, workers, schedule, learning_rate,
-                 staleness_aware=staleness_aware, momentum=momentum)
+                 staleness_aware=staleness_aware, momentum=momentum,
+                 delay_compensation=delay_compensation)
