@@ -141,7 +141,7 @@ class Sync:
 def bare_rate(trainer, seconds):
     """Gradient computations per second of the trainer's workers with nothing shared:
     no lock, no reads, no updates.  What the machine allows at this moment."""
-    parameters, _ = trainer._read()
+    parameters = trainer._read(0.0).parameters
     counts = [0] * len(trainer.devices)
     deadline = time.perf_counter() + seconds
 

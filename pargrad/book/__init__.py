@@ -1,7 +1,7 @@
 """The book's instruments: its tasks, harnesses, demos, figures and stored data.
 
 The library at the top of :mod:`pargrad` (devices, sync, asynchronous,
-accumulate, tf1, cluster, numerics, cost) is what a reader takes home; this
+scenario, checks, accumulate, tf1, cluster, numerics, cost) is what a reader takes home; this
 sub-package is what the chapters use to *demonstrate* it:
 
 * :mod:`pargrad.book.parabola`, :mod:`pargrad.book.digits` and
@@ -12,7 +12,8 @@ sub-package is what the chapters use to *demonstrate* it:
   :mod:`pargrad.book.parabola_async`: the asynchronous runs of the y = x²
   network replayed in NumPy for many seeds at once;
   :mod:`pargrad.book.delay`: the delayed-gradient recursion and its
-  stability bound;
+  stability bound; :mod:`pargrad.book.lost_updates`: threads losing
+  updates to a Keras variable;
 * :mod:`pargrad.book.instruments`: the synchronous trainer with per-replica
   timing, stragglers, emulated devices and backup workers around the core
   step of :class:`pargrad.sync.SyncTrainer`;
