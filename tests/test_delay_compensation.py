@@ -142,3 +142,21 @@ def test_a_bad_scenario_is_refused_when_it_is_made(arguments, error):
 def test_a_scenario_is_one_value_the_race_and_the_library_share():
     assert pargrad.race.Scenario is pargrad.Scenario
     assert Scenario([1, 0.5]) == Scenario((1.0, 0.5)) and Scenario((1.0,) * 2) == Scenario.equal(2)
+
+
+def test_delay_compensation_compiled_with_xla_follows_the_plain_tensorflow_run(devices):
+    x, y = pargrad.parabola_data()
+    weights = []
+    for jit in (False, True):
+        trainer = AsyncTrainer(pargrad.parabola_model(seed=2), pargrad.squared_error, devices,
+                               learning_rate=0.05, delay_compensation=0.3, jit_compile=jit,
+                               progress=False)
+        trainer.fit(x, y, steps=60, scenario=Scenario((1.0, 1.0, 1.0, 0.1)))
+        weights.append(trainer.get_weights())
+    for a, b in zip(*weights):
+        np.testing.assert_allclose(a, b, rtol=0, atol=pargrad.rounding_tolerance("float32", 60))
+
+
+def test_fits_first_docstring_line_says_batch_size_is_per_worker():
+    first_line = AsyncTrainer.fit.__doc__.strip().splitlines()[0]
+    assert "batch_size" in first_line and "per worker" in first_line

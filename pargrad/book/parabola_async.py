@@ -23,7 +23,7 @@ import heapq
 
 import numpy as np
 
-from pargrad.asynchronous import random_delay
+from pargrad.scenario import random_delay
 
 
 def virtual_schedule(speeds, updates, jitter=0.0, seed=0, delay_distribution="exponential"):
