@@ -30,8 +30,9 @@
 # - let a worker leave and another join between rounds, across processes.
 #
 # Every conclusion here rests on 20 seeds, each method at the best rate of
-# its own sweep. Runs in about a minute on two idle CPU cores, most of it
-# starting TensorFlow in eight worker processes.
+# its own sweep. Runs in one to one and a half minutes on two CPU cores,
+# most of it in the real trainer and in starting TensorFlow in eight worker
+# processes.
 
 # %% tags=["colab"]
 # On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
@@ -442,7 +443,8 @@ for steps, verdict in nesterov.items():
 #
 # Now one of the four workers is 3 times slower, and every method gets the
 # same virtual time: the time synchronous SGD needs for 256 steps on that
-# link. Synchronous SGD, local SGD and DiLoCo wait for the slow worker every
+# link (so synchronous SGD ends at the same loss on both links, by
+# construction; the others do not). Synchronous SGD, local SGD and DiLoCo wait for the slow worker every
 # round; asynchronous SGD does not, but each of its updates pays a push and
 # a pull on the link. The asynchronous runs are replayed with
 # `pargrad.book.parabola_async` (the float64 replay of `AsyncTrainer`'s
