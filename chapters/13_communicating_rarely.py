@@ -378,8 +378,8 @@ for key, verdict in verdicts.items():
 # it: part of its lead is the outer momentum, not the rare communication.
 # Against synchronous training with the same outer Nesterov step (`H = 1`),
 # DiLoCo at `H = 4` shows no difference (better in
-# {glue:text}`diloco4-vs-sync-nesterov`): similar loss, 4 times
-# less communication. At `H = 16` the saving costs loss: the synchronous run
+# {glue:text}`diloco4-vs-sync-nesterov`): no loss that 20 seeds can see,
+# for 4 times less communication. At `H = 16` the saving costs loss: the synchronous run
 # is ahead (DiLoCo better in only {glue:text}`diloco16-vs-sync-nesterov`).
 # **Where it agrees**: a saving at similar loss exists, and DiLoCo beats
 # plain synchronous SGD. **Where it differs**: the saving is 4×, not 500×.
