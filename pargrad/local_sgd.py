@@ -1,7 +1,6 @@
 """Local SGD and DiLoCo: replicas that train alone for H steps, then average their changes once.
 
-For the chapter "Communicating rarely" (not written yet;
-tests/test_local_sgd.py shows its use).  Synchronous training all-reduces
+Taught in the chapter "Communicating rarely".  Synchronous training all-reduces
 the gradients after every step.  Local SGD (Lin et al. 2020)
 lets every replica take ``H`` steps alone on its own shard of the data,
 from the same start, and only then averages what the replicas did: one
@@ -78,9 +77,11 @@ class LocalSGDHistory:
       average waits for the slowest replica.  NaN without ``step_seconds``.
     * ``round_seconds[k]``: compute plus communication (what is not
       modelled counts 0; NaN when neither is); ``clock`` is their running sum.
-    * ``wall_seconds[k]``: the round as measured on this machine.
+    * ``wall_seconds[k]``: the round as measured on this machine (a
+      slow replica does not make it longer: ``slowdown`` moves only the
+      virtual clock).
 
-  
+    Taught in the chapter "Communicating rarely".
     """
 
     loss: np.ndarray
@@ -163,7 +164,9 @@ class LocalSGDTrainer:
     one local step, and ``slowdown`` (one factor >= 1 a replica, over all
     processes) makes replica ``r`` take ``slowdown[r]`` times as long, so a
     straggler makes every round late by its own ``H`` slow steps.  Only the
-    clock: nothing sleeps, and the results do not depend on it.
+    virtual clock: no replica is slowed down on the wall clock (nothing
+    sleeps and no core is held), so ``wall_seconds`` is the same with or
+    without a straggler, and the results do not depend on it.
 
     A NaN or infinite loss of any replica stops :meth:`fit` with
     :class:`pargrad.NonFiniteLossError` naming the round, the replica and
@@ -171,7 +174,7 @@ class LocalSGDTrainer:
     parameters stay those of the round's start (the replicas' inner
     optimizers may hold non-finite state afterwards; make a new trainer).
 
-  
+    Taught in the chapter "Communicating rarely".
     """
 
     def __init__(self, model, strategy, local_steps, inner_optimizer=None, outer_optimizer=None,
@@ -295,7 +298,7 @@ class LocalSGDTrainer:
 
     # -- the loop --------------------------------------------------------------
 
-    def fit(self, x, y, rounds, batch_size=None):
+    def fit(self, x, y, *, rounds, batch_size=None):
         """Train ``rounds`` rounds on arrays ``(x, y)``; return a :class:`LocalSGDHistory`.
 
         Each round reads ``H`` global batches of ``batch_size`` rows (default:
@@ -363,8 +366,8 @@ class LocalSGDTrainer:
         """The mean per-example loss (no regularization) of the shared parameters on ``(x, y)``.
 
         What the replicas' round losses are not: the loss of the averaged
-        model, the one the chapter plots against updates, bytes and time.
-      
+        model, the one the chapter "Communicating rarely" plots against
+        updates, bytes and time.
         """
         x, y = prepare_arrays(x, y, self.model, finite_hint=DATA_HINT)
         with tf.device(self._host()):

@@ -356,3 +356,11 @@ def test_a_non_finite_loss_in_one_process_stops_every_worker():
         pids = cluster.pids
     assert not [pid for pid in pids if psutil.pid_exists(pid)
                 and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+
+
+def test_fit_takes_rounds_and_batch_size_by_keyword_only():
+    x, y = least_squares_data()
+    trainer = local_sgd_trainer(sync_strategy(2), 2)
+    with pytest.raises(TypeError):
+        trainer.fit(x, y, 1, 8)
+    assert len(trainer.fit(x, y, rounds=1, batch_size=8).loss) == 1
