@@ -379,6 +379,21 @@ def wall_clock_claims(results, target, resolution):
     return claims
 
 
+def wall_clock_rates(settings):
+    """The learning rates a stored wall-clock sweep ran at: ``{scenario: {method: rate}}``.
+
+    ``settings`` is the ``"settings"`` of :func:`stored_sweep` ``("sync_vs_async")``.
+    A sweep measured before the rates were tuned per scenario stored one rate
+    a method (in ``"methods"``), used in every scenario.  Shown in the chapter
+    "Sync vs async in the same time".
+    """
+    if "learning_rates" in settings:
+        return settings["learning_rates"]
+    return {scenario: {method: options["learning_rate"]
+                       for method, options in settings["methods"].items()}
+            for scenario in settings["scenarios"]}
+
+
 def format_table(table, unit="", digits=0):
     """The time-to-target table as aligned text, one line a (scenario, method)."""
     lines = [f"{'scenario':22s} {'method':24s} {'median':>8s} {'min':>8s} {'max':>8s}  reached"]
