@@ -84,7 +84,8 @@ glue("train-size", len(x_train))
 # asynchronous update therefore uses 32 examples; a synchronous step on four
 # devices averages 4 × 32 = 128. Each method's learning rate comes from its
 # own sweep in each scenario, shown with the race below (the rates printed
-# here are only where the sweeps started). The zero-staleness control is
+# here are the methods' defaults, which the races replace). The
+# zero-staleness control is
 # one device as fast as the four together, applying the asynchronous
 # workers' updates (same batch, same rate) one after the other, so none is
 # stale.
@@ -380,9 +381,9 @@ assert best_rates["heavy-tailed delays"]["sync, 1 backup"] > equal["sync, 1 back
 # scenario. The scenarios move the rates: behind a device three times
 # slower, plain asynchronous training's best rate is lower than with equal
 # devices, and with heavy-tailed
-# delays synchronous training with a backup worker takes a larger one. A
-# rate tuned on equal devices only, as this page's first version did, would
-# have handicapped exactly the methods the scenarios are about.
+# delays synchronous training with a backup worker takes a larger one: one
+# rate for all scenarios, tuned on equal devices, would not be each
+# method's best.
 #
 # ### Accuracy against time
 #
@@ -559,13 +560,14 @@ for name, key in {"eq-sync-async": ("equal devices", "sync", "async"),
 # {glue:text}`slow-backup-async-high-wins` to
 # {glue:text}`slow-backup-async-high-losses`, p =
 # {glue:text}`slow-backup-async-high-p:.2g`, at the higher); the one drops
-# the slow device's gradients, the other applies them late. Bounded staleness makes the fast workers wait for the slow one and is
-# behind plain asynchronous training on every seed. The staleness-aware rate
+# the slow device's gradients, the other applies them late. Bounded
+# staleness makes the fast workers wait for the slow one and is behind plain
+# asynchronous training on every seed. The staleness-aware rate
 # shows no difference at the lower target and is ahead of the plain rate at
 # the higher one ({glue:text}`slow-aware-async-high-wins` seeds to
 # {glue:text}`slow-aware-async-high-losses`, p =
-# {glue:text}`slow-aware-async-high-p:.2g`), in the one scenario where some
-# updates (the slow device's) are far staler than the others.
+# {glue:text}`slow-aware-async-high-p:.2g`), in the scenario where one
+# device's updates are staler than the others'.
 #
 # **Heavy-tailed delays.** Every step of synchronous training waits for the
 # *worst* of four delays, and with a heavy tail that worst one is often long:
@@ -585,7 +587,8 @@ for name, key in {"eq-sync-async": ("equal devices", "sync", "async"),
 # has a measurable cost (the control). And the remedy the field adopted,
 # synchronous training with one backup worker, is ahead of plain synchronous
 # training wherever a device is late, ahead of asynchronous training behind a
-# persistently slow device, level with it under heavy-tailed delays, and
+# persistently slow device, not shown different from it under heavy-tailed
+# delays, and
 # behind plain synchronous training at the higher target with equal devices,
 # where it only wastes examples.
 #
@@ -643,7 +646,8 @@ assert reached["async"] < reached["sync"] - 0.2 and reached["sync, 1 backup"] < 
 # told otherwise; the next cell prints what the stored one was measured on,
 # and at which learning rates. The stored measurement is older than the
 # per-scenario sweeps above: it ran each method at its best rate on equal
-# devices, in every scenario (the rates it prints); re-measuring on an idle
+# devices in an earlier, coarser sweep, in every scenario (the rates it
+# prints); re-measuring on an idle
 # machine uses each scenario's own rates.
 
 # %%

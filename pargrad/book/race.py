@@ -61,8 +61,10 @@ SCENARIOS = {
     "heavy-tailed delays": Scenario((1.0, 1.0, 1.0, 1.0), jitter=0.5, delay_distribution="pareto"),
 }
 
-# Each method's options.  Learning rates: the best of 0.1, 0.2, 0.4, 0.8 on
-# equal devices (two seeds) when the chapter was written.  A synchronous step
+# Each method's options.  Learning rates: defaults, the best of 0.1, 0.2, 0.4,
+# 0.8 on equal devices (two seeds) when the chapter was first written; the
+# chapter's races replace them by each method's best rate in each scenario
+# (benchmarks/sync_vs_async.py --clock virtual).  A synchronous step
 # averages 4 x 32 examples, an asynchronous update 32: sync's best rate is 4
 # times async's, the linear scaling rule (Goyal et al. 2017).  The
 # staleness-aware rate is divided by staleness + 1 (about 4 here).
