@@ -80,22 +80,22 @@ def test_a_straggler_holds_its_core():
     nothing waits; CPU time, which another program's load barely changes.
     """
     x, y = data()
-    trainers = {k: perceptron_trainer(1, {0: k}) for k in (1, 2, 4)}
+    trainers = {k: perceptron_trainer(1, {0: k}, width=512) for k in (1, 2, 4)}
     cpu = {k: [] for k in trainers}
     for trainer in trainers.values():
         trainer.fit(x, y, steps=4, batch_size=256, steps_per_call=2)
-    for _ in range(3):  # interleaved rounds
+    for _ in range(5):  # interleaved rounds
         for k, trainer in trainers.items():
             started = time.process_time()
             trainer.fit(x, y, steps=20, batch_size=256, steps_per_call=10)
             cpu[k].append((time.process_time() - started) / 20)
     step = {k: np.median(v) for k, v in cpu.items()}
     per_pass = (step[4] - step[1]) / 3
-    assert step[1] < step[2] < step[4]
+    assert step[1] < step[2] < step[4], step
     # linear in the passes: the second pass costs what each of passes 2 to 4 costs on average
-    assert 0.5 * per_pass < step[2] - step[1] < 2 * per_pass
+    assert 0.4 * per_pass < step[2] - step[1] < 2.5 * per_pass, step
     # and a pass costs at least half the whole one-pass step (which adds launching and the update)
-    assert per_pass > 0.5 * step[1]
+    assert per_pass > 0.5 * step[1], step
 
 
 def test_a_straggler_computes_about_factor_times_as_long():
