@@ -10,9 +10,12 @@ Prints, in one run, on two logical devices:
 2. equal devices: examples per second of 2 asynchronous workers against
    ``SyncTrainer`` on the same 2 devices, with the same batch a device and
    the same compile mode (target: synchronous at least 0.9x asynchronous);
-3. device 1 made 2x slower (after computing it works as long again, busy on its
-   core, as a slower core would: ``pargrad.asynchronous.hold_core``; the
-   synchronous straggler waits at the all-reduce either way):
+3. device 1 made 2x slower, busy on its core as a slower core would be, on
+   both sides: the asynchronous worker works as long again after computing
+   (``pargrad.asynchronous.hold_core``); the synchronous straggler computes
+   its gradients twice a step and applies the first
+   (``InstrumentedSyncTrainer(stragglers={1: 2})``, in the step's graph,
+   compiled by XLA like the rest):
    asynchronous over synchronous examples per second, printed beside its
    limit.  With N equal devices of which one is s times slower, the
    asynchronous workers together do (N - 1) + 1/s device-steps in the time
@@ -20,6 +23,10 @@ Prints, in one run, on two logical devices:
    one, s device-times long: so async / sync is at most (s(N - 1) + 1) / N,
    1.5 for N = 2, s = 2.  A ratio above that limit means the two sides were
    not measured alike: a bug in the benchmark, flagged as such.
+4. the synchronous straggler alone, one replica: its step time with the
+   straggler against without, and the CPU time a step costs, the slow-down
+   it really has (target: about 2x, the factor asked for; the CPU time
+   holds on a busy machine, the wall time only on an idle one).
 
 Every comparison is like with like: the same model, the same batch a device,
 the same compile mode (XLA on both sides, then plain TensorFlow on both
@@ -37,8 +44,8 @@ nothing shared.
 
 The last line holds ``async_2_vs_1`` (XLA) and its limit now,
 ``async_2_vs_1_limit`` (the bare ceiling), ``sync_vs_async_examples``
-(XLA), ``straggler_async_vs_sync`` (XLA) and ``straggler_limit`` for a
-script.
+(XLA), ``straggler_async_vs_sync`` (XLA), ``straggler_limit``,
+``straggler_step_factor`` and ``straggler_cpu_factor`` (XLA) for a script.
 """
 
 import argparse
@@ -63,7 +70,7 @@ from pargrad.book.instruments import InstrumentedSyncTrainer  # noqa: E402
 from pargrad.sync import SyncTrainer, sync_strategy  # noqa: E402
 
 INPUTS, HIDDEN = 512, 1024
-SLOW = 2.0  # the straggler's slow-down factor s
+SLOW = 2  # the straggler's slow-down factor s (a whole number: sync computes s times a step)
 
 
 def big_model(seed=0):
@@ -110,13 +117,13 @@ class Async:
 class Sync:
     """SyncTrainer on both devices, ``batch`` examples a replica, already traced."""
 
-    def __init__(self, jit_compile, batch, steps_per_call, stragglers=None):
+    def __init__(self, jit_compile, batch, steps_per_call, stragglers=None, replicas=2):
         self.x, self.y = data()
-        self.batch, self.steps_per_call = 2 * batch, steps_per_call
-        strategy = sync_strategy(2)
+        self.batch, self.steps_per_call = replicas * batch, steps_per_call
+        strategy = sync_strategy(replicas)
         with strategy.scope():
             model = big_model()
-        trainer_class = InstrumentedSyncTrainer if stragglers else SyncTrainer
+        trainer_class = InstrumentedSyncTrainer if stragglers else SyncTrainer  # no timestamps
         self.trainer = trainer_class(model, strategy, learning_rate=1e-3, progress=False,
                                      jit_compile=jit_compile,
                                      **({"stragglers": stragglers} if stragglers else {}))
@@ -130,7 +137,7 @@ class Sync:
                                 steps_per_call=self.steps_per_call)
 
     def examples_per_second(self, seconds):
-        calls = max(1, round(seconds / (self.step_seconds * self.steps_per_call)))
+        calls = self.calls = max(1, round(seconds / (self.step_seconds * self.steps_per_call)))
         started = time.perf_counter()
         self._fit(calls * self.steps_per_call)
         elapsed = time.perf_counter() - started
@@ -234,7 +241,8 @@ def main():
         if jit:
             results["sync_vs_async_examples"] = ratio
 
-    print(f"\n3. device 1 made {SLOW:g}x slower (it works {SLOW - 1:g}x as long again as it computed, holding its core); "
+    print(f"\n3. device 1 made {SLOW:g}x slower, busy on its core (async: it works {SLOW - 1:g}x as "
+          f"long again as it computed; sync: it computes its gradients {SLOW:g} times a step); "
           "equal devices again in the same rounds")
     kept_async, kept_sync = (2 - 1 + 1 / SLOW) / 2, 1 / SLOW
     for jit in (True, False):
@@ -268,6 +276,29 @@ def main():
         if jit:
             results["straggler_async_vs_sync"] = ratio
     results["straggler_limit"] = limit
+
+    print(f"\n4. the synchronous straggler alone: one replica, {SLOW:g}x straggler against none")
+    for jit in (True, False):
+        alone = {"SyncTrainer, 1 replica": Sync(jit, batch, args.steps_per_call, replicas=1),
+                 f"SyncTrainer, 1 replica, {SLOW:g}x straggler":
+                     Sync(jit, batch, args.steps_per_call, stragglers={0: SLOW}, replicas=1)}
+        rates, cpu = {name: [] for name in alone}, {name: [] for name in alone}
+        for _ in range(rounds):  # interleaved, with the CPU time each step costs
+            for name, contender in alone.items():
+                started = time.process_time()
+                rates[name].append(contender.examples_per_second(seconds))
+                steps = contender.calls * contender.steps_per_call
+                cpu[name].append((time.process_time() - started) / steps)
+        first, second = (np.median(values) for values in rates.values())
+        factor = first / second
+        cpu_factor = np.median(list(cpu.values())[1]) / np.median(list(cpu.values())[0])
+        print(f"  {mode_name(jit)}:")
+        show(rates)
+        print(f"    the straggler's step takes {factor:.2f}x as long and {cpu_factor:.2f}x the CPU "
+              f"time (asked for: {SLOW:g}x; the CPU time does not depend on the machine's load, "
+              f"and a step's launch and update are not repeated)")
+        if jit:
+            results["straggler_step_factor"], results["straggler_cpu_factor"] = factor, cpu_factor
 
     print(f"\nload average at the end: {describe_machine(DEVICES).split('load average ')[1].split(';')[0]}")
     print(result_line(**results))

@@ -380,14 +380,16 @@ fig.tight_layout()
 # visible next to the overheads, a small multilayer perceptron on random
 # data, and two replicas with 256 examples each. A {term}`straggler` is a
 # device slower than the others; `stragglers={1: 3}` makes replica 1 three times slower: after
-# computing its gradient it sleeps twice as long as it computed, inside the
-# step, like a device that is slower or busy with something else. (A sleep
-# rather than repeated work, so that the straggler does not also take the
-# other replica's core.) Stragglers and the timelines below are the book's
+# computing its gradient it computes it twice more, inside the step, and
+# applies the first, like a device that needs three times as long for the
+# same work. Busy work rather than a sleep: a slow device does not lend its
+# core to the others, and a sleeping straggler would (here two replicas share
+# two cores). Stragglers and the timelines below are the book's
 # instruments, not part of the lesson's step: `pargrad.InstrumentedSyncTrainer`
 # wraps `tf.timestamp()` lines (when the replica started, finished its
-# gradients and had its update) and the straggler's sleep around the same two
-# lines as `SyncTrainer._replica_step` (collapsed below).
+# gradients and had its update) and the straggler's extra passes
+# (`_straggler_work`) around the same two lines as
+# `SyncTrainer._replica_step` (collapsed below).
 
 # %% tags=["hide-cell"]
 pargrad.show_source(InstrumentedSyncTrainer._replica_step)
@@ -421,6 +423,31 @@ def measure(trainer, steps=20):
 
 trainers = {factor: perceptron_trainer(2, {1: factor}) for factor in (1, 3, 6)}
 histories = {f"straggler x{factor}": measure(trainer) for factor, trainer in trainers.items()}
+
+# %% [markdown]
+# Is the x3 straggler three times slower, and is its update the one it would
+# make anyway? One replica alone, so that nothing waits: the median time from
+# its input to its gradients, with and without the straggler, measured in
+# interleaved rounds (a busy moment of the machine hits both), then the two
+# trainers' weights after the same steps. The ratio depends on the machine,
+# so the cell checks a range around 3; the weights must be equal bit for bit.
+
+# %% tags=["nbval-ignore-output"]
+alone = {factor: perceptron_trainer(1, {0: factor}) for factor in (1, 3)}
+compute = {factor: [] for factor in alone}
+for trainer in alone.values():
+    trainer.fit(features, targets, steps=2, batch_size=256)           # trace first
+for _ in range(3):
+    for factor, trainer in alone.items():
+        compute[factor] += list(trainer.fit(features, targets, steps=10, batch_size=256).compute[:, 0])
+slowdown = np.median(compute[3]) / np.median(compute[1])
+print(f"one replica, median compute: {np.median(compute[1]) * 1e3:.2f} ms, with the x3 "
+      f"straggler {np.median(compute[3]) * 1e3:.2f} ms: {slowdown:.1f} times as long")
+assert 2.0 < slowdown < 4.5
+same = all(np.array_equal(a, b) for a, b in zip(alone[1].model.get_weights(),
+                                                 alone[3].model.get_weights()))
+print("the same weights after the same steps, bit for bit:", same)
+assert same
 
 # %% [markdown]
 # {numref}`fig-sync-timeline` shows four consecutive steps with the x3 straggler. Each row is a

@@ -13,8 +13,8 @@ gradients count zero times.  :class:`InstrumentedSyncTrainer` is a subclass
 that adds exactly that, and nothing else:
 
 * its :meth:`~InstrumentedSyncTrainer._replica_step` is the core step with
-  ``tf.timestamp()`` ops, the straggler's and the emulated device's sleeps,
-  and the backup weights wrapped around the same lines
+  ``tf.timestamp()`` ops, the straggler's extra work, the emulated device's
+  sleep and the backup weights wrapped around the same lines
   (``self._replica_gradients``, the finite-loss check
   ``self._stop_if_not_finite`` and ``self.optimizer.apply_gradients``); it
   returns the replica's three timestamps beside its loss, and
@@ -84,13 +84,15 @@ class InstrumentedSyncTrainer(SyncTrainer):
       :class:`pargrad.sync.SyncHistory`), for a device timeline.  The
       forward pass then waits for a timestamp, which costs about a tenth of
       a step as small as the book's (0.4 ms on two CPU cores).  The default
-      (None) records them only when the run needs them: with ``stragglers``
-      or ``step_seconds``.
-    * ``stragglers``: ``{replica: factor}``, makes these replicas ``factor``
-      times slower: after computing its gradients, a straggler sleeps
-      ``(factor - 1)`` times the time it just computed, inside the step.  A
-      sleep, not repeated work, so that on a machine with few cores the
-      straggler does not also slow the others down by taking their cores.
+      (None) records them only when the run needs them: with ``step_seconds``.
+    * ``stragglers``: ``{replica: factor}`` (whole numbers), makes these
+      replicas ``factor`` times slower: after computing its gradients, a
+      straggler computes them ``factor - 1`` more times, inside the step
+      (:meth:`_straggler_work`), and its update still uses the first ones,
+      unchanged bit for bit.  Busy work, not a sleep: a slower device does
+      not lend its core to the others, so a straggler must not either (a
+      sleep would, and on a machine with fewer cores than replicas the
+      others would run faster beside it than beside a real slow device).
     * ``backup_workers``: ``b`` backup workers (Chen et al. 2016): each step
       uses the gradients of the first N - b replicas to finish and drops the
       rest; who finishes when is given by ``fit(replica_times=...)``; see
@@ -122,18 +124,15 @@ class InstrumentedSyncTrainer(SyncTrainer):
                     f"stragglers names replica {replica!r}, but the replicas are "
                     f"0..{replicas - 1}."
                 )
-            if not isinstance(factor, numbers.Real) or factor < 1:
+            if (not isinstance(factor, numbers.Real) or isinstance(factor, bool) or factor < 1
+                    or factor != int(factor)):
                 raise ValueError(
-                    f"A straggler's slow-down factor must be a number >= 1, got "
-                    f"{factor!r} for replica {replica}; 1 means no slow-down."
+                    f"A straggler's slow-down factor must be a whole number >= 1 (it computes "
+                    f"its gradients that many times a step), got {factor!r} for replica "
+                    f"{replica}; 1 means no slow-down."
                 )
         if record_times is None:
-            record_times = bool(stragglers) or step_seconds is not None
-        if stragglers and not record_times:
-            raise ValueError(
-                "Stragglers sleep in proportion to the time they computed, which "
-                "needs record_times=True; pass record_times=True or no stragglers."
-            )
+            record_times = step_seconds is not None
         if (isinstance(backup_workers, bool) or not isinstance(backup_workers, numbers.Integral)
                 or not 0 <= backup_workers < replicas):
             raise ValueError(
@@ -149,10 +148,14 @@ class InstrumentedSyncTrainer(SyncTrainer):
                 f"larger replica_times instead); got {step_seconds!r}."
             )
         self.record_times = bool(record_times)
-        self.stragglers = {int(r): float(f) for r, f in stragglers.items()}
+        self.stragglers = {int(r): int(f) for r, f in stragglers.items()}
         self.backup_workers = int(backup_workers)
         self.step_seconds = None if step_seconds is None else float(step_seconds)
         self._plan = None
+        # A straggler's extra passes, compiled like the gradients they repeat.
+        self._straggler_passes = (
+            tf.function(self._straggler_work, autograph=False, jit_compile=True)
+            if self.jit_compile else self._straggler_work)
         if self.backup_workers or self.step_seconds:
             # The plan of the next step, set by fit from replica_times: each
             # replica's gradient weight and its emulated seconds.
@@ -162,7 +165,8 @@ class InstrumentedSyncTrainer(SyncTrainer):
     # -- one step, with the instruments -----------------------------------------
 
     def _replica_step(self, x, y, global_batch_size):
-        """The core replica step with timestamps, sleeps and backup weights around it.
+        """The core replica step with timestamps, a straggler's extra work, an emulated
+        device's sleep and backup weights around it.
 
         Returns the replica's loss and its ``[compute_start, compute_end,
         update_end]`` (NaN without ``record_times``).
@@ -175,18 +179,16 @@ class InstrumentedSyncTrainer(SyncTrainer):
                 x, y = tf.identity(x), tf.identity(y)  # work starts after the stamp
 
         loss, grads = self._replica_gradients(x, y, global_batch_size)
+        factor = self._straggler_factor()
+        if factor is not None:                       # factor - 1 more passes, then the update
+            finite = self._straggler_passes(x, y, grads, factor - 1)
+            # The first gradients, selected by a flag the passes compute: unchanged bit
+            # for bit, and the update cannot start before the passes are done.
+            grads = [_kept_if(finite, g) for g in grads]
 
         if self.record_times:
             with tf.control_dependencies(grads):
                 compute_end = tf.timestamp()
-            factor = self._straggler_factor()
-            if factor is not None:                   # sleep (factor - 1) x compute
-                with tf.control_dependencies([compute_end]):
-                    slept = tf.py_function(
-                        _sleep, [(factor - 1.0) * (compute_end - compute_start)], tf.float64)
-                with tf.control_dependencies([slept]):
-                    compute_end = tf.timestamp()
-                    grads = [tf.identity(g) for g in grads]
             if self.step_seconds is not None:        # an emulated device: sleep until
                 # its planned time is up, and return when it woke (the clock of
                 # tf.timestamp).  Stateless on purpose: tf.function chains stateful
@@ -219,15 +221,49 @@ class InstrumentedSyncTrainer(SyncTrainer):
         return tf.cast(loss, tf.float64), tf.stack(self.strategy.experimental_local_results(times))
 
     def _straggler_factor(self):
+        """This replica's slow-down factor (an int32 tensor), or None if it is no straggler."""
         if not self.stragglers:
             return None
         context = tf.distribute.get_replica_context()
         replica = tf.get_static_value(context.replica_id_in_sync_group)
         if replica is not None:
             factor = self.stragglers.get(int(replica))
-            return None if factor is None else tf.constant(factor, tf.float64)
-        table = [self.stragglers.get(r, 1.0) for r in range(self.replicas)]
-        return tf.gather(tf.constant(table, tf.float64), context.replica_id_in_sync_group)
+            return None if factor is None else tf.constant(factor, tf.int32)
+        table = [self.stragglers.get(r, 1) for r in range(self.replicas)]
+        return tf.gather(tf.constant(table, tf.int32), context.replica_id_in_sync_group)
+
+    def _straggler_work(self, x, y, grads, passes):
+        """A straggler's extra work: its forward and backward pass on ``(x, y)``, ``passes`` times.
+
+        Real work in the graph, which XLA compiles with ``jit_compile`` like the
+        gradients it repeats.  Nothing can skip it: each pass starts from a
+        number the previous one computed (0 when its gradients are finite, so
+        its input is ``x`` again), the first from ``grads``, and the result is
+        whether the last pass's gradients were finite, which the step needs
+        before its update.  The passes call the model statelessly
+        (``stateless_call``): no metric, no batch statistics, no variable
+        changes.  Returns that flag (a boolean scalar).
+        """
+        variables = self.model.trainable_variables
+        trainable = [tf.convert_to_tensor(_tf_variable(v)) for v in variables]
+        fixed = [tf.convert_to_tensor(_tf_variable(v)) for v in self.model.non_trainable_variables]
+
+        def shift_from(gradients):  # 0 when the gradients are finite, 1 otherwise
+            total = tf.add_n([tf.reduce_sum(tf.cast(_dense_part(g), tf.float32))
+                              for g in gradients if g is not None])
+            return tf.where(tf.math.is_finite(total), 0.0, 1.0)
+
+        def one_pass(done, shift):
+            inputs = tf.nest.map_structure(lambda t: t + tf.cast(shift, t.dtype), x)
+            with tf.GradientTape() as tape:
+                tape.watch(trainable)
+                prediction, _ = self.model.stateless_call(trainable, fixed, inputs, training=True)
+                loss = tf.reduce_sum(self.loss(y, prediction))
+            return done + 1, shift_from(tape.gradient(loss, trainable))
+
+        _, shift = tf.while_loop(lambda done, shift: done < passes, one_pass,
+                                 (tf.constant(0), shift_from(grads)))
+        return tf.equal(shift, 0.0)
 
     def _replica_value(self, plan):
         """This replica's entry of a per-replica plan variable (backup workers)."""
@@ -309,9 +345,20 @@ class InstrumentedSyncTrainer(SyncTrainer):
         return history
 
 
-def _sleep(seconds):
-    time.sleep(max(0.0, float(seconds)))
-    return seconds
+def _dense_part(gradient):
+    """A gradient's values: itself, or an ``IndexedSlices``' (sparse) values."""
+    return gradient.values if isinstance(gradient, tf.IndexedSlices) else gradient
+
+
+def _kept_if(flag, gradient):
+    """``gradient`` unchanged, bit for bit, when the scalar ``flag`` is true; NaN otherwise."""
+    if gradient is None:
+        return None
+    values = _dense_part(gradient)
+    kept = tf.where(flag, values, tf.fill(tf.shape(values), tf.constant(np.nan, values.dtype)))
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.IndexedSlices(kept, gradient.indices, gradient.dense_shape)
+    return kept
 
 
 def _sleep_until(deadline, computed):

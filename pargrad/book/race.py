@@ -54,8 +54,10 @@ SCENARIOS = {
     "heavy-tailed delays": Scenario((1.0, 1.0, 1.0, 1.0), jitter=0.5, delay_distribution="pareto"),
 }
 
-# Each method's options.  Learning rates: the best of 0.1, 0.2, 0.4, 0.8 on
-# equal devices (two seeds) when the chapter was written.  A synchronous step
+# Each method's options.  Learning rates: defaults, the best of 0.1, 0.2, 0.4,
+# 0.8 on equal devices (two seeds) when the chapter was first written; the
+# chapter's races replace them by each method's best rate in each scenario
+# (benchmarks/sync_vs_async.py --clock virtual).  A synchronous step
 # averages 4 x 32 examples, an asynchronous update 32: sync's best rate is 4
 # times async's, the linear scaling rule (Goyal et al. 2017).  The
 # staleness-aware rate is divided by staleness + 1 (about 4 here).
@@ -370,6 +372,21 @@ def wall_clock_claims(results, target, resolution):
         claims[f"{scenario}: {first} reaches {target:.0%} before {second}"] = (
             verdict.verdict == f"{first} ahead")
     return claims
+
+
+def wall_clock_rates(settings):
+    """The learning rates a stored wall-clock sweep ran at: ``{scenario: {method: rate}}``.
+
+    ``settings`` is the ``"settings"`` of :func:`stored_sweep` ``("sync_vs_async")``.
+    A sweep measured before the rates were tuned per scenario stored one rate
+    a method (in ``"methods"``), used in every scenario.  Shown in the chapter
+    "Sync vs async in the same time".
+    """
+    if "learning_rates" in settings:
+        return settings["learning_rates"]
+    return {scenario: {method: options["learning_rate"]
+                       for method, options in settings["methods"].items()}
+            for scenario in settings["scenarios"]}
 
 
 def format_table(table, unit="", digits=0):

@@ -1,0 +1,112 @@
+"""A straggler of InstrumentedSyncTrainer works: busy on its core, its update unchanged.
+
+A ``stragglers={replica: k}`` replica computes its gradients k times a step
+(``InstrumentedSyncTrainer._straggler_work``) and applies the first: real
+work in the graph, compiled by XLA with ``jit_compile``, not a sleep that
+would lend its core to the other replicas.
+"""
+
+import time
+
+import keras
+import numpy as np
+import pytest
+
+from pargrad._quiet import import_tensorflow_quietly
+from pargrad.book.instruments import InstrumentedSyncTrainer
+from pargrad.sync import sync_strategy
+
+tf = import_tensorflow_quietly()
+
+
+def perceptron_trainer(replicas, stragglers=None, jit_compile=False, record_times=False,
+                       width=256):
+    strategy = sync_strategy(replicas)
+    with strategy.scope():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((64,)),
+                                  keras.layers.Dense(width, activation="relu"),
+                                  keras.layers.Dense(width, activation="relu"),
+                                  keras.layers.Dense(1)])
+    return InstrumentedSyncTrainer(
+        model, strategy, loss=lambda y, p: tf.reduce_mean(tf.square(y - p), axis=-1),
+        stragglers=stragglers, jit_compile=jit_compile, record_times=record_times,
+        progress=False)
+
+
+def data(n=2048, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((n, 64)).astype(np.float32),
+            rng.standard_normal((n, 1)).astype(np.float32))
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_a_straggler_applies_the_same_update_bit_for_bit(jit_compile):
+    x, y = data()
+    plain = perceptron_trainer(2, jit_compile=jit_compile)
+    slow = perceptron_trainer(2, {1: 3}, jit_compile=jit_compile)
+    plain.fit(x, y, steps=6, batch_size=256, steps_per_call=3)
+    slow.fit(x, y, steps=6, batch_size=256, steps_per_call=3)
+    for a, b in zip(plain.model.get_weights(), slow.model.get_weights()):
+        assert np.array_equal(a, b)
+    assert not np.array_equal(plain.model.get_weights()[0],
+                              perceptron_trainer(2).model.get_weights()[0])  # it trained
+
+
+def test_a_straggler_with_batch_statistics_changes_no_state_of_its_own():
+    """The extra passes call the model statelessly: the moving statistics move once a step."""
+    x, y = data()
+
+    def trainer(stragglers):
+        strategy = sync_strategy(2)
+        with strategy.scope():
+            keras.utils.set_random_seed(0)
+            model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32),
+                                      keras.layers.BatchNormalization(), keras.layers.Dense(1)])
+        return InstrumentedSyncTrainer(model, strategy, stragglers=stragglers, progress=False,
+                                       loss=lambda y, p: tf.reduce_mean(tf.square(y - p), -1))
+
+    plain, slow = trainer(None), trainer({0: 4})
+    plain.fit(x, y, steps=3, batch_size=256)
+    slow.fit(x, y, steps=3, batch_size=256)
+    for a, b in zip(plain.model.get_weights(), slow.model.get_weights()):
+        assert np.array_equal(a, b)
+
+
+def test_a_straggler_holds_its_core():
+    """Busy work: each extra pass costs the process CPU time, as much as the step's own pass.
+
+    A sleep would add wall time and almost no CPU time.  One replica, so that
+    nothing waits; CPU time, which another program's load barely changes.
+    """
+    x, y = data()
+    trainers = {k: perceptron_trainer(1, {0: k}, width=512) for k in (1, 2, 4)}
+    cpu = {k: [] for k in trainers}
+    for trainer in trainers.values():
+        trainer.fit(x, y, steps=4, batch_size=256, steps_per_call=2)
+    for _ in range(5):  # interleaved rounds
+        for k, trainer in trainers.items():
+            started = time.process_time()
+            trainer.fit(x, y, steps=20, batch_size=256, steps_per_call=10)
+            cpu[k].append((time.process_time() - started) / 20)
+    step = {k: np.median(v) for k, v in cpu.items()}
+    per_pass = (step[4] - step[1]) / 3
+    assert step[1] < step[2] < step[4], step
+    # linear in the passes: the second pass costs what each of passes 2 to 4 costs on average
+    assert 0.4 * per_pass < step[2] - step[1] < 2.5 * per_pass, step
+    # and a pass costs at least half the whole one-pass step (which adds launching and the update)
+    assert per_pass > 0.5 * step[1], step
+
+
+def test_a_straggler_computes_about_factor_times_as_long():
+    """The replica's compute time (input ready to gradients ready) grows by one pass a factor."""
+    x, y = data()
+    trainers = {k: perceptron_trainer(1, {0: k}, record_times=True, width=512) for k in (1, 3)}
+    compute = {k: [] for k in trainers}
+    for trainer in trainers.values():
+        trainer.fit(x, y, steps=3, batch_size=256)
+    for _ in range(3):
+        for k, trainer in trainers.items():
+            compute[k] += list(trainer.fit(x, y, steps=10, batch_size=256).compute[:, 0])
+    ratio = np.median(compute[3]) / np.median(compute[1])
+    assert 2.0 < ratio < 4.5, ratio
