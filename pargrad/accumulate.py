@@ -39,7 +39,7 @@ from pargrad._quiet import import_tensorflow_quietly
 
 tf = import_tensorflow_quietly()
 
-from pargrad.training import check_whole_number  # noqa: E402
+from pargrad.checks import check_flag, check_whole_number  # noqa: E402
 
 EMPTY_WINDOW_MESSAGE = (
     "GradientAccumulator has nothing accumulated: call accumulate(gradients, "
@@ -141,16 +141,9 @@ class GradientAccumulator(tf.Module):
     def __init__(self, variables, steps, optimizer=None, name="gradient_accumulator",
                  stop_on_non_finite=True):
         super().__init__(name=name)
-        if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
-            if isinstance(steps, float) and steps.is_integer() and steps >= 1:
-                raise ValueError(f"GradientAccumulator needs steps as an int, got {steps!r}; "
-                                 f"pass {int(steps)}.")
-            raise ValueError(
-                f"GradientAccumulator needs steps >= 1 micro-batches per update, got "
-                f"{steps!r}; pass an int such as 4 (1 means no accumulation)."
-            )
-        if not isinstance(stop_on_non_finite, bool):
-            raise TypeError(f"stop_on_non_finite must be True or False, got {stop_on_non_finite!r}.")
+        steps = check_whole_number("steps", steps, advice="Pass an int such as 4 (1 means no "
+                                   "accumulation).")
+        check_flag("stop_on_non_finite", stop_on_non_finite)
         self.stop_on_non_finite = stop_on_non_finite
         variables = list(variables)
         if not variables:
@@ -337,17 +330,10 @@ class GradientAccumulator(tf.Module):
             return tf.reduce_sum(weights)
 
     def _check_examples(self, num_examples):
-        if isinstance(num_examples, bool):
-            raise ValueError("num_examples must be a count of examples, got a bool.")
-        if isinstance(num_examples, numbers.Integral):
-            if num_examples < 1:
-                raise ValueError(
-                    f"num_examples must be at least 1, got {num_examples}; pass the "
-                    "micro-batch's size, for example tf.shape(x)[0]."
-                )
-            return tf.constant(num_examples, tf.int64)
-        if isinstance(num_examples, numbers.Real):
-            check_whole_number("num_examples", num_examples)   # raises, saying what to pass
+        if isinstance(num_examples, (numbers.Real, bool)):   # a Python number: checked now
+            advice = "Pass the micro-batch's size, for example tf.shape(x)[0]."
+            return tf.constant(check_whole_number("num_examples", num_examples, advice=advice),
+                               tf.int64)
         count = tf.cast(num_examples, tf.int64)
         check = tf.debugging.assert_positive(
             count, message="num_examples must be at least 1 (the micro-batch's size)"
@@ -468,10 +454,7 @@ def peak_memory(batch_sizes, micro_batch_size, timeout=180):
     sizes = [int(size) for size in batch_sizes]
     if not sizes or sizes != sorted(sizes) or sizes[0] < 1:
         raise ValueError(f"batch_sizes must be positive and increasing, got {batch_sizes!r}.")
-    if isinstance(micro_batch_size, bool) or not isinstance(micro_batch_size, numbers.Integral) \
-            or micro_batch_size < 1:
-        raise ValueError(
-            f"micro_batch_size must be a whole number >= 1, got {micro_batch_size!r}.")
+    micro_batch_size = check_whole_number("micro_batch_size", micro_batch_size)
     code = (
         "import json, sys\n"
         "from pargrad.accumulate import _memory_probe\n"

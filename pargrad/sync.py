@@ -62,7 +62,6 @@ the host and passed to the same step, with the batch's size as
 
 import dataclasses
 import json
-import numbers
 import os
 import time
 
@@ -73,11 +72,11 @@ from pargrad._quiet import import_tensorflow_quietly
 tf = import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
 
+from pargrad.checks import check_choice, check_flag, check_whole_number  # noqa: E402
 from pargrad.training import (  # noqa: E402
     NonFiniteDataError,
     NonFiniteLossError,
     TrainingPosition,
-    check_whole_number,
     first_non_finite_row,
     input_dtype,
     keras_metrics,
@@ -127,8 +126,8 @@ def sync_strategy(replicas=None, cross_device_ops=None):
     names = [device.name for device in tf.config.list_logical_devices(kind)]
     if replicas is None:
         replicas = len(names)
-    if isinstance(replicas, bool) or not isinstance(replicas, numbers.Integral) or replicas < 1:
-        raise ValueError(f"sync_strategy(replicas) needs a whole number >= 1, got {replicas!r}.")
+    replicas = check_whole_number("replicas", replicas,
+                                  advice="Pass None for every logical device.")
     if replicas > len(names):
         raise DevicesNotReadyError(
             f"A synchronous run on {replicas} replicas needs {replicas} logical "
@@ -167,8 +166,7 @@ def choose_cross_device_ops(kind, physical_device_of_replica):
 
     Taught in the chapter "Synchronous training".
     """
-    if kind not in ("CPU", "GPU"):
-        raise ValueError(f"kind must be 'CPU' or 'GPU', got {kind!r}.")
+    check_choice("kind", kind, ("CPU", "GPU"))
     physical = list(physical_device_of_replica)
     if kind == "GPU" and len(set(physical)) == len(physical) > 1:
         return tf.distribute.NcclAllReduce()
@@ -433,14 +431,9 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
                 "Build the model inside `with strategy.scope():` and pass that "
                 "model."
             )
-        if (isinstance(accumulation_steps, bool) or not isinstance(accumulation_steps, numbers.Integral)
-                or accumulation_steps < 1):
-            raise ValueError(
-                f"accumulation_steps must be a whole number >= 1, got {accumulation_steps!r}; "
-                "pass 1 for no accumulation."
-            )
-        if not isinstance(stop_on_non_finite, bool):
-            raise TypeError(f"stop_on_non_finite must be True or False, got {stop_on_non_finite!r}.")
+        accumulation_steps = check_whole_number("accumulation_steps", accumulation_steps,
+                                                advice="Pass 1 for no accumulation.")
+        check_flag("stop_on_non_finite", stop_on_non_finite)
         if sample_weight is not None and not callable(sample_weight):
             raise TypeError(
                 f"sample_weight must be None or a function sample_weight(x, y) returning a "
@@ -840,10 +833,9 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         dataset = isinstance(x, tf.data.Dataset)
         if shuffle is None:
             shuffle = epochs is not None and not dataset
-        if not isinstance(shuffle, bool):
-            raise TypeError(f"shuffle must be True or False, got {shuffle!r}.")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
-            raise TypeError(f"seed must be an int (or None), got {seed!r}.")
+        check_flag("shuffle", shuffle)
+        if seed is not None:
+            seed = check_whole_number("seed", seed, minimum=0, advice="Pass None to draw one.")
         if dataset:
             source = self._dataset_source(x, y, batch_size, shuffle)
         else:
@@ -1330,12 +1322,6 @@ def _raise_non_finite_batch(x, y, step, hint):
 def _same(a, b):
     """Two data keys name the same data: equal mode and batch size, identical objects."""
     return a[:2] == b[:2] and len(a) == len(b) and all(p is q for p, q in zip(a[2:], b[2:]))
-
-
-def _check_whole_numbers(**values):
-    """Raise ValueError naming the first of ``values`` that is not a whole number >= 1."""
-    for name, value in values.items():
-        check_whole_number(name, value)
 
 
 def _tf_variable(variable):

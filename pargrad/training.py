@@ -52,9 +52,8 @@ The interface (stable; both trainers use it):
     model without a ``keras.Input``: then float features go to ``loss_dtype``).
 
 ``check_whole_number(name, value, minimum=1)`` -> ``int``
-    The one whole-number check: ``batch_size=16.0`` raises ``ValueError``
-    saying "pass 16"; a bool, a fraction or a number below ``minimum`` is
-    refused too.
+    Re-exported from :mod:`pargrad.checks`, the one module of argument
+    checks: ``batch_size=16.0`` is refused saying "pass 16".
 
 ``keras_metrics(metrics, advice="")`` -> ``list``
     The one check of a ``metrics=`` argument: Keras metric objects (one
@@ -71,7 +70,6 @@ The interface (stable; both trainers use it):
 """
 
 import math
-import numbers
 
 import numpy as np
 
@@ -80,29 +78,12 @@ from pargrad._quiet import import_tensorflow_quietly
 tf = import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
 
+from pargrad.checks import check_whole_number  # noqa: E402,F401  (re-exported)
+
 
 # ----------------------------------------------------------------------------
-# Whole numbers and finite losses
+# Metrics and finite losses
 # ----------------------------------------------------------------------------
-
-def check_whole_number(name, value, minimum=1):
-    """Return ``value`` as an int if it is a whole number >= ``minimum``; else ValueError.
-
-    A float that holds a whole number (``16.0``) is refused with the int to
-    pass instead ("pass 16"): quietly accepting it would hide a computation
-    that went wrong upstream.
-    """
-    if isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name} must be a whole number >= {minimum}, got the bool {value!r}.")
-    if isinstance(value, numbers.Integral):
-        if value < minimum:
-            raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}.")
-        return int(value)
-    if isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
-        raise ValueError(
-            f"{name} must be an int, got the float {value!r}; pass {int(value)}.")
-    raise ValueError(f"{name} must be a whole number >= {minimum} (an int), got {value!r}.")
-
 
 def keras_metrics(metrics, advice=""):
     """``metrics`` as a list of Keras metric objects; ``TypeError`` saying what to pass otherwise.

@@ -124,7 +124,8 @@ def test_checkpoint_holds_only_the_accumulator_state():
 
 @pytest.mark.parametrize("steps", [0, -1, 1.5, True, "4"])
 def test_bad_steps_raise(steps):
-    with pytest.raises(ValueError, match="steps >= 1"):
+    # pargrad.checks: TypeError for 1.5, True, "4" (an ArgumentTypeError, also a ValueError).
+    with pytest.raises(ValueError, match="steps must be a whole number >= 1"):
         GradientAccumulator([tf.Variable(1.0)], steps)
 
 

@@ -34,7 +34,8 @@ import time
 import numpy as np
 
 from pargrad._quiet import import_tensorflow_quietly
-from pargrad.sync import SyncTrainer, _check_whole_numbers, _tf_variable
+from pargrad.checks import check_whole_number
+from pargrad.sync import SyncTrainer, _tf_variable
 
 tf = import_tensorflow_quietly()
 
@@ -275,7 +276,8 @@ class InstrumentedSyncTrainer(SyncTrainer):
         when the plan changes the graph (backup workers or
         ``step_seconds``); the reported loss is the whole batch's.
         """
-        _check_whole_numbers(steps=steps, steps_per_call=steps_per_call)
+        steps = check_whole_number("steps", steps)
+        steps_per_call = check_whole_number("steps_per_call", steps_per_call)
         used = virtual_step_time = None
         if replica_times is None and self.step_seconds is not None:
             replica_times = np.ones((steps, self.replicas))
