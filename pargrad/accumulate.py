@@ -92,8 +92,9 @@ class GradientAccumulator(tf.Module):
 
     ``variables``: the variables the gradients belong to (for example
     ``model.trainable_variables``), in the order the gradients come in.
-    ``steps``: micro-batches per update (used by :meth:`step` and
-    :attr:`ready`).  ``optimizer``: a Keras optimizer, needed only by
+    ``accumulation_steps`` (or ``steps``, its older name, also positional):
+    micro-batches per update (used by :meth:`step` and :attr:`ready`).
+    ``optimizer``: a Keras optimizer, needed only by
     :meth:`apply` and :meth:`step`.
 
     ``accumulate(gradients, num_examples)`` adds ``num_examples * gradient``
@@ -138,10 +139,17 @@ class GradientAccumulator(tf.Module):
     "Accumulating sequences".
     """
 
-    def __init__(self, variables, steps, optimizer=None, name="gradient_accumulator",
-                 stop_on_non_finite=True):
+    def __init__(self, variables, steps=None, optimizer=None, name="gradient_accumulator",
+                 stop_on_non_finite=True, *, accumulation_steps=None):
         super().__init__(name=name)
-        steps = check_whole_number("steps", steps, advice="Pass an int such as 4 (1 means no "
+        if (steps is None) == (accumulation_steps is None):
+            raise TypeError(
+                "GradientAccumulator needs the micro-batches per update once: pass "
+                f"accumulation_steps=4 (or steps=4, its older name); got steps={steps!r}, "
+                f"accumulation_steps={accumulation_steps!r}.")
+        given = ("steps", steps) if accumulation_steps is None else (
+            "accumulation_steps", accumulation_steps)
+        steps = check_whole_number(*given, advice="Pass an int such as 4 (1 means no "
                                    "accumulation).")
         check_flag("stop_on_non_finite", stop_on_non_finite)
         self.stop_on_non_finite = stop_on_non_finite
@@ -157,7 +165,7 @@ class GradientAccumulator(tf.Module):
                     f"GradientAccumulator needs variables with a known shape, got {variable!r}; "
                     "pass model.trainable_variables after the model has been built."
                 )
-        self.steps = int(steps)
+        self.accumulation_steps = self.steps = int(steps)   # steps: the older name
         self._refs = _Untracked(variables, optimizer)
         with tf.init_scope():
             if optimizer is not None and hasattr(optimizer, "build") and not optimizer.built:

@@ -59,7 +59,7 @@ The interface (stable; both trainers use it):
     The one check of a ``metrics=`` argument: Keras metric objects (one
     alone becomes a list), anything else a ``TypeError`` saying what to pass.
 
-``TrainingPosition(name)``
+``TrainingPosition(name)`` (in :mod:`pargrad.data`, re-exported here)
     A ``tf.Module`` of int64 variables that say where training stands:
     ``step`` (updates applied), ``epoch`` (epochs completed), ``epoch_step``
     (updates into the current epoch), ``position`` (examples into the
@@ -433,33 +433,16 @@ def _cast_targets(y, model):
 
 
 # ----------------------------------------------------------------------------
-# Where training stands
+# Where training stands: in pargrad.data, re-exported here
 # ----------------------------------------------------------------------------
 
-class TrainingPosition(tf.Module):
-    """Where a trainer stands, in variables that ``tf.train.Checkpoint`` saves.
+def __getattr__(name):
+    """``TrainingPosition`` lives in :mod:`pargrad.data`; this name keeps old imports working.
 
-    ``step``: updates applied; ``epoch``: epochs completed; ``epoch_step``:
-    updates into the current epoch; ``position``: examples into the current
-    pass over in-memory arrays (the next batch's first row), or batches into
-    a dataset read by steps; ``seed``: the shuffling seed (-1: none yet).  Taught in the
-    chapter "Your own model".
+    Resolved on first use, because :mod:`pargrad.data` imports this module.
     """
+    if name == "TrainingPosition":
+        from pargrad.data import TrainingPosition
 
-    def __init__(self, name="training_position"):
-        super().__init__(name=name)
-        with tf.init_scope(), tf.device("/CPU:0"):
-            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-            self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
-            self.epoch_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch_step")
-            self.position = tf.Variable(0, dtype=tf.int64, trainable=False, name="position")
-            self.seed = tf.Variable(-1, dtype=tf.int64, trainable=False, name="seed")
-
-    def has_seed(self):
-        """Whether a shuffling seed has been set (``seed`` >= 0)."""
-        return int(self.seed.numpy()) >= 0
-
-    def numbers(self):
-        """The counters (and the seed, -1 if none) as a dict of Python ints."""
-        return {name: int(getattr(self, name).numpy())
-                for name in ("step", "epoch", "epoch_step", "position", "seed")}
+        return TrainingPosition
+    raise AttributeError(f"module 'pargrad.training' has no attribute {name!r}")

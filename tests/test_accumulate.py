@@ -279,3 +279,15 @@ def test_whole_numbers_and_flags_say_what_to_pass(make, message):
     variables = [tf.Variable(w) for w in initial_weights(seed=1)]
     with pytest.raises((ValueError, TypeError), match=message):
         make(variables)
+
+
+def test_accumulation_steps_names_the_micro_batches_and_steps_stays_its_alias():
+    variables = [tf.Variable(1.0)]
+    named = GradientAccumulator(variables, accumulation_steps=3)
+    assert named.accumulation_steps == named.steps == GradientAccumulator(variables, 3).steps == 3
+    with pytest.raises(TypeError, match="once"):
+        GradientAccumulator(variables, 3, accumulation_steps=3)
+    with pytest.raises(TypeError, match="accumulation_steps=4"):
+        GradientAccumulator(variables)
+    with pytest.raises(ValueError, match="accumulation_steps must be a whole number >= 1"):
+        GradientAccumulator(variables, accumulation_steps=0)

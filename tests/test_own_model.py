@@ -9,7 +9,7 @@ behaviour that was already right.  The session has 4 logical devices
 (tests/conftest.py); the trainers here use 2 of them.
 """
 
-import gc  # noqa: F401  (used in the subprocess test's code)
+import gc
 import pathlib
 
 import keras
@@ -417,6 +417,39 @@ def test_item8_keras_callbacks_get_keras_protocol():
         ("epoch_end", 1, keys), ("train_end",)]
 
 
+class BatchRecorder(keras.callbacks.Callback):
+    """The batch indices and the names in the batch logs, in the order of the calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.calls.append(("begin", batch))
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.calls.append(("end", batch, sorted(logs)))
+
+
+@pytest.mark.parametrize("per_call", [1, 2])
+def test_fit_by_steps_gives_callbacks_the_batch_indices_and_logs_keras_fit_gives(per_call):
+    """With steps=, batches are numbered 0 .. n-1 and their logs carry the metrics, as Keras's."""
+    x, y = regression_data()
+    keras_model = regression_model()
+    keras_model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse",
+                        metrics=[keras.metrics.MeanAbsoluteError(name="mae")],
+                        steps_per_execution=per_call)
+    expected = BatchRecorder()
+    keras_model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat(),
+                    steps_per_epoch=4, epochs=1, verbose=0, shuffle=False, callbacks=[expected])
+    recorded = BatchRecorder()
+    trainer(metrics=lambda: [keras.metrics.MeanAbsoluteError(name="mae")]).fit(
+        x, y, steps=4, batch_size=16, steps_per_call=per_call, callbacks=[recorded])
+    assert recorded.calls == expected.calls
+    assert [call[1] for call in recorded.calls if call[0] == "end"] == list(
+        range(per_call - 1, 4, per_call))
+
+
 def test_item8_early_stopping_and_terminate_on_nan_stop_the_fit():
     """Item 8: model.stop_training is honoured (EarlyStopping, TerminateOnNaN)."""
     x, y = regression_data()
@@ -464,7 +497,9 @@ def test_item8_dataset_iterators_never_hang_after_fit(run_python):
         trainer = pargrad.SyncTrainer(model, strategy, progress=False)
         trainer.fit(data, steps=3)
         trainer.fit(data, epochs=2, validation_data=data)
-        assert trainer._iterator is None
+        gc.collect()
+        alive = [o for o in gc.get_objects() if isinstance(o, tf.data.Iterator)]
+        assert not alive, alive
         del trainer
         gc.collect()
         print("finished")
@@ -497,7 +532,9 @@ def test_item8_the_iterator_is_gone_after_a_failing_fit():
     t = trainer(loss=divides_by_zero_at_mark)
     with pytest.raises(NonFiniteLossError):
         t.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(16).prefetch(2), epochs=1)
-    assert t._iterator is None and t.position.numbers()["epoch_step"] == 2
+    gc.collect()
+    assert not [o for o in gc.get_objects() if isinstance(o, tf.data.Iterator)]
+    assert t.position.numbers()["epoch_step"] == 2
 
 
 def test_item7_what_a_loss_function_returns_is_read_as_keras_reads_it():
@@ -509,3 +546,34 @@ def test_item7_what_a_loss_function_returns_is_read_as_keras_reads_it():
     np.testing.assert_allclose(per_output(y, prediction).numpy(), [1.0, 9.0])
     flat = pargrad.per_example_loss("mse")(tf.constant([1.0, 3.0]), prediction)  # y of (N,)
     np.testing.assert_allclose(flat.numpy(), [1.0, 9.0])
+
+
+def test_fit_arguments_after_y_are_keyword_only():
+    """fit(x, y, 64) is refused: a Keras user means a batch of 64, not 64 updates."""
+    x, y = regression_data()
+    with pytest.raises(TypeError, match="positional"):
+        trainer().fit(x, y, 64)
+
+
+def test_an_optimizer_and_a_learning_rate_together_are_refused():
+    """The optimizer carries its own rate; a second one would be ignored silently."""
+    strategy = sync_strategy(2)
+    with strategy.scope():
+        model = regression_model()
+        optimizer = keras.optimizers.SGD(1e-3)
+    with pytest.raises(ValueError, match=r"pass the learning rate to the optimizer.*SGD\(learning_rate=0.5\)"):
+        SyncTrainer(model, strategy, optimizer=optimizer, learning_rate=0.5)
+
+
+def test_evaluate_returns_the_loss_and_metrics_of_the_whole_data():
+    """evaluate gives {"loss", metrics} in inference mode, as Keras's evaluate(return_dict=True)."""
+    x, y = regression_data()
+    t = trainer(loss="mse", metrics=lambda: [keras.metrics.MeanAbsoluteError(name="mae")])
+    t.fit(x, y, steps=3, batch_size=16)
+    result = t.evaluate(x, y, batch_size=16)
+    error = y - t.model(x, training=False).numpy()
+    assert sorted(result) == ["loss", "mae"]
+    assert result["loss"] == pytest.approx(float(np.mean(error ** 2)), rel=1e-5)
+    assert result["mae"] == pytest.approx(float(np.mean(np.abs(error))), rel=1e-5)
+    batches = tf.data.Dataset.from_tensor_slices((x, y)).batch(10)
+    assert t.evaluate(batches) == pytest.approx(result, rel=1e-5)
