@@ -21,7 +21,7 @@ import_tensorflow_quietly()
 
 # -- the library --------------------------------------------------------------
 from pargrad import cost, tf1  # noqa: E402
-from pargrad.accumulate import GradientAccumulator, peak_memory  # noqa: E402
+from pargrad.accumulate import GradientAccumulator  # noqa: E402
 from pargrad.asynchronous import AsyncTrainer, lost_updates, random_delay  # noqa: E402
 from pargrad.cluster import (  # noqa: E402
     ClusterError,
@@ -45,6 +45,7 @@ _BOOK_MODULES = ("allreduce_timing", "compatibility", "digits", "instruments", "
                  "parabola", "parameter_server", "plots", "race")
 _BOOK_NAMES = {
     "pargrad.book": ("show_lines", "show_source"),
+    "pargrad.book.accumulation_memory": ("peak_memory",),
     "pargrad.book.instruments": ("InstrumentedSyncTrainer", "backup_worker_mask",
                                  "sync_step_times"),
     "pargrad.book.multiworker": ("train_parabola_multiworker",),

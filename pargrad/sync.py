@@ -22,7 +22,10 @@ instruments around the same lines and sets its per-step plan in the one
 hook of the loop, :meth:`SyncTrainer._before_step`.  What a reader's own
 model and data need before the first step (targets shaped as Keras shapes
 them, dtypes, the loss by name, clear errors) is in :mod:`pargrad.training`,
-shared with the asynchronous trainer.  This module never imports the book.
+shared with the asynchronous trainer; which batches come next, and where
+training stands, in :mod:`pargrad.data`; the callbacks, the records and the
+progress bar in :mod:`pargrad.loop`; the strategy in
+:mod:`pargrad.strategies`.  This module never imports the book.
 
 A reader's map: where ``learning_rate`` goes, from the call to the update.
 
@@ -32,11 +35,12 @@ A reader's map: where ``learning_rate`` goes, from the call to the update.
    ``mixed_float16`` policy it wraps it in a ``LossScaleOptimizer``), builds
    it for the model's variables and keeps it as ``self.optimizer``.
    Nothing else in this module reads the rate.
-2. ``trainer.fit(x, y, steps, batch_size)``: checks the data and casts it
-   (:func:`pargrad.training.prepare_arrays`), checks that ``batch_size``
-   splits over replicas x ``accumulation_steps``; :meth:`_train` runs the
-   epochs (callbacks, metrics, validation) and :meth:`_epoch_calls` says
-   which batches come next; per call :meth:`_run` calls
+2. ``trainer.fit(x, y, steps=..., batch_size=...)``: checks the data and
+   casts it (:func:`pargrad.data.fit_source`), checks that ``batch_size``
+   splits over replicas x ``accumulation_steps``;
+   :func:`pargrad.loop.fit_with_callbacks` runs the epochs inside Keras's
+   callback protocol, :meth:`_train_epoch` one epoch, whose calls
+   :class:`pargrad.data.EpochReader` says; per call :meth:`_run` calls
    ``self._step_function``, the ``tf.function`` of :meth:`_distributed_step`
    (or ``_steps_function``, a graph loop of it, with ``steps_per_call``).
 3. :meth:`_distributed_step`: ``strategy.run`` runs, on every replica,
@@ -236,7 +240,8 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
       (as Keras does: ``y`` of shape ``(N,)`` fits a one-output model).
     * ``optimizer``: a Keras optimizer created inside ``strategy.scope()``;
       default plain gradient descent (``keras.optimizers.SGD``) with
-      ``learning_rate``.  Under a ``mixed_float16`` policy it is wrapped in
+      ``learning_rate`` (0.01 when not given).  An optimizer carries its own
+      rate, so passing ``learning_rate`` beside it raises ``ValueError``.  Under a ``mixed_float16`` policy it is wrapped in
       ``keras.optimizers.LossScaleOptimizer``, as Keras's ``compile`` does.
       An uncompiled model gets it as ``model.optimizer`` (as after
       ``compile``), for the callbacks that read it.

@@ -6,7 +6,8 @@ import pytest
 import pargrad  # noqa: F401  (quiet TensorFlow first)
 import keras
 import tensorflow as tf
-from pargrad.accumulate import GradientAccumulator, peak_memory
+from pargrad.accumulate import GradientAccumulator
+from pargrad.book.accumulation_memory import peak_memory
 from pargrad.book.parabola import initial_weights, parabola_data, parabola_forward, squared_error
 
 TOLERANCE = 1e-6
