@@ -48,7 +48,7 @@ def check_whole_number(name, value, minimum=1, *, advice=""):
     """``value`` as an int if it is a whole number >= ``minimum``.
 
     A float that holds a whole number (``16.0``) is refused too, saying
-    "pass 16": quietly taking it would hide a computation that went wrong
+    "got the float 16.0; pass 16": quietly taking it would hide a computation that went wrong
     upstream.  A bool, a float, a string or None raises
     :class:`ArgumentTypeError`; an int below ``minimum`` raises
     ``ValueError``.
@@ -61,8 +61,8 @@ def check_whole_number(name, value, minimum=1, *, advice=""):
             raise ValueError(_message(name, wanted, value, advice))
         return int(value)
     if isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
-        raise ArgumentTypeError(
-            _message(name, f"{wanted} as an int", value, f"pass {int(value)}. {advice}".strip()))
+        raise ArgumentTypeError(f"{name} must be {wanted} (an int), got the float {value!r}; "
+                                f"pass {int(value)}." + (f" {advice}" if advice else ""))
     raise ArgumentTypeError(_message(name, f"{wanted} (an int)", value, advice))
 
 
