@@ -51,6 +51,7 @@ import numpy as np
 import tensorflow as tf
 from pargrad.book import plots
 from pargrad.cluster import LocalCluster
+from pargrad.loop import fit_with_callbacks
 from pargrad.book.instruments import InstrumentedSyncTrainer
 from pargrad.book.parabola import train_parabola
 from pargrad.sync import SyncTrainer, ring_all_reduce, sync_strategy
@@ -133,6 +134,23 @@ try:
     SyncTrainer(model, strategy, progress=False).fit(x, y, steps=1)
 except ValueError as error:
     print(type(error).__name__, error)
+
+# %% [markdown]
+# The step is the idea; around it sits the loop that Keras's `fit` runs too,
+# the same for every trainer of the book, and it changes nothing in the
+# step. In one sitting: `SyncTrainer.fit` checks the data and hands them to
+# `pargrad.data.EpochReader`, which says which batches come next (in order,
+# or the epoch's shuffled order) and keeps the position a checkpoint saves;
+# `pargrad.loop.fit_with_callbacks` calls Keras's callbacks in Keras's order
+# around the epochs; and one epoch, `SyncTrainer._train_epoch`, is a `for`
+# loop over the calls of the step, each between two batch callbacks, that
+# moves the position on and records the losses (both collapsed below):
+
+# %% tags=["hide-cell"]
+pargrad.show_source(fit_with_callbacks)
+
+# %% tags=["hide-cell"]
+pargrad.show_source(SyncTrainer._train_epoch)
 
 # %% [markdown]
 # ## All-reduce

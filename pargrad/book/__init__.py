@@ -1,7 +1,8 @@
 """The book's instruments: its tasks, harnesses, demos, figures and stored data.
 
-The library at the top of :mod:`pargrad` (devices, sync, asynchronous,
-accumulate, tf1, cluster, numerics, cost) is what a reader takes home; this
+The library at the top of :mod:`pargrad` (devices, strategies, sync,
+asynchronous, data, loop, checks, training, accumulate, tf1, cluster,
+numerics, cost) is what a reader takes home; this
 sub-package is what the chapters use to *demonstrate* it:
 
 * :mod:`pargrad.book.parabola`, :mod:`pargrad.book.digits` and
