@@ -54,7 +54,8 @@ from pargrad.cluster import LocalCluster
 from pargrad.loop import fit_with_callbacks
 from pargrad.book.instruments import InstrumentedSyncTrainer
 from pargrad.book.parabola import train_parabola
-from pargrad.sync import SyncTrainer, ring_all_reduce, sync_strategy
+from pargrad.allreduce import ring_all_reduce
+from pargrad.sync import SyncTrainer, sync_strategy
 
 devices = pargrad.logical_devices(5)
 keras.utils.set_random_seed(0)
@@ -167,7 +168,7 @@ pargrad.show_source(SyncTrainer._train_epoch)
 # more. Each replica sends $2(R-1)/R$ of its gradient in total, almost the same
 # whatever $R$ is. {numref}`fig-ring-all-reduce` shows every step.
 #
-# `pargrad.sync.ring_all_reduce` runs the algorithm in NumPy. Four replicas
+# `pargrad.allreduce.ring_all_reduce` runs the algorithm in NumPy. Four replicas
 # hold the gradients `[1 2 3 4]`, `[10 20 30 40]`, ...; each cell shows a
 # replica's current value of a chunk, darker when it holds more replicas'
 # contributions (the darkest blue, with a white number: the complete sum):

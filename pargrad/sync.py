@@ -75,6 +75,7 @@ from pargrad._quiet import import_tensorflow_quietly
 tf = import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
 
+from pargrad.allreduce import ring_all_reduce  # noqa: E402,F401  (re-exported)
 from pargrad.checks import check_flag, check_whole_number  # noqa: E402
 from pargrad.strategies import (  # noqa: E402,F401  (re-exported: chapters import them from here)
     DevicesNotReadyError,
@@ -945,48 +946,3 @@ def _tf_variable(variable):
     """The tf.Variable behind a Keras variable (or the variable itself)."""
     inner = getattr(variable, "value", None)   # a tf.Variable's own .value is a method
     return inner if isinstance(inner, tf.Variable) else variable
-
-
-# ----------------------------------------------------------------------------
-# All-reduce, step by step (for the picture)
-# ----------------------------------------------------------------------------
-
-def ring_all_reduce(vectors):
-    """Sum ``vectors`` (one row per replica) with the ring algorithm, in NumPy.
-
-    Each of the n replicas cuts its vector into n chunks.  In n - 1
-    *reduce-scatter* steps every replica sends one chunk to its right
-    neighbour, which adds it to its own; afterwards replica r holds the full
-    sum of chunk (r + 1) mod n.  In n - 1 *all-gather* steps the finished
-    chunks travel once more around the ring.  Each replica sends
-    2 (n - 1) / n of its vector in total, however many replicas there are.
-
-    Returns ``(result, states, sent)``: the final (n, length) array (every
-    row the sum), the array after each of the 2 (n - 1) steps, and for each
-    step the list of ``(sender, receiver, chunk)`` transfers.  Taught in the
-    chapter "Synchronous training".
-    """
-    data = np.array(vectors, dtype=np.float64, copy=True)
-    if data.ndim != 2 or len(data) < 2:
-        raise ValueError("ring_all_reduce needs a 2-D array with one row per replica (at least 2).")
-    n, length = data.shape
-    if length % n:
-        raise ValueError(f"Each vector's length ({length}) must be a multiple of the replicas ({n}).")
-    chunk = length // n
-    piece = lambda c: slice(c * chunk, (c + 1) * chunk)  # noqa: E731
-    states, sent = [data.copy()], []
-    for step in range(2 * (n - 1)):
-        transfers = []
-        outgoing = data.copy()            # every replica sends at the same time
-        for sender in range(n):
-            receiver = (sender + 1) % n
-            if step < n - 1:              # reduce-scatter: add the incoming chunk
-                c = (sender - step) % n
-                data[receiver, piece(c)] += outgoing[sender, piece(c)]
-            else:                         # all-gather: overwrite with the finished chunk
-                c = (sender + 1 - (step - (n - 1))) % n
-                data[receiver, piece(c)] = outgoing[sender, piece(c)]
-            transfers.append((sender, receiver, c))
-        states.append(data.copy())
-        sent.append(transfers)
-    return data, states, sent

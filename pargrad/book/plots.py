@@ -332,7 +332,7 @@ def peak_memory_against_batch(batch_sizes, big_batch_mb, accumulated_mb, micro_b
 def ring_all_reduce_steps(states, sent, counts, title="Ring all-reduce, step by step"):
     """Each step of a ring all-reduce: replicas as rows, chunks as columns.
 
-    ``states``, ``sent``: from :func:`pargrad.sync.ring_all_reduce` run on the
+    ``states``, ``sent``: from :func:`pargrad.allreduce.ring_all_reduce` run on the
     replicas' vectors (one element a chunk); ``counts``: the states of the same
     run on vectors of ones, i.e. how many replicas each cell already holds.
     Arrows mark the chunk each replica sends to its neighbour in that step.
