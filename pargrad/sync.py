@@ -242,7 +242,8 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
     * ``optimizer``: a Keras optimizer created inside ``strategy.scope()``;
       default plain gradient descent (``keras.optimizers.SGD``) with
       ``learning_rate`` (0.01 when not given).  An optimizer carries its own
-      rate, so passing ``learning_rate`` beside it raises ``ValueError``.  Under a ``mixed_float16`` policy it is wrapped in
+      rate, so passing ``learning_rate`` beside it raises ``ValueError``.
+      Under a ``mixed_float16`` policy it is wrapped in
       ``keras.optimizers.LossScaleOptimizer``, as Keras's ``compile`` does.
       An uncompiled model gets it as ``model.optimizer`` (as after
       ``compile``), for the callbacks that read it.
@@ -655,7 +656,7 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
     def fit(self, x, y=None, *, batch_size=None, epochs=None, steps=None, shuffle=None,
             seed=None, validation_data=None, validation_batch_size=None, callbacks=None,
             steps_per_call=1, progress=None):
-        """Train on ``(x, y)`` in global batches of ``batch_size`` (across all replicas); return a :class:`SyncHistory`.
+        """Train in global batches of ``batch_size`` (across all replicas); return a SyncHistory.
 
         ``batch_size`` is the *global* batch of one update, over all replicas
         and micro-batches (default: all of ``x``, full-batch gradient descent
@@ -779,7 +780,7 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         return logs
 
     def _run(self, call, done, by_epoch):
-        """Run one :class:`pargrad.data.Call`; return its outputs (a row a step), starts, lengths."""
+        """Run one :class:`pargrad.data.Call`; return its outputs (a row a step), starts, times."""
         self._before_step(done)
         seen = int(self._seen_steps.numpy()) if self.stop_on_non_finite else 0
         start = time.time()

@@ -561,7 +561,8 @@ def test_an_optimizer_and_a_learning_rate_together_are_refused():
     with strategy.scope():
         model = regression_model()
         optimizer = keras.optimizers.SGD(1e-3)
-    with pytest.raises(ValueError, match=r"pass the learning rate to the optimizer.*SGD\(learning_rate=0.5\)"):
+    message = r"pass the learning rate to the optimizer.*SGD\(learning_rate=0.5\)"
+    with pytest.raises(ValueError, match=message):
         SyncTrainer(model, strategy, optimizer=optimizer, learning_rate=0.5)
 
 
