@@ -24,7 +24,7 @@ MEMORY_FEATURES = 2048
 MEMORY_HIDDEN = 512
 
 
-class _PeakMeter:
+class PeakMeter:
     """Peak memory of the current process (MB) since :meth:`reset`.
 
     GPU: TensorFlow's peak device memory.  Linux CPU: the peak resident set
@@ -78,7 +78,7 @@ def _memory_probe(batch_sizes, micro_batch_size, features=MEMORY_FEATURES,
     import keras
 
     keras.utils.set_random_seed(0)
-    meter = _PeakMeter()
+    meter = PeakMeter()
     model = keras.Sequential([
         keras.Input(shape=(features,)),
         keras.layers.Dense(hidden, activation="relu"),
