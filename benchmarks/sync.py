@@ -121,7 +121,8 @@ def sync_trainer_runner(strategy, x, y, batch, jit_compile, steps_per_call=1, re
         trainer = SyncTrainer(model, strategy, learning_rate=0.01, progress=False,
                               jit_compile=jit_compile)
     trainer.fit(x, y, steps=2 * steps_per_call, batch_size=batch, steps_per_call=steps_per_call)
-    return per_step_of_calls(lambda steps: trainer.fit(x, y, steps, batch, steps_per_call))
+    return per_step_of_calls(lambda steps: trainer.fit(x, y, steps=steps, batch_size=batch,
+                                                             steps_per_call=steps_per_call))
 
 
 def keras_fit_runner(strategy, x, y, batch, steps_per_execution=1, jit_compile=False):

@@ -51,9 +51,11 @@ import numpy as np
 import tensorflow as tf
 from pargrad.book import plots
 from pargrad.cluster import LocalCluster
+from pargrad.loop import fit_with_callbacks
 from pargrad.book.instruments import InstrumentedSyncTrainer
 from pargrad.book.parabola import train_parabola
-from pargrad.sync import SyncTrainer, ring_all_reduce, sync_strategy
+from pargrad.allreduce import ring_all_reduce
+from pargrad.sync import SyncTrainer, sync_strategy
 
 devices = pargrad.logical_devices(5)
 keras.utils.set_random_seed(0)
@@ -135,6 +137,23 @@ except ValueError as error:
     print(type(error).__name__, error)
 
 # %% [markdown]
+# The step is the idea; around it sits the loop that Keras's `fit` runs too,
+# the same for every trainer of the book, and it changes nothing in the
+# step. In one sitting: `SyncTrainer.fit` checks the data and hands them to
+# `pargrad.data.EpochReader`, which says which batches come next (in order,
+# or the epoch's shuffled order) and keeps the position a checkpoint saves;
+# `pargrad.loop.fit_with_callbacks` calls Keras's callbacks in Keras's order
+# around the epochs; and one epoch, `SyncTrainer._train_epoch`, is a `for`
+# loop over the calls of the step, each between two batch callbacks, that
+# moves the position on and records the losses (both collapsed below):
+
+# %% tags=["hide-cell"]
+pargrad.show_source(fit_with_callbacks)
+
+# %% tags=["hide-cell"]
+pargrad.show_source(SyncTrainer._train_epoch)
+
+# %% [markdown]
 # ## All-reduce
 #
 # The y = x² question imagines a *master*: the workers send their gradients to it, it
@@ -149,7 +168,7 @@ except ValueError as error:
 # more. Each replica sends $2(R-1)/R$ of its gradient in total, almost the same
 # whatever $R$ is. {numref}`fig-ring-all-reduce` shows every step.
 #
-# `pargrad.sync.ring_all_reduce` runs the algorithm in NumPy. Four replicas
+# `pargrad.allreduce.ring_all_reduce` runs the algorithm in NumPy. Four replicas
 # hold the gradients `[1 2 3 4]`, `[10 20 30 40]`, ...; each cell shows a
 # replica's current value of a chunk, darker when it holds more replicas'
 # contributions (the darkest blue, with a white number: the complete sum):

@@ -56,6 +56,7 @@ import pargrad
 import tensorflow as tf
 from pargrad import tf1
 from pargrad.book import plots
+from pargrad.book.graph_ops import ops_run_by
 from pargrad.book import show_lines
 
 v1 = tf.compat.v1
@@ -481,11 +482,11 @@ with v1.Session(graph=graph) as session:
 # depends on*, and the value of `accum_op` depends on the `assign_add` that
 # produces it. So fetching `divide` adds the fed value once more
 # ($10 + 2 = 12$) and then divides ($12 / 5 = 2.4$); without a feed it cannot
-# even run. `pargrad.tf1.ops_run_by` lists the ops a fetch executes, inputs
+# even run. `pargrad.book.graph_ops.ops_run_by` lists the ops a fetch executes, inputs
 # first:
 
 # %%
-for name, kind in tf1.ops_run_by(divide):
+for name, kind in ops_run_by(divide):
     print(f"{kind:20s} {name}")
 
 # %% [markdown]
@@ -500,7 +501,7 @@ for name, kind in tf1.ops_run_by(divide):
 with graph.as_default():
     mean_value = acum.read_value() / 5.0
 
-print([kind for _, kind in tf1.ops_run_by(mean_value)])
+print([kind for _, kind in ops_run_by(mean_value)])
 with v1.Session(graph=graph) as session:
     session.run(init)
     for _ in range(5):
@@ -543,7 +544,7 @@ with v1.Session(graph=graph) as session:
 # inside the lambdas are:
 
 # %%
-conditional = {kind for _, kind in tf1.ops_run_by(result)}
+conditional = {kind for _, kind in ops_run_by(result)}
 print("the cond's inputs include AssignAddVariableOp:", "AssignAddVariableOp" in conditional)
 
 # %% [markdown]
@@ -732,7 +733,7 @@ with graph.as_default():
     ops = tf1.accumulation_ops(loss, sgd())
     init = v1.global_variables_initializer()
 print("AssignAddVariableOp in train_step's ops:",
-      "AssignAddVariableOp" in {kind for _, kind in tf1.ops_run_by(ops.train_step)})
+      "AssignAddVariableOp" in {kind for _, kind in ops_run_by(ops.train_step)})
 
 with v1.Session(graph=graph) as session:
     session.run(init)
@@ -800,7 +801,7 @@ print(f"largest gap between the two curves: {np.abs(losses - big_losses).max():.
 #    *Hint:* `step_ratio` compares a step with the big batch's.
 # 3. Fetch `ops.accum_ops` and `ops.train_step` in the *same*
 #    `session.run` call several times. Is the result always the same? Use
-#    `tf1.ops_run_by` to explain.
+#    `ops_run_by` to explain.
 #
 #    *Hint:* is there a path from the accumulate ops to `train_step`'s reads?
 # 4. Rewrite the `tf.cond` attempt so that the ops are created inside the
@@ -882,7 +883,7 @@ for weighted in (False, True):
 assert max_difference(after, big_sgd) < 1e-6
 
 # %% [markdown]
-# **Exercise 3.** Not reliably. `tf1.ops_run_by(ops.train_step)` contains no
+# **Exercise 3.** Not reliably. `ops_run_by(ops.train_step)` contains no
 # `AssignAddVariableOp`: the reads of the accumulators in `train_step` do not
 # depend on the adds in `accum_ops`, so within one `session.run` TensorFlow
 # may run the reads before, after or between the adds. The result depends on

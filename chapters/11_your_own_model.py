@@ -59,6 +59,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import tensorflow as tf
 from pargrad.book import digits
+from pargrad.data import TrainingPosition, epoch_permutation
 from pargrad.sync import SyncTrainer, sync_strategy
 
 keras.utils.set_random_seed(0)
@@ -260,6 +261,30 @@ assert equal
 # With in-memory arrays, `fit(x, y, epochs=..., shuffle=True, seed=...)`
 # reshuffles every epoch and still resumes exactly: its order is a function
 # of the seed and the epoch's number, both in the checkpoint.
+
+# %% [markdown]
+# Two pieces of `pargrad.data` make the resume exact. The position: a
+# `tf.Module` of variables (`pargrad.data.TrainingPosition`) that the trainer
+# tracks, so the checkpoint holds the step, the epoch, the step into the
+# epoch, the next batch's first row and the shuffling seed (collapsed below).
+# And the epoch's order: `pargrad.data.epoch_permutation` draws it from a
+# generator seeded with the seed *and the epoch's number*, so the order of
+# any epoch needs nothing but those two numbers, never the generator's state
+# after the epochs before it. Keras's own loop {cite}`keras3trainer` plays
+# the same part with its `EpochIterator`, which keeps its place in an epoch
+# in Python objects (a count of the steps it has seen), and
+# `fit(initial_epoch=...)` starts again at the beginning of an epoch.
+
+# %% tags=["hide-cell"]
+pargrad.show_source(TrainingPosition)
+
+# %%
+pargrad.show_source(epoch_permutation)
+third = epoch_permutation(seed=5, epoch=3, n=8)
+print("epoch 3, seed 5:", third, "; drawn again:", epoch_permutation(5, 3, 8),
+      "; epoch 2:", epoch_permutation(5, 2, 8))
+assert np.array_equal(third, epoch_permutation(5, 3, 8))
+assert not np.array_equal(third, epoch_permutation(5, 2, 8))
 
 # %% [markdown]
 # ## The same model under Keras `fit`

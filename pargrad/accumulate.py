@@ -29,17 +29,13 @@ on padding)::
         accumulator.step(gradients, sample_weight=mask)
 """
 
-import json
 import numbers
-import os
-import subprocess
-import sys
 
 from pargrad._quiet import import_tensorflow_quietly
 
 tf = import_tensorflow_quietly()
 
-from pargrad.training import check_whole_number  # noqa: E402
+from pargrad.checks import check_flag, check_whole_number  # noqa: E402
 
 EMPTY_WINDOW_MESSAGE = (
     "GradientAccumulator has nothing accumulated: call accumulate(gradients, "
@@ -92,8 +88,9 @@ class GradientAccumulator(tf.Module):
 
     ``variables``: the variables the gradients belong to (for example
     ``model.trainable_variables``), in the order the gradients come in.
-    ``steps``: micro-batches per update (used by :meth:`step` and
-    :attr:`ready`).  ``optimizer``: a Keras optimizer, needed only by
+    ``accumulation_steps`` (or ``steps``, its older name, also positional):
+    micro-batches per update (used by :meth:`step` and :attr:`ready`).
+    ``optimizer``: a Keras optimizer, needed only by
     :meth:`apply` and :meth:`step`.
 
     ``accumulate(gradients, num_examples)`` adds ``num_examples * gradient``
@@ -138,19 +135,19 @@ class GradientAccumulator(tf.Module):
     "Accumulating sequences".
     """
 
-    def __init__(self, variables, steps, optimizer=None, name="gradient_accumulator",
-                 stop_on_non_finite=True):
+    def __init__(self, variables, steps=None, optimizer=None, name="gradient_accumulator",
+                 stop_on_non_finite=True, *, accumulation_steps=None):
         super().__init__(name=name)
-        if isinstance(steps, bool) or not isinstance(steps, numbers.Integral) or steps < 1:
-            if isinstance(steps, float) and steps.is_integer() and steps >= 1:
-                raise ValueError(f"GradientAccumulator needs steps as an int, got {steps!r}; "
-                                 f"pass {int(steps)}.")
-            raise ValueError(
-                f"GradientAccumulator needs steps >= 1 micro-batches per update, got "
-                f"{steps!r}; pass an int such as 4 (1 means no accumulation)."
-            )
-        if not isinstance(stop_on_non_finite, bool):
-            raise TypeError(f"stop_on_non_finite must be True or False, got {stop_on_non_finite!r}.")
+        if (steps is None) == (accumulation_steps is None):
+            raise TypeError(
+                "GradientAccumulator needs the micro-batches per update once: pass "
+                f"accumulation_steps=4 (or steps=4, its older name); got steps={steps!r}, "
+                f"accumulation_steps={accumulation_steps!r}.")
+        given = ("steps", steps) if accumulation_steps is None else (
+            "accumulation_steps", accumulation_steps)
+        steps = check_whole_number(*given, advice="Pass an int such as 4 (1 means no "
+                                   "accumulation).")
+        check_flag("stop_on_non_finite", stop_on_non_finite)
         self.stop_on_non_finite = stop_on_non_finite
         variables = list(variables)
         if not variables:
@@ -164,7 +161,7 @@ class GradientAccumulator(tf.Module):
                     f"GradientAccumulator needs variables with a known shape, got {variable!r}; "
                     "pass model.trainable_variables after the model has been built."
                 )
-        self.steps = int(steps)
+        self.accumulation_steps = self.steps = int(steps)   # steps: the older name
         self._refs = _Untracked(variables, optimizer)
         with tf.init_scope():
             if optimizer is not None and hasattr(optimizer, "build") and not optimizer.built:
@@ -337,151 +334,13 @@ class GradientAccumulator(tf.Module):
             return tf.reduce_sum(weights)
 
     def _check_examples(self, num_examples):
-        if isinstance(num_examples, bool):
-            raise ValueError("num_examples must be a count of examples, got a bool.")
-        if isinstance(num_examples, numbers.Integral):
-            if num_examples < 1:
-                raise ValueError(
-                    f"num_examples must be at least 1, got {num_examples}; pass the "
-                    "micro-batch's size, for example tf.shape(x)[0]."
-                )
-            return tf.constant(num_examples, tf.int64)
-        if isinstance(num_examples, numbers.Real):
-            check_whole_number("num_examples", num_examples)   # raises, saying what to pass
+        if isinstance(num_examples, (numbers.Real, bool)):   # a Python number: checked now
+            advice = "Pass the micro-batch's size, for example tf.shape(x)[0]."
+            return tf.constant(check_whole_number("num_examples", num_examples, advice=advice),
+                               tf.int64)
         count = tf.cast(num_examples, tf.int64)
         check = tf.debugging.assert_positive(
             count, message="num_examples must be at least 1 (the micro-batch's size)"
         )
         with tf.control_dependencies([check]):
             return tf.identity(count)
-
-
-# --- Peak memory of a growing batch against accumulation (chapter 7) -----------------
-
-MEMORY_FEATURES = 2048
-MEMORY_HIDDEN = 512
-
-
-class _PeakMeter:
-    """Peak memory of the current process (MB) since :meth:`reset`.
-
-    GPU: TensorFlow's peak device memory.  Linux CPU: the peak resident set
-    (``VmHWM``), reset through ``/proc/self/clear_refs``.  Elsewhere: the peak
-    resident set since the process started (``ru_maxrss``), which cannot be
-    reset, so measurements must come in increasing order.
-    """
-
-    def __init__(self):
-        self.gpu = bool(tf.config.list_physical_devices("GPU"))
-        self.resettable = self.gpu or self._clear_refs()
-        self.device = "GPU" if self.gpu else "CPU"
-
-    @staticmethod
-    def _clear_refs():
-        try:
-            with open("/proc/self/clear_refs", "w") as handle:
-                handle.write("5")
-            return True
-        except OSError:
-            return False
-
-    def reset(self):
-        if self.gpu:
-            tf.config.experimental.reset_memory_stats("GPU:0")
-        elif self.resettable:
-            self._clear_refs()
-
-    def peak_mb(self):
-        if self.gpu:
-            return tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
-        if self.resettable:
-            with open("/proc/self/status") as handle:
-                for line in handle:
-                    if line.startswith("VmHWM:"):
-                        return int(line.split()[1]) / 1024
-        import resource  # Unix only; Linux has taken the /proc branch above
-
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KB; bytes on macOS
-        return peak / 2**20 if sys.platform == "darwin" else peak / 1024
-
-
-def _memory_probe(batch_sizes, micro_batch_size, features=MEMORY_FEATURES,
-                  hidden=MEMORY_HIDDEN):
-    """Run in a child process: peak memory (MB) of one update per batch size, both ways.
-
-    First every batch size accumulated from micro-batches (built one at a
-    time, as a data pipeline delivers them), then every batch size at once,
-    so that even a peak that cannot be reset is measured in increasing order.
-    """
-    import keras
-
-    keras.utils.set_random_seed(0)
-    meter = _PeakMeter()
-    model = keras.Sequential([
-        keras.Input(shape=(features,)),
-        keras.layers.Dense(hidden, activation="relu"),
-        keras.layers.Dense(hidden, activation="relu"),
-        keras.layers.Dense(1),
-    ])
-    accumulator = GradientAccumulator(model.trainable_variables, 1, keras.optimizers.SGD(1e-3))
-    spec = [tf.TensorSpec([None, features]), tf.TensorSpec([None, 1])]
-
-    @tf.function(input_signature=spec)
-    def add(x, y):
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
-        accumulator.accumulate(tape.gradient(loss, model.trainable_variables), tf.shape(x)[0])
-
-    apply = tf.function(accumulator.apply)
-
-    def update(size, piece):
-        for start in range(0, size, piece):
-            n = min(piece, size - start)
-            generator = tf.random.Generator.from_seed(start)
-            add(generator.normal([n, features]), generator.normal([n, 1]))
-        apply()
-
-    update(micro_batch_size, micro_batch_size)  # trace and warm up before measuring
-    report = {"device": meter.device, "resettable": meter.resettable}
-    for name, piece in (("accumulated_mb", micro_batch_size), ("whole_mb", None)):
-        report[name] = []
-        for size in batch_sizes:
-            meter.reset()
-            update(size, piece or size)
-            report[name].append(round(meter.peak_mb(), 1))
-    return report
-
-
-def peak_memory(batch_sizes, micro_batch_size, timeout=180):
-    """Peak memory (MB) of one update per batch size: whole, and accumulated.
-
-    Measured in one fresh process on a model with 2048 inputs and two hidden
-    layers of 512: for each batch size, once with the gradients of the
-    whole batch computed at once, once accumulated from micro-batches of
-    ``micro_batch_size`` (each built only when needed).  Returns
-    ``{"device": "CPU" or "GPU", "resettable": bool, "whole_mb": [...],
-    "accumulated_mb": [...]}``; on a CPU the figures are peak resident
-    memory, TensorFlow itself included.
-
-    Taught in the chapter "Accumulation in TF2 and Keras 3".
-    """
-    sizes = [int(size) for size in batch_sizes]
-    if not sizes or sizes != sorted(sizes) or sizes[0] < 1:
-        raise ValueError(f"batch_sizes must be positive and increasing, got {batch_sizes!r}.")
-    if isinstance(micro_batch_size, bool) or not isinstance(micro_batch_size, numbers.Integral) \
-            or micro_batch_size < 1:
-        raise ValueError(
-            f"micro_batch_size must be a whole number >= 1, got {micro_batch_size!r}.")
-    code = (
-        "import json, sys\n"
-        "from pargrad.accumulate import _memory_probe\n"
-        "print(json.dumps(_memory_probe(json.loads(sys.argv[1]), int(sys.argv[2]))))\n"
-    )
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    result = subprocess.run(
-        [sys.executable, "-c", code, json.dumps(sizes), str(micro_batch_size)],
-        capture_output=True, text=True, timeout=timeout, env=env, check=False,
-    )
-    if result.returncode != 0:
-        raise RuntimeError(f"the memory probe failed:\n{result.stderr[-2000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])

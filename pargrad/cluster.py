@@ -28,6 +28,8 @@ import weakref
 
 import numpy as np
 
+from pargrad.checks import check_positive, check_whole_number
+
 HOST = "127.0.0.1"
 RESULT_MARKER = "@@pargrad-result@@ "
 # Seconds a process gets to end after SIGTERM before it is killed.  Short:
@@ -110,21 +112,15 @@ class LocalCluster:
 
     def __init__(self, target, workers=2, kwargs=None, timeout=300, env=None,
                  tf_config=True, echo=False, parameter_servers=0, ports=None):
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-            raise ValueError(
-                f"workers must be a whole number >= 1, got {workers!r}: every layout "
-                "needs at least one worker to compute."
-            )
-        if (isinstance(parameter_servers, bool) or not isinstance(parameter_servers, int)
-                or parameter_servers < 0):
-            raise ValueError(
-                f"parameter_servers must be a whole number >= 0, got {parameter_servers!r}; "
-                "pass 0 for workers only (MultiWorkerMirroredStrategy)."
-            )
+        workers = check_whole_number("workers", workers, advice="Every layout needs at least "
+                                     "one worker to compute.")
+        parameter_servers = check_whole_number(
+            "parameter_servers", parameter_servers, minimum=0,
+            advice="Pass 0 for workers only (MultiWorkerMirroredStrategy).")
         if parameter_servers and not tf_config:
             raise ValueError("A layout with parameter servers needs TF_CONFIG; pass tf_config=True.")
-        if timeout is not None and timeout <= 0:
-            raise ValueError(f"timeout must be positive seconds or None, got {timeout!r}.")
+        if timeout is not None:
+            check_positive("timeout", timeout, unit="seconds", advice="Pass None to wait for ever.")
         self.target = _target_name(target)
         self.kwargs = dict(kwargs or {})
         self._kwargs_json = json.dumps(self.kwargs, default=_encode)  # fail early

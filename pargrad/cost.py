@@ -28,25 +28,12 @@ import numbers
 
 import numpy as np
 
+from pargrad.checks import check_positive, check_share, check_whole_number
+
 
 # ----------------------------------------------------------------------------
 # Checking arguments
 # ----------------------------------------------------------------------------
-
-def _whole_number(name, value, minimum):
-    """``value`` as an int, or ValueError saying what to pass instead."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}.")
-    return int(value)
-
-
-def _positive(name, value, unit):
-    """``value`` as a float > 0, or ValueError naming the unit to pass."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0 \
-            or not math.isfinite(value):
-        raise ValueError(f"{name} must be a positive number of {unit}, got {value!r}.")
-    return float(value)
-
 
 def _not_negative(name, value, unit):
     """``value`` as a float or array >= 0, or ValueError naming the unit to pass."""
@@ -82,7 +69,7 @@ class Link:
         if isinstance(self.latency, bool) or not isinstance(self.latency, numbers.Real) \
                 or not 0 <= self.latency < math.inf:
             raise ValueError(f"latency must be seconds >= 0 (for example 5e-6), got {self.latency!r}.")
-        _positive("bandwidth", self.bandwidth, "bytes per second (for example 25e9)")
+        check_positive("bandwidth", self.bandwidth, unit="bytes per second (for example 25e9)")
 
     def message_time(self, nbytes):
         """Seconds to send one message of ``nbytes`` bytes: latency + nbytes / bandwidth."""
@@ -121,7 +108,7 @@ def ring_pattern(replicas):
     One replica: nothing to send.  Taught in the chapter "What communication
     costs".
     """
-    replicas = _whole_number("replicas", replicas, 1)
+    replicas = check_whole_number("replicas", replicas, 1)
     steps = 2 * (replicas - 1)
     return Pattern(messages=steps, traffic=steps / replicas)
 
@@ -136,7 +123,7 @@ def tree_pattern(replicas):
     ring's; it prefers them at scale for their log-latency.
     Taught in the chapter "What communication costs".
     """
-    replicas = _whole_number("replicas", replicas, 1)
+    replicas = check_whole_number("replicas", replicas, 1)
     rounds = 2 * math.ceil(math.log2(replicas))
     return Pattern(messages=rounds, traffic=float(rounds))
 
@@ -150,8 +137,8 @@ def parameter_server_pattern(workers, servers):
     bytes in each of the two phases.  Taught in the chapter "What
     communication costs".
     """
-    workers = _whole_number("workers", workers, 1)
-    servers = _whole_number("servers", servers, 1)
+    workers = check_whole_number("workers", workers, 1)
+    servers = check_whole_number("servers", servers, 1)
     return Pattern(messages=2, traffic=2 * max(1.0, workers / servers))
 
 
@@ -225,9 +212,7 @@ def step_time(compute, communication, overlap=0.0):
     """
     compute = _not_negative("compute", compute, "seconds")
     communication = _not_negative("communication", communication, "seconds")
-    if isinstance(overlap, bool) or not isinstance(overlap, numbers.Real) or not 0 <= overlap <= 1:
-        raise ValueError(f"overlap must be a share from 0 (nothing hidden) to 1 (all of it), "
-                         f"got {overlap!r}.")
+    overlap = check_share("overlap", overlap, advice="0 hides nothing, 1 all of it.")
     hidden = np.minimum(overlap * communication, compute)
     total = compute + communication - hidden
     return float(total) if np.ndim(total) == 0 else total
@@ -251,7 +236,7 @@ def bucketed_step_time(forward, backward, nbytes, buckets, all_reduce_time):
     forward = _not_negative("forward", forward, "seconds")
     backward = _not_negative("backward", backward, "seconds")
     nbytes = _not_negative("nbytes", nbytes, "bytes")
-    buckets = _whole_number("buckets", buckets, 1)
+    buckets = check_whole_number("buckets", buckets, 1)
     if not callable(all_reduce_time):
         raise ValueError("all_reduce_time must be a function of a number of bytes, for example "
                          "lambda n: pargrad.cost.ring_all_reduce_time(n, 8, link).")
@@ -273,8 +258,8 @@ def scaling_efficiency(one_replica_step_time, many_replicas_step_time):
     a comparison from 8 to 256 GPUs, the 8-GPU step time first).  Taught in
     the chapter "What communication costs".
     """
-    one = _positive("one_replica_step_time", one_replica_step_time, "seconds")
-    many = _positive("many_replicas_step_time", many_replicas_step_time, "seconds")
+    one = check_positive("one_replica_step_time", one_replica_step_time, unit="seconds")
+    many = check_positive("many_replicas_step_time", many_replicas_step_time, unit="seconds")
     return one / many
 
 
@@ -364,14 +349,11 @@ def smallest_batch_for_efficiency(seconds_per_example, communication, efficiency
     communication costs"; the scaling calculator of the rendered book
     computes the same in JavaScript.
     """
-    seconds_per_example = _positive("seconds_per_example", seconds_per_example, "seconds")
+    seconds_per_example = check_positive("seconds_per_example", seconds_per_example, unit="seconds")
     communication = _not_negative("communication", communication, "seconds")
     if np.ndim(communication) != 0:
         raise ValueError("communication must be one number of seconds, not an array.")
-    if isinstance(efficiency, bool) or not isinstance(efficiency, numbers.Real) \
-            or not 0 < efficiency < 1:
-        raise ValueError(f"efficiency must be a share strictly between 0 and 1 (0.9 for 90%), "
-                         f"got {efficiency!r}.")
+    efficiency = check_share("efficiency", efficiency, strict=True, advice="Pass 0.9 for 90%.")
     step_time(0.0, 0.0, overlap)  # checks overlap, says what to pass instead
     if communication == 0:
         return 1

@@ -4,11 +4,11 @@ Taught in the chapter "Devices".  Every later chapter calls
 :func:`logical_devices` first, so that one machine can stand in for several.
 """
 
-import numbers
 import shutil
 import subprocess
 
 from pargrad._quiet import import_tensorflow_quietly
+from pargrad.checks import check_choice, check_positive, check_whole_number
 
 tf = import_tensorflow_quietly()
 
@@ -43,19 +43,11 @@ def logical_devices(n, memory_limit_mb=None):
 
     Explained in the chapter "Devices".
     """
-    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
-        raise ValueError(
-            f"logical_devices(n) needs a whole number of devices, got {n!r}; "
-            "pass an int such as 2 or 4."
-        )
-    if n < 1:
-        raise ValueError(f"logical_devices(n) needs n >= 1, got {n}; pass 1 for no split.")
-    if memory_limit_mb is not None and (
-            isinstance(memory_limit_mb, bool) or not isinstance(memory_limit_mb, numbers.Real)
-            or memory_limit_mb <= 0):
-        raise ValueError(f"memory_limit_mb must be a positive number of megabytes, "
-                         f"got {memory_limit_mb!r}; pass None for the default.")
-    n = int(n)
+    n = check_whole_number("logical_devices(n)", n, advice="Pass an int such as 2 or 4 "
+                           "(1 for no split).")
+    if memory_limit_mb is not None:
+        check_positive("memory_limit_mb", memory_limit_mb, unit="megabytes",
+                       advice="Pass None for the default.")
 
     gpus = tf.config.list_physical_devices("GPU")
     kind = "GPU" if gpus else "CPU"

@@ -22,7 +22,10 @@ instruments around the same lines and sets its per-step plan in the one
 hook of the loop, :meth:`SyncTrainer._before_step`.  What a reader's own
 model and data need before the first step (targets shaped as Keras shapes
 them, dtypes, the loss by name, clear errors) is in :mod:`pargrad.training`,
-shared with the asynchronous trainer.  This module never imports the book.
+shared with the asynchronous trainer; which batches come next, and where
+training stands, in :mod:`pargrad.data`; the callbacks, the records and the
+progress bar in :mod:`pargrad.loop`; the strategy in
+:mod:`pargrad.strategies`.  This module never imports the book.
 
 A reader's map: where ``learning_rate`` goes, from the call to the update.
 
@@ -32,11 +35,12 @@ A reader's map: where ``learning_rate`` goes, from the call to the update.
    ``mixed_float16`` policy it wraps it in a ``LossScaleOptimizer``), builds
    it for the model's variables and keeps it as ``self.optimizer``.
    Nothing else in this module reads the rate.
-2. ``trainer.fit(x, y, steps, batch_size)``: checks the data and casts it
-   (:func:`pargrad.training.prepare_arrays`), checks that ``batch_size``
-   splits over replicas x ``accumulation_steps``; :meth:`_train` runs the
-   epochs (callbacks, metrics, validation) and :meth:`_epoch_calls` says
-   which batches come next; per call :meth:`_run` calls
+2. ``trainer.fit(x, y, steps=..., batch_size=...)``: checks the data and
+   casts it (:func:`pargrad.data.fit_source`), checks that ``batch_size``
+   splits over replicas x ``accumulation_steps``;
+   :func:`pargrad.loop.fit_with_callbacks` runs the epochs inside Keras's
+   callback protocol, :meth:`_train_epoch` one epoch, whose calls
+   :class:`pargrad.data.EpochReader` says; per call :meth:`_run` calls
    ``self._step_function``, the ``tf.function`` of :meth:`_distributed_step`
    (or ``_steps_function``, a graph loop of it, with ``steps_per_call``).
 3. :meth:`_distributed_step`: ``strategy.run`` runs, on every replica,
@@ -60,10 +64,8 @@ the host and passed to the same step, with the batch's size as
 ``batch_size``.
 """
 
+import contextlib
 import dataclasses
-import json
-import numbers
-import os
 import time
 
 import numpy as np
@@ -73,126 +75,30 @@ from pargrad._quiet import import_tensorflow_quietly
 tf = import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
 
-from pargrad.training import (  # noqa: E402
-    NonFiniteDataError,
-    NonFiniteLossError,
-    TrainingPosition,
-    check_whole_number,
-    first_non_finite_row,
-    input_dtype,
-    keras_metrics,
-    loss_dtype,
-    per_example_loss,
-    prepare_arrays,
-    squared_error_per_example,
+from pargrad.allreduce import ring_all_reduce  # noqa: E402,F401  (re-exported)
+from pargrad.checks import check_flag, check_whole_number  # noqa: E402
+from pargrad.strategies import (  # noqa: E402,F401  (re-exported: chapters import them from here)
+    DevicesNotReadyError,
+    choose_cross_device_ops,
+    sync_strategy,
 )
-
-
-# ----------------------------------------------------------------------------
-# The strategy
-# ----------------------------------------------------------------------------
-
-class DevicesNotReadyError(RuntimeError):
-    """Fewer logical devices exist than the synchronous run asks for."""
-
-
-def sync_strategy(replicas=None, cross_device_ops=None):
-    """The strategy for synchronous training in this process.
-
-    With ``TF_CONFIG`` naming a cluster of workers (as :mod:`pargrad.cluster`
-    sets it) this is a ``MultiWorkerMirroredStrategy``: one replica for each
-    device of each worker process (the book's workers have one device each),
-    gradients all-reduced by collective ops over gRPC (a ring on CPUs; NCCL
-    on GPUs when TensorFlow picks it).  Otherwise it is a
-    ``MirroredStrategy`` over the first ``replicas`` logical devices (GPUs if
-    there are any, else CPUs; all of them when ``replicas`` is None), so call
-    :func:`pargrad.logical_devices` first.
-
-    How the replicas' gradients are summed is chosen by
-    :func:`choose_cross_device_ops` unless ``cross_device_ops`` says
-    otherwise.
-
-    Taught in the chapter "Synchronous training".
-    """
-    if _tf_config_names_workers():
-        if replicas not in (None, 1):
-            raise ValueError(
-                "With TF_CONFIG set, each worker process holds one replica; "
-                f"got replicas={replicas!r}. Pass replicas=None and choose the "
-                "number of workers in pargrad.cluster instead."
-            )
-        return tf.distribute.MultiWorkerMirroredStrategy()
-
-    kind = "GPU" if tf.config.list_physical_devices("GPU") else "CPU"
-    names = [device.name for device in tf.config.list_logical_devices(kind)]
-    if replicas is None:
-        replicas = len(names)
-    if isinstance(replicas, bool) or not isinstance(replicas, numbers.Integral) or replicas < 1:
-        raise ValueError(f"sync_strategy(replicas) needs a whole number >= 1, got {replicas!r}.")
-    if replicas > len(names):
-        raise DevicesNotReadyError(
-            f"A synchronous run on {replicas} replicas needs {replicas} logical "
-            f"{kind}s, but TensorFlow has {len(names)}: {names}. Call "
-            f"pargrad.logical_devices({replicas}) (or more) before any other "
-            "TensorFlow code runs; if TensorFlow has already started, restart "
-            "the kernel first."
-        )
-    if cross_device_ops is None:
-        cross_device_ops = choose_cross_device_ops(kind, _physical_gpu_of_each_logical_gpu()[:replicas]
-                                                   if kind == "GPU" else [0] * replicas)
-    return tf.distribute.MirroredStrategy(names[:replicas], cross_device_ops=cross_device_ops)
-
-
-def choose_cross_device_ops(kind, physical_device_of_replica):
-    """The all-reduce for replicas on logical devices of ``kind`` ("CPU" or "GPU").
-
-    ``physical_device_of_replica[r]`` is the index of the physical device
-    that replica ``r``'s logical device belongs to.
-
-    * Replicas on physical GPUs of their own: ``tf.distribute.NcclAllReduce``,
-      NVIDIA's library for summing across GPUs (``MirroredStrategy``'s
-      default there too).  This is for one process's ``MirroredStrategy``
-      only: ``MultiWorkerMirroredStrategy`` takes no ``cross_device_ops``,
-      and its default ``CommunicationImplementation.AUTO`` runs TensorFlow's
-      ring collectives even on GPUs; it uses NCCL only when given
-      ``CommunicationOptions(implementation=NCCL)``.
-    * Several replicas sharing one physical device (logical CPUs, or a GPU
-      split by :func:`pargrad.logical_devices`):
-      ``tf.distribute.ReductionToOneDevice``, which sums on one device and
-      copies the sum back.  TensorFlow's default there (collective ops)
-      gives every strategy in a process the same collective keys, so a
-      second strategy with another number of replicas fails ("is joining a
-      group with size 2, but that group has size 4"), and the chapters
-      build several.
-
-    Taught in the chapter "Synchronous training".
-    """
-    if kind not in ("CPU", "GPU"):
-        raise ValueError(f"kind must be 'CPU' or 'GPU', got {kind!r}.")
-    physical = list(physical_device_of_replica)
-    if kind == "GPU" and len(set(physical)) == len(physical) > 1:
-        return tf.distribute.NcclAllReduce()
-    return tf.distribute.ReductionToOneDevice()
-
-
-def _physical_gpu_of_each_logical_gpu():
-    """For each logical GPU in TensorFlow's order, the index of its physical GPU."""
-    owners = []
-    for index, gpu in enumerate(tf.config.list_physical_devices("GPU")):
-        split = tf.config.get_logical_device_configuration(gpu)
-        owners += [index] * (len(split) if split else 1)
-    return owners
-
-
-def _tf_config_names_workers():
-    config = os.environ.get("TF_CONFIG")
-    if not config:
-        return False
-    try:
-        cluster = json.loads(config).get("cluster", {})
-    except ValueError:
-        raise ValueError(f"TF_CONFIG is not valid JSON: {config!r}") from None
-    return bool(cluster.get("worker"))
+from pargrad.data import (  # noqa: E402
+    EpochReader,
+    Feed,
+    TrainingPosition,
+    dataset_source,
+    evaluation_batches,
+    fit_source,
+    same_data,
+    validation_source,
+)
+from pargrad.loop import StepRecords, fit_with_callbacks, progress_bar, show_progress  # noqa: E402
+from pargrad.training import (  # noqa: E402
+    NonFiniteLossError,
+    keras_metrics,
+    per_example_loss,
+    squared_error_per_example,  # noqa: F401  (re-exported: pargrad.squared_error_per_example)
+)
 
 
 # ----------------------------------------------------------------------------
@@ -335,7 +241,9 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
       (as Keras does: ``y`` of shape ``(N,)`` fits a one-output model).
     * ``optimizer``: a Keras optimizer created inside ``strategy.scope()``;
       default plain gradient descent (``keras.optimizers.SGD``) with
-      ``learning_rate``.  Under a ``mixed_float16`` policy it is wrapped in
+      ``learning_rate`` (0.01 when not given).  An optimizer carries its own
+      rate, so passing ``learning_rate`` beside it raises ``ValueError``.
+      Under a ``mixed_float16`` policy it is wrapped in
       ``keras.optimizers.LossScaleOptimizer``, as Keras's ``compile`` does.
       An uncompiled model gets it as ``model.optimizer`` (as after
       ``compile``), for the callbacks that read it.
@@ -405,118 +313,101 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
     Taught in the chapters "Synchronous training" and "Your own model".
     """
 
-    record_times = False  # the core keeps no timestamps (InstrumentedSyncTrainer does)
+    # What one step returns, one row a step: the core, the loss (the book's
+    # instrumented trainer adds each replica's times).
+    step_outputs = ("loss",)
 
-    def __init__(self, model, strategy, loss=None, optimizer=None, learning_rate=1e-2,
+    def __init__(self, model, strategy, loss=None, optimizer=None, learning_rate=None,
                  accumulation_steps=1, progress=True, jit_compile=False, metrics=None,
                  stop_on_non_finite=True, sample_weight=None):
-        if not isinstance(strategy, tf.distribute.Strategy):
-            raise TypeError(
-                f"SyncTrainer needs a tf.distribute strategy, got {strategy!r}; "
-                "make one with pargrad.sync_strategy(replicas)."
-            )
-        if not isinstance(model, keras.Model):
-            raise TypeError(f"SyncTrainer needs a Keras model, got {type(model).__name__}; "
-                            "pass a keras.Model (Sequential, functional or subclassed).")
-        variables = model.trainable_variables
-        if not variables:
-            raise ValueError(
-                "The model has no trainable variables yet; build it (give it a "
-                "keras.Input) inside `with strategy.scope():`."
-            )
-        outside = [v.path for v in variables
-                   if not strategy.extended.variable_created_in_scope(_tf_variable(v))]
-        if outside:
-            raise ValueError(
-                f"The model's variables {outside} were created outside this "
-                "strategy's scope, so they are not mirrored on its replicas. "
-                "Build the model inside `with strategy.scope():` and pass that "
-                "model."
-            )
-        if (isinstance(accumulation_steps, bool) or not isinstance(accumulation_steps, numbers.Integral)
-                or accumulation_steps < 1):
-            raise ValueError(
-                f"accumulation_steps must be a whole number >= 1, got {accumulation_steps!r}; "
-                "pass 1 for no accumulation."
-            )
-        if not isinstance(stop_on_non_finite, bool):
-            raise TypeError(f"stop_on_non_finite must be True or False, got {stop_on_non_finite!r}.")
+        _check_model(model, strategy)
+        self.accumulation_steps = check_whole_number(
+            "accumulation_steps", accumulation_steps, advice="Pass 1 for no accumulation.")
+        self.stop_on_non_finite = check_flag("stop_on_non_finite", stop_on_non_finite)
         if sample_weight is not None and not callable(sample_weight):
             raise TypeError(
                 f"sample_weight must be None or a function sample_weight(x, y) returning a "
                 f"micro-batch's weights, got {type(sample_weight).__name__}; pass for example "
                 "lambda x, y: tf.cast(y != 0, 'float32') for a padding mask.")
-        metrics = self._check_metrics(metrics, strategy)
-        if metrics and jit_compile:
+        self.metrics = self._check_metrics(metrics, strategy)
+        if self.metrics and jit_compile:
             raise ValueError(
                 "metrics are updated inside the step, which jit_compile=True compiles with "
                 "XLA on each replica; pass jit_compile=False to use metrics, or evaluate "
                 "the metrics yourself after fit."
             )
-
-        self.model = model
-        self.strategy = strategy
+        self.model, self.strategy = model, strategy
         self.loss = per_example_loss(loss)
         self.sample_weight = sample_weight
         self._loss_values = self.loss.values if sample_weight is not None else None
-        self.accumulation_steps = int(accumulation_steps)
         self.progress = progress
         self.jit_compile = bool(jit_compile)
-        self.metrics = metrics
-        self.stop_on_non_finite = stop_on_non_finite
-        with strategy.scope():
+        self.optimizer = self._make_optimizer(optimizer, learning_rate)
+        # Where training stands, saved by tf.train.Checkpoint(..., trainer=self).
+        self.position = TrainingPosition()
+        self._track_trackable(self.position, name="position")
+        # The host of this process's replicas, where the data are kept, how
+        # batches must look, and what the last fit read (to tell whether the
+        # next one continues it).
+        self._host = tf.DeviceSpec.from_string(strategy.extended.worker_devices[0]).replace(
+            device_type="CPU", device_index=0).to_string()
+        hint = ("To train on regardless, pass stop_on_non_finite=False to SyncTrainer."
+                if self.stop_on_non_finite else None)
+        self._feed = Feed.for_model(model, host=self._host, replicas=self.replicas,
+                                    accumulation_steps=self.accumulation_steps, finite_hint=hint)
+        self._last_data = None
+        self._compile_step()
+
+    def _make_optimizer(self, optimizer, learning_rate):
+        """The optimizer, built in the strategy's scope, and the variables a failing step fills.
+
+        Default: ``keras.optimizers.SGD(learning_rate)`` (0.01 without one).
+        Under ``mixed_float16`` it is wrapped in a ``LossScaleOptimizer``, as
+        Keras's ``compile`` does; an uncompiled model gets it as
+        ``model.optimizer``, for the callbacks that read it.
+        """
+        if optimizer is not None and learning_rate is not None:
+            raise ValueError(
+                "pass the learning rate to the optimizer, not to SyncTrainer: "
+                f"keras.optimizers.{type(optimizer).__name__}(learning_rate={learning_rate!r}), "
+                "created inside strategy.scope().")
+        with self.strategy.scope():
             if optimizer is None:
-                optimizer = keras.optimizers.SGD(learning_rate)
-            if not isinstance(optimizer, keras.optimizers.Optimizer):
-                raise TypeError(
-                    f"optimizer must be a Keras optimizer instance, got {optimizer!r}; pass "
-                    "for example keras.optimizers.Adam(1e-3), created inside strategy.scope()."
-                )
-            inner = getattr(optimizer, "inner_optimizer", optimizer)
-            if getattr(inner, "_distribution_strategy", strategy) is not strategy:
-                raise ValueError(
-                    "The optimizer was created outside this strategy's scope; "
-                    "create it inside `with strategy.scope():` or leave "
-                    "optimizer=None for plain gradient descent."
-                )
-            if (getattr(model.dtype_policy, "name", None) == "mixed_float16"
+                optimizer = keras.optimizers.SGD(1e-2 if learning_rate is None else learning_rate)
+            _check_optimizer(optimizer, self.strategy)
+            if (getattr(self.model.dtype_policy, "name", None) == "mixed_float16"
                     and not isinstance(optimizer, keras.optimizers.LossScaleOptimizer)):
                 # As Keras's compile does: float16 gradients underflow without it.
                 optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-            optimizer.build(variables)
+            optimizer.build(self.model.trainable_variables)
             # What a failing step leaves behind (each replica's loss, the
             # steps that ran): read to name the step and replica in the error.
             on_read = dict(trainable=False, synchronization=tf.VariableSynchronization.ON_READ,
                            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
             self._seen_losses = tf.Variable(tf.zeros([self.replicas], tf.float64), **on_read)
             self._seen_steps = tf.Variable(tf.constant(0, tf.int64), **on_read)
-        self.optimizer = optimizer
-        if getattr(model, "optimizer", None) is None:
+        if getattr(self.model, "optimizer", None) is None:
             # As after Keras's compile: callbacks read model.optimizer (TensorBoard).
-            model.optimizer = optimizer
-        # Where training stands, saved by tf.train.Checkpoint(..., trainer=self).
-        self.position = TrainingPosition()
-        self._track_trackable(self.position, name="position")
-        # The host of this process's replicas, where the data are kept, and
-        # what the last fit read (to tell whether the next one continues it).
-        self._host = tf.DeviceSpec.from_string(strategy.extended.worker_devices[0]).replace(
-            device_type="CPU", device_index=0).to_string()
-        self._last_data = None
-        self._iterator = None
-        # No AutoGraph: the step is plain TensorFlow, so nothing depends on
-        # source transformation (and its caches) of this class's methods.
-        # With jit_compile, a replica's forward and backward passes (all k
-        # micro-batches) are one XLA computation, traced once per replica;
-        # the all-reduce and the update stay outside it (see the docstring).
-        self._replica_gradients = (
-            tf.function(self._local_gradients, autograph=False, jit_compile=True)
-            if self.jit_compile else self._local_gradients)
-        if sample_weight is not None:
+            self.model.optimizer = optimizer
+        return optimizer
+
+    def _compile_step(self):
+        """The ``tf.function`` s of one step, of a graph loop of steps, and of evaluation.
+
+        No AutoGraph: the step is plain TensorFlow, so nothing depends on
+        source transformation (and its caches) of this class's methods.
+        With jit_compile, a replica's forward and backward passes (all k
+        micro-batches) are one XLA computation, traced once per replica;
+        the all-reduce and the update stay outside it (see the docstring).
+        """
+        def compiled(function):
+            return (tf.function(function, autograph=False, jit_compile=True)
+                    if self.jit_compile else function)
+
+        self._replica_gradients = compiled(self._local_gradients)
+        if self.sample_weight is not None:
             # The total weight is all-reduced first, outside any XLA computation.
-            local = self._weighted_local_gradients
-            self._shard_gradients = (
-                tf.function(local, autograph=False, jit_compile=True) if self.jit_compile
-                else local)
+            self._shard_gradients = compiled(self._weighted_local_gradients)
             self._replica_gradients = self._weighted_replica_gradients
         self._step_function = tf.function(self._distributed_step, autograph=False)
         self._steps_function = tf.function(self._distributed_steps, autograph=False)
@@ -714,28 +605,30 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         return tf.identity(xb), tf.identity(yb)   # on the replica's own device
 
     def _distributed_step(self, x, y, position, global_batch_size):
-        """One step on every replica: the batch's loss, and no replica times (NaN)."""
+        """One step on every replica; returns ``{"loss": the global batch's loss}``."""
         def replica_step():
             xb, yb = self._shard(x, y, position, global_batch_size)
             return self._replica_step(xb, yb, global_batch_size)
 
         losses = self.strategy.run(replica_step)
         loss = self.strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
-        local = len(self.strategy.extended.worker_devices)
-        return tf.cast(loss, tf.float64), tf.fill([local, 3], tf.constant(np.nan, tf.float64))
+        return {"loss": tf.cast(loss, tf.float64)}
 
     def _distributed_steps(self, x, y, position, global_batch_size, steps):
-        """``steps`` synchronous steps in one call (a graph loop, no Python between)."""
-        def body(i, losses, times):
-            loss, step_times = self._distributed_step(
-                x, y, position + i * global_batch_size, global_batch_size)
-            return i + 1, losses.write(i, loss), times.write(i, step_times)
+        """``steps`` synchronous steps in one call (a graph loop, no Python between).
 
-        _, losses, times = tf.while_loop(
-            lambda i, *_: i < steps, body,
-            (tf.constant(0), tf.TensorArray(tf.float64, size=steps),
-             tf.TensorArray(tf.float64, size=steps)))
-        return losses.stack(), times.stack()
+        Returns what :meth:`_distributed_step` returns, stacked: one row a step.
+        """
+        def body(i, rows):
+            outputs = self._distributed_step(
+                x, y, position + i * global_batch_size, global_batch_size)
+            return i + 1, {name: rows[name].write(i, outputs[name]) for name in rows}
+
+        _, rows = tf.while_loop(
+            lambda i, _: i < steps, body,
+            (tf.constant(0), {name: tf.TensorArray(tf.float64, size=steps)
+                              for name in self.step_outputs}))
+        return {name: row.stack() for name, row in rows.items()}
 
     def _distributed_evaluation(self, x, y):
         """The summed per-example loss of ``(x, y)`` over all replicas (metrics updated).
@@ -760,38 +653,44 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
 
     # -- the loop --------------------------------------------------------------
 
-    def fit(self, x, y=None, steps=None, batch_size=None, steps_per_call=1, progress=None, *,
-            epochs=None, shuffle=None, seed=None, validation_data=None,
-            validation_batch_size=None, callbacks=None):
-        """Train on ``(x, y)`` or a ``tf.data.Dataset``; return a :class:`SyncHistory`.
+    def fit(self, x, y=None, *, batch_size=None, epochs=None, steps=None, shuffle=None,
+            seed=None, validation_data=None, validation_batch_size=None, callbacks=None,
+            steps_per_call=1, progress=None):
+        """Train in global batches of ``batch_size`` (across all replicas); return a SyncHistory.
+
+        ``batch_size`` is the *global* batch of one update, over all replicas
+        and micro-batches (default: all of ``x``, full-batch gradient descent
+        as in the y = x² question); each replica takes ``batch_size /
+        replicas`` of its rows.  Every argument after ``y`` is keyword-only:
+        ``fit(x, y, 64)`` is refused rather than read as 64 updates.
 
         How long: exactly one of
 
         * ``steps``: that many updates.  Arrays are read in order, batch after
           batch, wrapping around at the end (no shuffling), and ``fit`` again
           with the same arrays and batch size continues with the next batch,
-          so ``fit(x, y, 10)`` twice equals ``fit(x, y, 20)``; a dataset is
-          read the same way, starting again when it ends.  The whole call
-          counts as one epoch for the history and the callbacks.
+          so ``fit(x, y, steps=10)`` twice equals ``fit(x, y, steps=20)``; a
+          dataset is read the same way, starting again when it ends.  The
+          whole call counts as one epoch for the history and the callbacks,
+          whose batch indices run 0 ... steps - 1.
         * ``epochs``: that many more passes over the data (Keras's epochs).
           An epoch of arrays is ``ceil(len(x) / batch_size)`` steps; its last,
           smaller batch must split over the replicas too.  ``shuffle``
           (default True, as in Keras) reorders the arrays each epoch with a
-          permutation drawn from ``seed`` and the epoch's number, so a run is
-          reproducible (``seed=None`` draws one from NumPy's global
-          generator, which ``keras.utils.set_random_seed`` seeds, once per
-          trainer, and keeps it in the trainer's position).  An epoch of a
-          dataset is one pass over it (shuffle it in the pipeline).
+          permutation drawn from ``seed`` and the epoch's number
+          (:func:`pargrad.data.epoch_permutation`), so a run is reproducible
+          (``seed=None`` draws one from NumPy's global generator, which
+          ``keras.utils.set_random_seed`` seeds, once per trainer, and keeps
+          it in the trainer's position).  An epoch of a dataset is one pass
+          over it (shuffle it in the pipeline).
 
         The data:
 
-        * arrays ``x, y`` (NumPy arrays or lists): ``batch_size`` is the
-          global batch of one update, over all replicas and micro-batches
-          (default: all of ``x``, full-batch gradient descent as in the
-          y = x² question); each batch is cut into equal contiguous shards,
-          one a replica (and ``accumulation_steps`` micro-batches within a
-          shard).  Features are cast to the model's input dtype, float
-          targets to its output dtype (:func:`pargrad.training.prepare_arrays`).
+        * arrays ``x, y`` (NumPy arrays or lists), cut into equal contiguous
+          shards, one a replica (and ``accumulation_steps`` micro-batches
+          within a shard).  Features are cast to the model's input dtype,
+          float targets to its output dtype
+          (:func:`pargrad.training.prepare_arrays`).
         * a ``tf.data.Dataset`` of ``(features, targets)`` global batches as
           ``x`` (no ``y``, no ``batch_size``): every batch is read on this
           process's host by a plain iterator and cut into shards the same
@@ -804,474 +703,184 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
           batches (seed the pipeline).
 
         ``validation_data``: ``(x_val, y_val)`` arrays or a dataset of
-        batches, evaluated at the end of every epoch in inference mode
-        (``training=False``): ``val_loss`` (regularization included, as
-        Keras does) and ``val_<metric>`` in the history and the callbacks'
-        logs, in batches of ``validation_batch_size`` (default 1024).
+        batches, evaluated at the end of every epoch as :meth:`evaluate`
+        does: ``val_loss`` and ``val_<metric>`` in the history and the
+        callbacks' logs, in batches of ``validation_batch_size`` (default 1024).
 
-        ``callbacks``: Keras callbacks (``keras.callbacks.Callback``); they get
-        ``set_model``/``set_params``, ``on_train_begin/end``,
+        ``callbacks``: Keras callbacks, called in Keras's order
+        (:func:`pargrad.loop.fit_with_callbacks`): ``on_train_begin/end``,
         ``on_epoch_begin/end`` (logs with ``loss``, metrics, ``val_*``) and
-        ``on_train_batch_begin/end`` (logs with the epoch's running
-        ``loss``); setting ``model.stop_training = True``
-        (``EarlyStopping``, ``TerminateOnNaN``) ends the fit after the step.
+        ``on_train_batch_begin/end`` (the batch's index in the epoch; logs
+        with the epoch's running ``loss`` and metrics); setting
+        ``model.stop_training = True`` (``EarlyStopping``,
+        ``TerminateOnNaN``) ends the fit after the step.
 
         ``steps_per_call`` runs that many steps in one ``tf.function`` call
         (like Keras's ``steps_per_execution``): every step is still one
         all-reduce and one update, but Python launches the graph once per
-        call (callbacks see the call's last batch).  With 1, ``step_time`` is
-        measured in Python around each step (launch and fetching included);
-        with more, and the replicas' times recorded
-        (:class:`pargrad.book.instruments.InstrumentedSyncTrainer`), a step
-        lasts from the end of the previous update (or the call's start) to
-        the end of its own update; without them, each step of a call gets
-        the call's mean.
+        call (callbacks see a call as one batch, indexed by its last step, as
+        Keras does).  With 1, ``step_time`` is measured in Python around each
+        step (launch and fetching included); with more, each step of a call
+        gets the call's mean (the instrumented trainer of the book times
+        each step on the replicas).  ``progress`` overrides the trainer's
+        progress bar for this call.
         """
-        if (steps is None) == (epochs is None):
-            raise ValueError(
-                "fit needs exactly one of steps= (a number of updates) and epochs= (a "
-                f"number of passes over the data); got steps={steps!r}, epochs={epochs!r}."
-            )
-        if steps is not None:
-            steps = check_whole_number("steps", steps)
-        else:
-            epochs = check_whole_number("epochs", epochs)
-        steps_per_call = check_whole_number("steps_per_call", steps_per_call)
-        dataset = isinstance(x, tf.data.Dataset)
-        if shuffle is None:
-            shuffle = epochs is not None and not dataset
-        if not isinstance(shuffle, bool):
-            raise TypeError(f"shuffle must be True or False, got {shuffle!r}.")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
-            raise TypeError(f"seed must be an int (or None), got {seed!r}.")
-        if dataset:
-            source = self._dataset_source(x, y, batch_size, shuffle)
-        else:
-            if shuffle and steps is not None:
-                raise ValueError(
-                    "shuffle=True needs epochs=: with steps= the arrays are read in order, "
-                    "so that a later fit continues with the next batch. Pass epochs=N with "
-                    "shuffle=True, or shuffle the arrays yourself once."
-                )
-            source = self._array_source(x, y, batch_size, epochs is not None)
-        validation = self._validation(validation_data, validation_batch_size)
-        if epochs is not None and getattr(source, "infinite", False):
-            raise ValueError(
-                "The dataset repeats forever, so an epoch never ends; pass steps=N instead "
-                "of epochs=, or a dataset without .repeat().")
+        steps, epochs = _fit_length(steps, epochs)
+        by_epoch = epochs is not None
+        shuffle = check_flag("shuffle", (by_epoch and not isinstance(x, tf.data.Dataset))
+                             if shuffle is None else shuffle)
+        source = fit_source(x, y, batch_size, by_epoch=by_epoch, shuffle=shuffle,
+                            model=self.model, feed=self._feed)
+        validation = validation_source(validation_data, validation_batch_size, self.model)
         if shuffle:
-            self._draw_seed(seed)
-        return self._train(source, steps, epochs, steps_per_call, shuffle, validation,
-                           callbacks, progress)
-
-    # -- the data ------------------------------------------------------------------
-
-    def _array_source(self, x, y, batch_size, by_epoch):
-        """Checked arrays, with the batch size and where they continue."""
-        originals = (x, y)
-        x, y = prepare_arrays(x, y, self.model, finite_hint=self._data_hint())
-        if batch_size is None:
-            batch_size = len(x)
-        batch_size = check_whole_number("batch_size", batch_size)
-        if batch_size > len(x):
-            raise ValueError(
-                f"batch_size must be between 1 and len(x) = {len(x)}, got {batch_size}; "
-                f"pass {len(x)} (or less) or leave batch_size=None for the whole data.")
-        self._check_split(batch_size)
-        if by_epoch and len(x) % batch_size:
-            last = len(x) % batch_size
-            parts = self.replicas * self.accumulation_steps
-            if last % parts:
-                raise ValueError(
-                    f"{len(x)} examples in batches of {batch_size} leave a last batch of "
-                    f"{last}, which does not split over {self.replicas} replicas x "
-                    f"{self.accumulation_steps} micro-batches; pass x and y with "
-                    f"{len(x) - last % parts} examples (drop {last % parts}), or a batch_size "
-                    "that divides the data into batches that split evenly."
-                )
-        return _ArraySource(x, y, batch_size, by_epoch, originals)
-
-    def _data_hint(self):
-        """How to opt out of the data check in messages; None when it is off."""
-        if not self.stop_on_non_finite:
-            return None
-        return "To train on regardless, pass stop_on_non_finite=False to SyncTrainer."
-
-    def _check_split(self, batch_size):
-        parts = self.replicas * self.accumulation_steps
-        if batch_size % parts:
-            lower = batch_size // parts * parts
-            hint = (f"{lower} or {lower + parts}" if lower else f"{parts}")
-            raise ValueError(
-                f"A global batch of {batch_size} examples does not split evenly over "
-                f"{self.replicas} replicas x {self.accumulation_steps} micro-batches; "
-                f"pass a batch_size that is a multiple of {parts} (such as {hint}). "
-                "SyncTrainer neither pads nor drops examples, so that an update "
-                "stays equal to the single-device one."
-            )
-
-    def _dataset_source(self, dataset, y, batch_size, shuffle):
-        if y is not None:
-            raise ValueError(
-                "x is a tf.data.Dataset, which holds the targets too; pass no y (a dataset "
-                "of (features, targets) batches), or pass arrays x and y.")
-        if batch_size is not None:
-            raise ValueError(
-                "x is a tf.data.Dataset, whose batches are the global batches; pass no "
-                "batch_size and batch the dataset instead (dataset.batch(64)).")
-        if shuffle:
-            raise ValueError(
-                "shuffle=True works on arrays; shuffle a dataset in its pipeline "
-                "(dataset.shuffle(buffer_size, seed=...)) and pass shuffle=False.")
-        spec = dataset.element_spec
-        if not isinstance(spec, tuple) or len(spec) != 2:
-            raise TypeError(
-                f"The dataset must yield (features, targets) batches, but yields {spec}; "
-                "map it to pairs, e.g. dataset.map(lambda x, y, w: (x, y)).")
-        if any(isinstance(part, dict) or isinstance(part, tuple) for part in spec):
-            raise TypeError(
-                "The dataset's features and targets must be single tensors (one input, one "
-                f"output), got {spec}.")
-        if spec[0].shape.rank == 0 or spec[1].shape.rank == 0:
-            raise ValueError(
-                "The dataset yields single examples, not batches; batch it "
-                "(dataset.batch(batch_size)) so that each element is a global batch.")
-        if int(dataset.cardinality()) == 0:
-            raise ValueError("The dataset holds no batches; pass a dataset with at least one "
-                             "(features, targets) batch.")
-        return _DatasetSource(dataset)
-
-    def _validation(self, data, batch_size):
-        if data is None:
-            return None
-        batch_size = check_whole_number("validation_batch_size",
-                                        1024 if batch_size is None else batch_size)
-        if isinstance(data, tf.data.Dataset):
-            return self._dataset_source(data, None, None, False)
-        if not isinstance(data, (tuple, list)) or len(data) != 2:
-            raise TypeError(
-                "validation_data takes (x_val, y_val) arrays or a tf.data.Dataset of "
-                f"(features, targets) batches, got {type(data).__name__}.")
-        x, y = prepare_arrays(data[0], data[1], self.model)
-        return _ArraySource(x, y, min(batch_size, len(x)), False, data)
-
-    def _draw_seed(self, seed):
-        """The shuffling seed: ``seed``, or the one this trainer (or its checkpoint) has."""
-        if seed is not None:
-            self.position.seed.assign(int(seed))
-        elif not self.position.has_seed():
-            self.position.seed.assign(int(np.random.randint(0, 2**31 - 1)))
-
-    def _host_tensors(self, x, y):
-        with tf.device(self._host):
-            return tf.convert_to_tensor(x), tf.convert_to_tensor(y)
-
-    def _batch_tensors(self, batch, split=True):
-        """One dataset element as host tensors, cast as arrays are; checked against the replicas."""
-        xb, yb = batch
-        xb, yb = tf.convert_to_tensor(xb), tf.convert_to_tensor(yb)
-        features = input_dtype(self.model)
-        if features is not None and features != tf.string and xb.dtype != features:
-            if not (xb.dtype.is_floating or xb.dtype.is_integer or xb.dtype.is_bool):
-                raise TypeError(f"The dataset's features are {xb.dtype.name}, not numbers; map "
-                                "them to numbers, or give the model a keras.Input(dtype='string').")
-            xb = tf.cast(xb, features)
-        if yb.dtype.is_floating and yb.dtype != loss_dtype(self.model):
-            yb = tf.cast(yb, loss_dtype(self.model))
-        size = int(xb.shape[0])
-        if int(yb.shape[0]) != size:
-            raise ValueError(f"A dataset batch has {size} features but {int(yb.shape[0])} "
-                             "targets; pass (features, targets) with one target row per example.")
-        parts = self.replicas * self.accumulation_steps
-        if split and size % parts:
-            raise ValueError(
-                f"The dataset yielded a batch of {size} examples, which does not split evenly "
-                f"over {self.replicas} replicas x {self.accumulation_steps} micro-batches; "
-                f"batch it with a multiple of {parts} and drop_remainder=True "
-                f"(dataset.batch({max(parts, size // parts * parts)}, drop_remainder=True)). "
-                "SyncTrainer neither pads nor drops examples."
-            )
-        with tf.device(self._host):
-            return tf.identity(xb), tf.identity(yb)
-
-    def _dataset_calls(self, source, steps_per_call, skip):
-        """Yield ``(x, y, position, batch, n)`` calls from a dataset, ``skip`` batches in.
-
-        The iterator is ``self._iterator`` while it runs and is deleted when
-        the generator ends or is closed (fit closes it in a ``finally``).
-        """
-        with tf.device(self._host):
-            self._iterator = iter(source.dataset.skip(skip) if skip else source.dataset)
-        try:
-            pending = []
-            while True:
-                try:
-                    batch = next(self._iterator)
-                except StopIteration:
-                    break
-                xb, yb = self._batch_tensors(batch)
-                if self._data_hint() is not None and not _finite_batch(xb, yb):
-                    yield from self._flush(pending)      # the steps before it still run
-                    _raise_non_finite_batch(xb, yb, int(self.position.step.numpy()),
-                                            self._data_hint())
-                if pending and int(pending[0][0].shape[0]) != int(xb.shape[0]):
-                    yield from self._flush(pending)
-                    pending = []
-                pending.append((xb, yb))
-                if len(pending) == steps_per_call:
-                    yield from self._flush(pending)
-                    pending = []
-            yield from self._flush(pending)
-        finally:
-            self._iterator = None       # deleted here, in this thread, not by the GC later
-
-    def _flush(self, pending):
-        if not pending:
-            return
-        size = int(pending[0][0].shape[0])
-        if len(pending) == 1:
-            yield pending[0][0], pending[0][1], 0, size, 1
-            return
-        with tf.device(self._host):
-            xs = tf.concat([p[0] for p in pending], 0)
-            ys = tf.concat([p[1] for p in pending], 0)
-        yield xs, ys, 0, size, len(pending)
-
-    # -- the loop ------------------------------------------------------------------
-
-    def _epoch_calls(self, source, steps_per_call, by_epoch, steps, shuffle):
-        """Yield the calls of the current epoch (``by_epoch``) or of ``steps`` steps.
-
-        Each call is ``(x, y, position, global_batch, n, advance)``: run ``n``
-        steps on host tensors ``x, y`` from ``position``; ``advance(i)`` moves
-        the trainer's position by ``i`` completed steps.
-        """
-        state = self.position
-        if isinstance(source, _ArraySource):
-            n_examples, batch = len(source.x), source.batch_size
-            if not by_epoch:
-                x, y = self._host_tensors(source.x, source.y)
-                done = 0
-                while done < steps:
-                    n = min(steps_per_call, steps - done)
-                    start = int(state.position.numpy())
-
-                    def advance(i, start=start):
-                        state.position.assign((start + i * batch) % n_examples)
-                    yield x, y, start, batch, n, advance
-                    done += n
-                return
-            order = np.arange(n_examples)
-            if shuffle:
-                order = np.random.default_rng([int(state.seed.numpy()),
-                                               int(state.epoch.numpy())]).permutation(n_examples)
-            x, y = self._host_tensors(source.x[order], source.y[order])
-            full = n_examples // batch
-            sizes = [batch] * full + ([n_examples % batch] if n_examples % batch else [])
-            step = int(state.epoch_step.numpy())
-            while step < len(sizes):
-                size = sizes[step]
-                n = 1 if size != batch else min(steps_per_call, full - step)
-                yield x, y, step * batch, size, n, lambda i: None
-                step += n
-            return
-        # A dataset: by epoch, one pass from the epoch's next batch; by
-        # steps, read on from the position and start again at its end.
-        if by_epoch:
-            start = int(state.epoch_step.numpy())
-            calls = self._dataset_calls(source, steps_per_call, start)
-            produced = False
-            try:
-                for x, y, position, size, n in calls:
-                    produced = True
-                    yield x, y, position, size, n, lambda i: None
-            finally:
-                calls.close()
-            if not produced and start == 0:
-                raise ValueError("The dataset yielded no batches; pass a dataset with "
-                                 "at least one (features, targets) batch.")
-            return
-        done, restarted = 0, False
-        while done < steps:
-            skip = int(state.position.numpy())
-            calls = self._dataset_calls(source, min(steps_per_call, steps - done), skip)
-            produced = False
-            try:
-                for x, y, position, size, n in calls:
-                    n_here = min(n, steps - done)
-                    produced = True
-
-                    def advance(i):
-                        state.position.assign_add(i)
-                    yield x, y, position, size, n_here, advance
-                    done += n_here
-                    if done >= steps:
-                        break
-            finally:
-                calls.close()
-            if done < steps:                       # the dataset ended: start again
-                if not produced and (restarted or skip == 0):
-                    raise ValueError("The dataset yielded no batches; pass a dataset with "
-                                     "at least one (features, targets) batch.")
-                state.position.assign(0)
-                restarted = not produced
-
-    def _train(self, source, steps, epochs, steps_per_call, shuffle, validation, callbacks,
-               progress):
-        state = self.position
-        # The same data (and batch size) as the last fit continue where it
-        # ended; other data start from their first batch (a new or restored
-        # trainer continues from its position).
-        key = source.key(bool(epochs))
-        if self._last_data is not None and not _same(self._last_data, key):
-            state.position.assign(0)
-            state.epoch_step.assign(0)
-        self._last_data = key
-        local = len(self.strategy.extended.worker_devices)
-        rows = {"loss": [], "start": [], "step_time": [], "times": []}
-        history = SyncHistory(
-            loss=None, start=None, step_time=None, compute_start=None, compute_end=None,
-            update_end=None, replicas=self.replicas, accumulation_steps=self.accumulation_steps,
-            micro_batch_size=(source.batch_size or 0) // (self.replicas * self.accumulation_steps),
-        )
-        n_epochs = epochs or 1
-        history.params = {"epochs": n_epochs, "steps": steps if steps else source.steps(),
-                          "verbose": 0}
-        hooks = keras.callbacks.CallbackList(callbacks, model=self.model, **history.params)
+            self.position.draw_seed(seed)
+        reader = EpochReader(source, self.position, self._feed, steps_per_call=steps_per_call,
+                             steps=steps, shuffle=shuffle)
+        self._continue_or_restart(source.key(by_epoch))
+        records = StepRecords()
         show = self.progress if progress is None else progress
-        total = steps or (source.steps() and source.steps() * n_epochs)
-        bar = _progress_bar(total, show, f"sync x{self.replicas}")
-        self.model.stop_training = False
-        done, first_batch = 0, None
+        bar = progress_bar(steps or (source.steps() and source.steps() * epochs), show,
+                           f"sync x{self.replicas}")
         try:
-            hooks.on_train_begin()
-            for _ in range(n_epochs):
-                epoch = int(state.epoch.numpy())
-                hooks.on_epoch_begin(epoch)
-                for metric in self.metrics:
-                    metric.reset_state()
-                epoch_losses = []
-                calls = self._epoch_calls(source, steps_per_call, bool(epochs), steps, shuffle)
-                try:
-                    for x, y, position, batch, n, advance in calls:
-                        hooks.on_train_batch_begin(int(state.epoch_step.numpy()))
-                        loss, times, start, step_time = self._run(
-                            x, y, position, batch, n, done, advance, epochs is not None)
-                        advance(n)
-                        state.step.assign_add(n)
-                        if epochs is not None:
-                            state.epoch_step.assign_add(n)
-                        done += n
-                        first_batch = first_batch or batch
-                        rows["loss"].append(loss)
-                        rows["start"].append(start)
-                        rows["step_time"].append(step_time)
-                        rows["times"].append(times)
-                        epoch_losses.extend(loss.tolist())
-                        if bar is not None:
-                            bar.update(n)
-                            bar.set_postfix(loss=f"{loss[-1]:.4g}", refresh=False)
-                        hooks.on_train_batch_end(int(state.epoch_step.numpy()) - 1,
-                                                 {"loss": float(np.mean(epoch_losses))})
-                        if self.model.stop_training:
-                            break
-                finally:
-                    calls.close()
-                logs = {"loss": float(np.mean(epoch_losses)) if epoch_losses else float("nan")}
-                logs.update({metric.name: float(metric.result()) for metric in self.metrics})
-                if validation is not None:
-                    logs.update(self._evaluate_source(validation))
-                if epochs is not None and not self.model.stop_training:
-                    state.epoch.assign_add(1)
-                    state.epoch_step.assign(0)
-                history.epoch.append(epoch)
-                for name, value in logs.items():
-                    history.history.setdefault(name, []).append(value)
-                hooks.on_epoch_end(epoch, logs)
-                if self.model.stop_training:
-                    break
-            hooks.on_train_end(logs if history.epoch else None)
+            keras_history = fit_with_callbacks(
+                self.model, callbacks, epochs=epochs or 1, steps=steps or source.steps(),
+                initial_epoch=int(self.position.epoch.numpy()),
+                train_epoch=lambda hooks: self._train_epoch(hooks, reader, records, bar,
+                                                            validation))
         finally:
             if bar is not None:
                 bar.close()
-            self._iterator = None
-        empty = np.empty((0, local))
-        times = np.concatenate(rows["times"]) if rows["times"] else np.empty((0, local, 3))
-        history.loss = np.concatenate(rows["loss"]) if rows["loss"] else np.empty(0)
-        history.start = np.concatenate(rows["start"]) if rows["start"] else np.empty(0)
-        history.step_time = (np.concatenate(rows["step_time"]) if rows["step_time"]
-                             else np.empty(0))
-        history.compute_start = times[:, :, 0] if len(times) else empty
-        history.compute_end = times[:, :, 1] if len(times) else empty
-        history.update_end = times[:, :, 2] if len(times) else empty
-        if source.batch_size is None and first_batch:
-            history.micro_batch_size = first_batch // (self.replicas * self.accumulation_steps)
-        return history
+        return self._history(records, keras_history, source)
 
-    def _run(self, x, y, position, batch, n, done, advance, by_epoch):
-        """Run one call of ``n`` steps; return losses, replica times, starts and step times."""
+    def _train_epoch(self, hooks, reader, records, bar, validation):
+        """One epoch (or a fit's steps): its calls between the batch callbacks; its logs."""
+        for metric in self.metrics:
+            metric.reset_state()
+        losses = []
+        index = int(self.position.epoch_step.numpy()) if reader.by_epoch else 0
+        with contextlib.closing(reader.calls()) as calls:
+            for call in calls:
+                hooks.on_train_batch_begin(index)
+                outputs, starts, step_times = self._run(call, records.steps, reader.by_epoch)
+                call.advance(self.position, call.steps)
+                self.position.finish_steps(call.steps, reader.by_epoch)
+                records.add({**outputs, "batch_size": [call.batch_size] * call.steps},
+                            starts, step_times)
+                losses.extend(outputs["loss"].tolist())
+                show_progress(bar, call.steps, losses[-1])
+                index += call.steps
+                hooks.on_train_batch_end(index - 1, self._logs(losses))
+                if self.model.stop_training:
+                    break
+        logs = self._logs(losses)
+        if validation is not None:
+            logs.update(self._evaluate(validation, prefix="val_"))
+        if reader.by_epoch and not self.model.stop_training:
+            self.position.finish_epoch()
+        return logs
+
+    def _run(self, call, done, by_epoch):
+        """Run one :class:`pargrad.data.Call`; return its outputs (a row a step), starts, times."""
         self._before_step(done)
         seen = int(self._seen_steps.numpy()) if self.stop_on_non_finite else 0
         start = time.time()
         try:
-            if n == 1:
-                loss, times = self._step_function(x, y, tf.constant(position, tf.int32), batch)
-                loss, times = loss.numpy()[None], times.numpy()[None]
-                return loss, times, np.array([start]), np.array([time.time() - start])
-            loss, times = self._steps_function(x, y, tf.constant(position, tf.int32), batch,
-                                               tf.constant(n))
+            position = tf.constant(call.first_row, tf.int32)
+            if call.steps == 1:
+                outputs = self._step_function(call.x, call.y, position, call.batch_size)
+                outputs = {name: value.numpy()[None] for name, value in outputs.items()}
+                return outputs, np.array([start]), np.array([time.time() - start])
+            outputs = self._steps_function(call.x, call.y, position, call.batch_size,
+                                           tf.constant(call.steps))
         except tf.errors.InvalidArgumentError as error:
             if NON_FINITE_MARK not in str(error):
                 raise
-            self._raise_non_finite(seen, advance, by_epoch)
-        loss, times = loss.numpy(), times.numpy()
-        if self.record_times:
-            ends = times[:, :, 2].max(axis=1)
-        else:                    # no timestamps: the call's mean step
-            ends = start + (time.time() - start) * np.arange(1, n + 1) / n
+            self._raise_non_finite(seen, call, by_epoch)
+        outputs = {name: value.numpy() for name, value in outputs.items()}
+        ends = self._step_ends(outputs, start)
         starts = np.concatenate([[start], ends[:-1]])
-        return loss, times, starts, ends - starts
+        return outputs, starts, ends - starts
 
-    def _raise_non_finite(self, seen, advance, by_epoch):
+    def _step_ends(self, outputs, start):
+        """When each step of a call ended: the call's time shared out evenly."""
+        n = len(outputs["loss"])
+        return start + (time.time() - start) * np.arange(1, n + 1) / n
+
+    def _raise_non_finite(self, seen, call, by_epoch):
         """After a step stopped on a non-finite loss: keep the position right, then raise."""
         completed = int(self._seen_steps.numpy()) - seen - 1   # steps of the call before it
-        advance(completed)
-        self.position.step.assign_add(completed)
-        if by_epoch:
-            self.position.epoch_step.assign_add(completed)
+        call.advance(self.position, completed)
+        self.position.finish_steps(completed, by_epoch)
         losses = self._seen_losses.numpy()
         replica = int(np.flatnonzero(~np.isfinite(losses))[0])
         raise NonFiniteLossError(
             int(self.position.step.numpy()), f"replica {replica}", losses[replica],
             "To train on regardless, pass stop_on_non_finite=False to SyncTrainer.") from None
 
-    def _evaluate_source(self, source):
-        """``{"val_loss": ..., "val_<metric>": ...}`` of a validation source."""
+    def _logs(self, losses):
+        """A batch's or an epoch's logs: the mean loss so far and the metrics, as Keras's."""
+        logs = {"loss": float(np.mean(losses)) if losses else float("nan")}
+        logs.update({metric.name: float(metric.result()) for metric in self.metrics})
+        return logs
+
+    def _continue_or_restart(self, key):
+        """The same data (and batch size) as the last fit continue where it ended; other
+        data start from their first batch (a new or restored trainer continues from its
+        position)."""
+        if self._last_data is not None and not same_data(self._last_data, key):
+            self.position.position.assign(0)
+            self.position.epoch_step.assign(0)
+        self._last_data = key
+
+    def _history(self, records, keras_history, source):
+        """The :class:`SyncHistory` of a fit: its step records and Keras's History."""
+        loss = records.stacked("loss")
+        local = len(self.strategy.extended.worker_devices)
+        times = (records.stacked("times") if "times" in records.rows
+                 else np.full((len(loss), local, 3), np.nan))
+        batches = records.stacked("batch_size")
+        batch = source.batch_size or (int(batches[0]) if len(batches) else 0)
+        return SyncHistory(
+            loss=loss, start=records.stacked("start"), step_time=records.stacked("step_time"),
+            compute_start=times[:, :, 0], compute_end=times[:, :, 1], update_end=times[:, :, 2],
+            replicas=self.replicas, accumulation_steps=self.accumulation_steps,
+            micro_batch_size=batch // (self.replicas * self.accumulation_steps),
+            history=keras_history.history, epoch=keras_history.epoch,
+            params=keras_history.params)
+
+    # -- evaluation ----------------------------------------------------------------
+
+    def evaluate(self, x, y=None, *, batch_size=None):
+        """The loss and metrics of ``(x, y)`` (or a dataset of batches), as a dict.
+
+        As Keras's ``evaluate(..., return_dict=True)``: ``{"loss": ...,
+        "<metric name>": ...}``, in inference mode (``training=False``), the
+        loss the mean over every example plus the model's regularization
+        losses, the metrics over all of them.  A dict rather than Keras's
+        default list, so that each number carries its name.  Arrays are
+        evaluated in batches of ``batch_size`` (default 1024; the result
+        does not depend on it beyond rounding); the replicas share each batch.
+        Taught in the chapter "Your own model".
+        """
+        if isinstance(x, tf.data.Dataset):
+            source = dataset_source(x, y, batch_size)
+        else:
+            source = validation_source((x, y), batch_size, self.model)
+        return self._evaluate(source)
+
+    def _evaluate(self, source, prefix=""):
+        """``{prefix + "loss": ..., prefix + metric: ...}`` of a checked source."""
         for metric in self.metrics:
             metric.reset_state()
         total, count = 0.0, 0
-        if isinstance(source, _ArraySource):
-            for low in range(0, len(source.x), source.batch_size):
-                x, y = self._host_tensors(source.x[low:low + source.batch_size],
-                                          source.y[low:low + source.batch_size])
+        with contextlib.closing(evaluation_batches(source, self._feed)) as batches:
+            for x, y in batches:
                 total += float(self._evaluate_function(x, y))
                 count += int(x.shape[0])
-        else:
-            with tf.device(self._host):
-                iterator = iter(source.dataset)
-            try:
-                for batch in iterator:
-                    x, y = self._batch_tensors(batch, split=False)
-                    total += float(self._evaluate_function(x, y))
-                    count += int(x.shape[0])
-            finally:
-                del iterator
         if count == 0:
-            raise ValueError("validation_data holds no examples; pass at least one.")
-        penalties = self.model.losses
-        loss = total / count + sum(float(p) for p in penalties)
-        logs = {"val_loss": loss}
-        logs.update({f"val_{metric.name}": float(metric.result()) for metric in self.metrics})
+            raise ValueError("The evaluation data hold no examples; pass at least one.")
+        logs = {f"{prefix}loss": total / count + sum(float(p) for p in self.model.losses)}
+        logs.update({f"{prefix}{metric.name}": float(metric.result()) for metric in self.metrics})
         return logs
 
     def _before_step(self, step):
@@ -1281,117 +890,60 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         """
 
 
-class _ArraySource:
-    """In-memory arrays (checked and cast), their global batch size, and what was passed."""
-
-    def __init__(self, x, y, batch_size, by_epoch, originals):
-        self.x, self.y, self.batch_size = x, y, batch_size
-        self._originals = originals
-
-    def steps(self):
-        return -(-len(self.x) // self.batch_size)
-
-    def key(self, by_epoch):
-        """What a later fit must pass to continue this one: the same objects, batch, mode."""
-        return (by_epoch, self.batch_size) + tuple(self._originals)
-
-
-class _DatasetSource:
-    """A tf.data.Dataset of global batches."""
-
-    def __init__(self, dataset):
-        self.dataset = dataset
-        self.batch_size = None
-        cardinality = int(dataset.cardinality())
-        self._steps = cardinality if cardinality >= 0 else None
-        self.infinite = cardinality == tf.data.INFINITE_CARDINALITY
-
-    def steps(self):
-        return self._steps
-
-    def key(self, by_epoch):
-        return (by_epoch, None, self.dataset)
+def _check_model(model, strategy):
+    """Raise a clear error unless ``model`` is a built Keras model of ``strategy``'s scope."""
+    if not isinstance(strategy, tf.distribute.Strategy):
+        raise TypeError(
+            f"SyncTrainer needs a tf.distribute strategy, got {strategy!r}; "
+            "make one with pargrad.sync_strategy(replicas)."
+        )
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"SyncTrainer needs a Keras model, got {type(model).__name__}; "
+                        "pass a keras.Model (Sequential, functional or subclassed).")
+    if not model.trainable_variables:
+        raise ValueError(
+            "The model has no trainable variables yet; build it (give it a "
+            "keras.Input) inside `with strategy.scope():`."
+        )
+    outside = [v.path for v in model.trainable_variables
+               if not strategy.extended.variable_created_in_scope(_tf_variable(v))]
+    if outside:
+        raise ValueError(
+            f"The model's variables {outside} were created outside this "
+            "strategy's scope, so they are not mirrored on its replicas. "
+            "Build the model inside `with strategy.scope():` and pass that "
+            "model."
+        )
 
 
-def _finite_batch(x, y):
-    """Whether every float value of a dataset batch's features and targets is finite."""
-    return all(bool(tf.reduce_all(tf.math.is_finite(t))) for t in (x, y) if t.dtype.is_floating)
+def _check_optimizer(optimizer, strategy):
+    """Raise a clear error unless ``optimizer`` is a Keras optimizer of ``strategy``'s scope."""
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise TypeError(
+            f"optimizer must be a Keras optimizer instance, got {optimizer!r}; pass "
+            "for example keras.optimizers.Adam(1e-3), created inside strategy.scope()."
+        )
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    if getattr(inner, "_distribution_strategy", strategy) is not strategy:
+        raise ValueError(
+            "The optimizer was created outside this strategy's scope; "
+            "create it inside `with strategy.scope():` or leave "
+            "optimizer=None for plain gradient descent."
+        )
 
 
-def _raise_non_finite_batch(x, y, step, hint):
-    """Raise NonFiniteDataError for the batch that step ``step`` would have used."""
-    for label, tensor in (("features", x), ("targets", y)):
-        found = first_non_finite_row(tensor.numpy())
-        if found is not None:
-            raise NonFiniteDataError(
-                f"row {found[0]} of the dataset batch's {label} for step {step}", found[1], hint)
-
-
-def _same(a, b):
-    """Two data keys name the same data: equal mode and batch size, identical objects."""
-    return a[:2] == b[:2] and len(a) == len(b) and all(p is q for p, q in zip(a[2:], b[2:]))
-
-
-def _check_whole_numbers(**values):
-    """Raise ValueError naming the first of ``values`` that is not a whole number >= 1."""
-    for name, value in values.items():
-        check_whole_number(name, value)
-
+def _fit_length(steps, epochs):
+    """``(steps, epochs)`` checked: exactly one of them a whole number, the other None."""
+    if (steps is None) == (epochs is None):
+        raise ValueError(
+            "fit needs exactly one of steps= (a number of updates) and epochs= (a "
+            f"number of passes over the data); got steps={steps!r}, epochs={epochs!r}."
+        )
+    if steps is not None:
+        return check_whole_number("steps", steps), None
+    return None, check_whole_number("epochs", epochs)
 
 def _tf_variable(variable):
     """The tf.Variable behind a Keras variable (or the variable itself)."""
     inner = getattr(variable, "value", None)   # a tf.Variable's own .value is a method
     return inner if isinstance(inner, tf.Variable) else variable
-
-
-def _progress_bar(total, show, description):
-    if not show:
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=description, mininterval=0.5, leave=True)
-
-
-# ----------------------------------------------------------------------------
-# All-reduce, step by step (for the picture)
-# ----------------------------------------------------------------------------
-
-def ring_all_reduce(vectors):
-    """Sum ``vectors`` (one row per replica) with the ring algorithm, in NumPy.
-
-    Each of the n replicas cuts its vector into n chunks.  In n - 1
-    *reduce-scatter* steps every replica sends one chunk to its right
-    neighbour, which adds it to its own; afterwards replica r holds the full
-    sum of chunk (r + 1) mod n.  In n - 1 *all-gather* steps the finished
-    chunks travel once more around the ring.  Each replica sends
-    2 (n - 1) / n of its vector in total, however many replicas there are.
-
-    Returns ``(result, states, sent)``: the final (n, length) array (every
-    row the sum), the array after each of the 2 (n - 1) steps, and for each
-    step the list of ``(sender, receiver, chunk)`` transfers.  Taught in the
-    chapter "Synchronous training".
-    """
-    data = np.array(vectors, dtype=np.float64, copy=True)
-    if data.ndim != 2 or len(data) < 2:
-        raise ValueError("ring_all_reduce needs a 2-D array with one row per replica (at least 2).")
-    n, length = data.shape
-    if length % n:
-        raise ValueError(f"Each vector's length ({length}) must be a multiple of the replicas ({n}).")
-    chunk = length // n
-    piece = lambda c: slice(c * chunk, (c + 1) * chunk)  # noqa: E731
-    states, sent = [data.copy()], []
-    for step in range(2 * (n - 1)):
-        transfers = []
-        outgoing = data.copy()            # every replica sends at the same time
-        for sender in range(n):
-            receiver = (sender + 1) % n
-            if step < n - 1:              # reduce-scatter: add the incoming chunk
-                c = (sender - step) % n
-                data[receiver, piece(c)] += outgoing[sender, piece(c)]
-            else:                         # all-gather: overwrite with the finished chunk
-                c = (sender + 1 - (step - (n - 1))) % n
-                data[receiver, piece(c)] = outgoing[sender, piece(c)]
-            transfers.append((sender, receiver, c))
-        states.append(data.copy())
-        sent.append(transfers)
-    return data, states, sent

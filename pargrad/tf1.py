@@ -146,33 +146,6 @@ def _add_gradient(accumulator, gradient):
     return accumulator.assign_add(gradient)
 
 
-def ops_run_by(fetch):
-    """The ops a ``Session.run(fetch)`` executes, inputs first, as ``(name, type)`` pairs.
-
-    Follows data inputs and control inputs back from ``fetch`` (a tensor,
-    operation or variable of a graph).  The chapter "Accumulating gradients in
-    TF1 graphs" uses it to show that fetching ``accum_op / 5`` runs the
-    ``AssignAddVariableOp`` again.
-    """
-    start = fetch.op if hasattr(fetch, "op") else fetch
-    order, seen = [], set()
-    stack = [(start, False)]
-    while stack:
-        op, inputs_done = stack.pop()
-        if inputs_done:
-            order.append((op.name, op.type))
-            continue
-        if op in seen:
-            continue
-        seen.add(op)
-        stack.append((op, True))
-        parents = [tensor.op for tensor in op.inputs] + list(op.control_inputs)
-        for parent in reversed(parents):
-            if parent not in seen:
-                stack.append((parent, False))
-    return order
-
-
 # ---------------------------------------------------------------------------
 # The y = x² question's answer in TF1: in-graph replication, one tower a device
 # ---------------------------------------------------------------------------

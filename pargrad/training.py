@@ -52,15 +52,14 @@ The interface (stable; both trainers use it):
     model without a ``keras.Input``: then float features go to ``loss_dtype``).
 
 ``check_whole_number(name, value, minimum=1)`` -> ``int``
-    The one whole-number check: ``batch_size=16.0`` raises ``ValueError``
-    saying "pass 16"; a bool, a fraction or a number below ``minimum`` is
-    refused too.
+    Re-exported from :mod:`pargrad.checks`, the one module of argument
+    checks: ``batch_size=16.0`` is refused saying "pass 16".
 
 ``keras_metrics(metrics, advice="")`` -> ``list``
     The one check of a ``metrics=`` argument: Keras metric objects (one
     alone becomes a list), anything else a ``TypeError`` saying what to pass.
 
-``TrainingPosition(name)``
+``TrainingPosition(name)`` (in :mod:`pargrad.data`, re-exported here)
     A ``tf.Module`` of int64 variables that say where training stands:
     ``step`` (updates applied), ``epoch`` (epochs completed), ``epoch_step``
     (updates into the current epoch), ``position`` (examples into the
@@ -71,7 +70,6 @@ The interface (stable; both trainers use it):
 """
 
 import math
-import numbers
 
 import numpy as np
 
@@ -80,29 +78,12 @@ from pargrad._quiet import import_tensorflow_quietly
 tf = import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
 
+from pargrad.checks import check_whole_number  # noqa: E402,F401  (re-exported)
+
 
 # ----------------------------------------------------------------------------
-# Whole numbers and finite losses
+# Metrics and finite losses
 # ----------------------------------------------------------------------------
-
-def check_whole_number(name, value, minimum=1):
-    """Return ``value`` as an int if it is a whole number >= ``minimum``; else ValueError.
-
-    A float that holds a whole number (``16.0``) is refused with the int to
-    pass instead ("pass 16"): quietly accepting it would hide a computation
-    that went wrong upstream.
-    """
-    if isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name} must be a whole number >= {minimum}, got the bool {value!r}.")
-    if isinstance(value, numbers.Integral):
-        if value < minimum:
-            raise ValueError(f"{name} must be a whole number >= {minimum}, got {value!r}.")
-        return int(value)
-    if isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
-        raise ValueError(
-            f"{name} must be an int, got the float {value!r}; pass {int(value)}.")
-    raise ValueError(f"{name} must be a whole number >= {minimum} (an int), got {value!r}.")
-
 
 def keras_metrics(metrics, advice=""):
     """``metrics`` as a list of Keras metric objects; ``TypeError`` saying what to pass otherwise.
@@ -452,33 +433,16 @@ def _cast_targets(y, model):
 
 
 # ----------------------------------------------------------------------------
-# Where training stands
+# Where training stands: in pargrad.data, re-exported here
 # ----------------------------------------------------------------------------
 
-class TrainingPosition(tf.Module):
-    """Where a trainer stands, in variables that ``tf.train.Checkpoint`` saves.
+def __getattr__(name):
+    """``TrainingPosition`` lives in :mod:`pargrad.data`; this name keeps old imports working.
 
-    ``step``: updates applied; ``epoch``: epochs completed; ``epoch_step``:
-    updates into the current epoch; ``position``: examples into the current
-    pass over in-memory arrays (the next batch's first row), or batches into
-    a dataset read by steps; ``seed``: the shuffling seed (-1: none yet).  Taught in the
-    chapter "Your own model".
+    Resolved on first use, because :mod:`pargrad.data` imports this module.
     """
+    if name == "TrainingPosition":
+        from pargrad.data import TrainingPosition
 
-    def __init__(self, name="training_position"):
-        super().__init__(name=name)
-        with tf.init_scope(), tf.device("/CPU:0"):
-            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
-            self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
-            self.epoch_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch_step")
-            self.position = tf.Variable(0, dtype=tf.int64, trainable=False, name="position")
-            self.seed = tf.Variable(-1, dtype=tf.int64, trainable=False, name="seed")
-
-    def has_seed(self):
-        """Whether a shuffling seed has been set (``seed`` >= 0)."""
-        return int(self.seed.numpy()) >= 0
-
-    def numbers(self):
-        """The counters (and the seed, -1 if none) as a dict of Python ints."""
-        return {name: int(getattr(self, name).numpy())
-                for name in ("step", "epoch", "epoch_step", "position", "seed")}
+        return TrainingPosition
+    raise AttributeError(f"module 'pargrad.training' has no attribute {name!r}")

@@ -6,7 +6,8 @@ import pytest
 import pargrad  # noqa: F401  (quiet TensorFlow first)
 import keras
 import tensorflow as tf
-from pargrad.accumulate import GradientAccumulator, peak_memory
+from pargrad.accumulate import GradientAccumulator
+from pargrad.book.accumulation_memory import peak_memory
 from pargrad.book.parabola import initial_weights, parabola_data, parabola_forward, squared_error
 
 TOLERANCE = 1e-6
@@ -124,7 +125,8 @@ def test_checkpoint_holds_only_the_accumulator_state():
 
 @pytest.mark.parametrize("steps", [0, -1, 1.5, True, "4"])
 def test_bad_steps_raise(steps):
-    with pytest.raises(ValueError, match="steps >= 1"):
+    # pargrad.checks: TypeError for 1.5, True, "4" (an ArgumentTypeError, also a ValueError).
+    with pytest.raises(ValueError, match="steps must be a whole number >= 1"):
         GradientAccumulator([tf.Variable(1.0)], steps)
 
 
@@ -278,3 +280,15 @@ def test_whole_numbers_and_flags_say_what_to_pass(make, message):
     variables = [tf.Variable(w) for w in initial_weights(seed=1)]
     with pytest.raises((ValueError, TypeError), match=message):
         make(variables)
+
+
+def test_accumulation_steps_names_the_micro_batches_and_steps_stays_its_alias():
+    variables = [tf.Variable(1.0)]
+    named = GradientAccumulator(variables, accumulation_steps=3)
+    assert named.accumulation_steps == named.steps == GradientAccumulator(variables, 3).steps == 3
+    with pytest.raises(TypeError, match="once"):
+        GradientAccumulator(variables, 3, accumulation_steps=3)
+    with pytest.raises(TypeError, match="accumulation_steps=4"):
+        GradientAccumulator(variables)
+    with pytest.raises(ValueError, match="accumulation_steps must be a whole number >= 1"):
+        GradientAccumulator(variables, accumulation_steps=0)

@@ -43,3 +43,22 @@ def test_the_names_chapters_use_still_resolve():
                  "digits", "race", "InstrumentedSyncTrainer", "backup_worker_mask",
                  "sync_step_times", "SyncTrainer", "AsyncTrainer"):
         assert hasattr(pargrad, name), name
+
+
+def test_importing_pargrad_loads_no_book_module():
+    """A cluster worker imports pargrad, not the book (its figures, tasks, stored sweeps).
+
+    Not asserted: matplotlib and IPython themselves, because Keras 3 imports both
+    on ``import keras`` (keras/src/visualization, keras/src/saving/file_editor.py).
+    """
+    import subprocess
+    import sys
+
+    code = ("import sys, pargrad; "
+            "book = sorted(m for m in sys.modules if m.startswith('pargrad.book')); "
+            "assert not book, book; "
+            "assert pargrad.race.__name__ == 'pargrad.book.race'; "
+            "assert 'pargrad.book' in sys.modules")
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                               timeout=120, check=False)
+    assert completed.returncode == 0, completed.stderr[-2000:]

@@ -9,7 +9,7 @@ behaviour that was already right.  The session has 4 logical devices
 (tests/conftest.py); the trainers here use 2 of them.
 """
 
-import gc  # noqa: F401  (used in the subprocess test's code)
+import gc
 import pathlib
 
 import keras
@@ -68,11 +68,11 @@ def max_gap(a, b):
     return max(float(np.max(np.abs(p - q))) for p, q in zip(a, b))
 
 
-# -- item 1: targets of shape (N,) ----------------------------------------------------
+# -- targets of shape (N,) ----------------------------------------------------
 
 @pytest.mark.parametrize("loss", [None, "mse"])
-def test_item1_targets_of_shape_n_train_as_n_by_1(loss):
-    """Item 1: y of shape (N,) for a one-output model trains exactly as (N, 1)."""
+def test_targets_of_shape_n_train_as_n_by_1(loss):
+    """y of shape (N,) for a one-output model trains exactly as (N, 1)."""
     x, y = regression_data()
     column, flat = trainer(loss=loss, learning_rate=0.1), trainer(loss=loss, learning_rate=0.1)
     column.fit(x, y, steps=50)
@@ -82,8 +82,8 @@ def test_item1_targets_of_shape_n_train_as_n_by_1(loss):
 
 
 @pytest.mark.claim
-def test_item1_matches_keras_fit_with_mse():
-    """Item 1: with (N,) targets, SyncTrainer(loss="mse") on 2 replicas matches Keras fit."""
+def test_one_replica_matches_keras_fit_with_mse():
+    """with (N,) targets, SyncTrainer(loss="mse") on 2 replicas matches Keras fit."""
     x, y = regression_data()
     steps = 50
     sync = trainer(loss="mse", learning_rate=0.1)
@@ -94,18 +94,18 @@ def test_item1_matches_keras_fit_with_mse():
     assert max_gap(weights(sync), weights(model)) < pargrad.rounding_tolerance("float32", steps)
 
 
-def test_item1_shapes_that_still_differ_are_named():
-    """Item 1: targets the default loss cannot pair with the predictions: both shapes named."""
+def test_targets_and_predictions_of_other_shapes_are_named_in_the_error():
+    """targets the default loss cannot pair with the predictions: both shapes named."""
     x, y = regression_data()
     with pytest.raises(ValueError, match=r"shape \(32, 3\).*shape \(32, 1\)"):
         trainer().fit(x, np.repeat(y, 3, axis=1), steps=1)
 
 
-# -- item 2: regularization --------------------------------------------------------------
+# -- regularization --------------------------------------------------------------
 
 @pytest.mark.claim
-def test_item2_regularization_counts_once_over_the_replicas():
-    """Item 2: model.losses join the loss, divided by the replicas (counted once in all)."""
+def test_regularization_counts_once_over_the_replicas():
+    """model.losses join the loss, divided by the replicas (counted once in all)."""
     def build():
         keras.utils.set_random_seed(0)
         return keras.Sequential([
@@ -133,10 +133,10 @@ def test_item2_regularization_counts_once_over_the_replicas():
     assert history.loss[-1] > 0.1                                 # the loss includes the penalty
 
 
-# -- item 3: training mode ----------------------------------------------------------------
+# -- training mode ----------------------------------------------------------------
 
-def test_item3_the_model_runs_in_training_mode():
-    """Item 3: dropout is on in a training step (guards behaviour that was already right)."""
+def test_the_model_runs_in_training_mode():
+    """dropout is on in a training step (guards behaviour that was already right)."""
     def build():
         return regression_model(keras.layers.Dense(16), keras.layers.Dropout(0.9))
 
@@ -147,11 +147,11 @@ def test_item3_the_model_runs_in_training_mode():
     assert abs(history.loss[0] - inference) > 1e-3
 
 
-# -- item 4: dtypes ---------------------------------------------------------------------------
+# -- dtypes ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", ["float64", "int64", "list"])
-def test_item4_float64_integer_and_list_targets(kind):
-    """Item 4: NumPy's default float64, integers and Python lists train like float32 arrays."""
+def test_float64_integer_and_list_targets_train(kind):
+    """NumPy's default float64, integers and Python lists train like float32 arrays."""
     x, y = regression_data()
     y = np.round(y * 4)      # whole numbers of quarters: exact in every dtype (and as ints x 4)
     reference = trainer()
@@ -167,8 +167,8 @@ def test_item4_float64_integer_and_list_targets(kind):
     assert_same(weights(other), weights(reference))
 
 
-def test_item4_mixed_float16_trains_with_loss_scaling():
-    """Item 4: a mixed_float16 policy works; the optimizer gets Keras's loss scaling."""
+def test_mixed_float16_trains_with_loss_scaling():
+    """a mixed_float16 policy works; the optimizer gets Keras's loss scaling."""
     x, y = regression_data()
     keras.mixed_precision.set_global_policy("mixed_float16")
     try:
@@ -180,7 +180,7 @@ def test_item4_mixed_float16_trains_with_loss_scaling():
     assert np.isfinite(history.loss).all() and history.loss[-1] < history.loss[0] / 4
 
 
-# -- item 5: non-finite losses -----------------------------------------------------------------
+# -- non-finite losses -----------------------------------------------------------------
 
 MARK = 1234.0
 
@@ -191,8 +191,8 @@ def divides_by_zero_at_mark(y, prediction):
 
 
 @pytest.mark.parametrize("steps_per_call", [1, 4])
-def test_item5_a_non_finite_loss_stops_before_its_update(steps_per_call):
-    """Item 5: an infinite loss in replica 1's shard at step 2 raises, naming step 2 and replica 1.
+def test_a_non_finite_loss_stops_before_its_update(steps_per_call):
+    """an infinite loss in replica 1's shard at step 2 raises, naming step 2 and replica 1.
 
     The data are finite (a NaN in the data is refused before any step:
     tests/test_data_checks.py); the loss divides by zero for one example.
@@ -210,18 +210,18 @@ def test_item5_a_non_finite_loss_stops_before_its_update(steps_per_call):
     assert broken.position.numbers()["step"] == 2
 
 
-def test_item5_callers_may_opt_out():
-    """Item 5: stop_on_non_finite=False trains on, as Keras does (NaN weights)."""
+def test_stop_on_non_finite_false_trains_on():
+    """stop_on_non_finite=False trains on, as Keras does (NaN weights)."""
     x, y = regression_data(32)
     y[3] = np.inf
     history = trainer(stop_on_non_finite=False).fit(x, y, steps=2)
     assert not np.isfinite(history.loss).all()
 
 
-# -- item 6: resuming ----------------------------------------------------------------------------
+# -- resuming ----------------------------------------------------------------------------
 
-def test_item6_a_resumed_run_is_bit_equal_to_an_uninterrupted_one(tmp_path):
-    """Item 6: 10 steps, checkpoint, restore into a NEW trainer, 10 steps == 20 steps, exactly."""
+def test_a_resumed_run_is_bit_equal_to_an_uninterrupted_one(tmp_path):
+    """10 steps, checkpoint, restore into a NEW trainer, 10 steps == 20 steps, exactly."""
     x, y = regression_data(40)
     adam = lambda: keras.optimizers.Adam(0.01)  # noqa: E731  (state beyond the weights)
     whole = trainer(optimizer=adam)
@@ -241,8 +241,8 @@ def test_item6_a_resumed_run_is_bit_equal_to_an_uninterrupted_one(tmp_path):
     assert_same(weights(second), weights(whole))
 
 
-def test_item6_resuming_shuffled_epochs_is_bit_equal(tmp_path):
-    """Item 6: epochs with seeded shuffling: 2 epochs, restore, 2 epochs == 4 epochs."""
+def test_resuming_shuffled_epochs_is_bit_equal(tmp_path):
+    """epochs with seeded shuffling: 2 epochs, restore, 2 epochs == 4 epochs."""
     x, y = regression_data(48)
     whole = trainer()
     whole.fit(x, y, epochs=4, batch_size=8, seed=3)
@@ -258,11 +258,11 @@ def test_item6_resuming_shuffled_epochs_is_bit_equal(tmp_path):
     assert_same(weights(second), weights(whole))
 
 
-# -- item 7: errors that say what to pass --------------------------------------------------------
+# -- errors that say what to pass --------------------------------------------------------
 
 @pytest.mark.parametrize("loss", ["mse", "mean_squared_error", keras.losses.MeanSquaredError()])
-def test_item7_keras_loss_names_and_objects_work(loss):
-    """Item 7: loss="mse" and a Keras loss object train as the default squared error."""
+def test_keras_loss_names_and_objects_train_as_the_default_loss(loss):
+    """loss="mse" and a Keras loss object train as the default squared error."""
     x, y = regression_data()
     named, default = trainer(loss=loss), trainer()
     named.fit(x, y[:, 0], steps=3)
@@ -289,8 +289,8 @@ def test_item7_keras_loss_names_and_objects_work(loss):
                            epochs=1), ValueError, "pass steps=N"),
     (lambda t, x, y: t.fit(x, y, steps=1, validation_data=x), TypeError, r"\(x_val, y_val\)"),
 ])
-def test_item7_bad_input_says_what_to_pass(call, error, message):
-    """Item 7: each bad input raises an error that says what to pass instead."""
+def test_bad_fit_input_says_what_to_pass(call, error, message):
+    """each bad input raises an error that says what to pass instead."""
     x, y = regression_data()
     with pytest.raises(error, match=message):
         call(trainer(), x, y)
@@ -304,23 +304,23 @@ def test_item7_bad_input_says_what_to_pass(call, error, message):
     (dict(optimizer="adam"), TypeError, "Keras optimizer instance"),
     (dict(stop_on_non_finite="yes"), TypeError, "True or False"),
 ])
-def test_item7_bad_trainer_arguments_say_what_to_pass(options, error, message):
-    """Item 7: bad constructor arguments are refused with what to pass."""
+def test_bad_trainer_arguments_say_what_to_pass(options, error, message):
+    """bad constructor arguments are refused with what to pass."""
     with pytest.raises(error, match=message):
         trainer(**options)
 
 
-def test_item7_metrics_made_outside_the_scope_are_refused():
-    """Item 7: a metric whose variables are not the strategy's cannot be summed over replicas."""
+def test_metrics_made_outside_the_scope_are_refused():
+    """a metric whose variables are not the strategy's cannot be summed over replicas."""
     with pytest.raises(ValueError, match="create it inside"):
         trainer(metrics=[keras.metrics.MeanAbsoluteError()])
 
 
-# -- item 8: tf.data, epochs, validation, metrics, callbacks ---------------------------------------
+# -- tf.data, epochs, validation, metrics, callbacks ---------------------------------------
 
 @pytest.mark.parametrize("steps_per_call", [1, 3])
-def test_item8_a_dataset_of_batches_trains_as_the_arrays(steps_per_call):
-    """Item 8: a tf.data.Dataset of the same global batches gives bit-equal weights."""
+def test_a_dataset_of_batches_trains_as_the_arrays(steps_per_call):
+    """a tf.data.Dataset of the same global batches gives bit-equal weights."""
     x, y = regression_data()
     arrays, dataset = trainer(), trainer()
     arrays.fit(x, y, steps=10, batch_size=16)       # 4 batches a pass: wraps around
@@ -330,8 +330,8 @@ def test_item8_a_dataset_of_batches_trains_as_the_arrays(steps_per_call):
     assert_same(weights(dataset), weights(arrays))
 
 
-def test_item8_epochs_of_a_dataset_and_of_arrays_agree():
-    """Item 8: epochs= over a dataset (one pass each) equals epochs= over arrays unshuffled."""
+def test_epochs_of_a_dataset_and_of_arrays_agree():
+    """epochs= over a dataset (one pass each) equals epochs= over arrays unshuffled."""
     x, y = regression_data()
     arrays, dataset = trainer(), trainer()
     a = arrays.fit(x, y, epochs=3, batch_size=16, shuffle=False)
@@ -341,8 +341,8 @@ def test_item8_epochs_of_a_dataset_and_of_arrays_agree():
     np.testing.assert_array_equal(a.history["loss"], d.history["loss"])
 
 
-def test_item8_seeded_shuffling_is_reproducible_and_the_seed_matters():
-    """Item 8: shuffle=True with a seed: the same seed, the same run; another seed, another."""
+def test_seeded_shuffling_is_reproducible_and_the_seed_matters():
+    """shuffle=True with a seed: the same seed, the same run; another seed, another."""
     x, y = regression_data()
     runs = {}
     for name, seed in (("a", 1), ("b", 1), ("c", 2)):
@@ -364,8 +364,8 @@ def digits_trainer(**options):
                    optimizer=lambda: keras.optimizers.Adam(1e-2), **options)
 
 
-def test_item8_validation_and_metrics_per_epoch_like_keras():
-    """Item 8: history.history has loss, accuracy, val_loss and val_accuracy per epoch."""
+def test_validation_and_metrics_per_epoch_like_keras():
+    """history.history has loss, accuracy, val_loss and val_accuracy per epoch."""
     x_train, y_train, x_test, y_test = pargrad.digits.digits_data(seed=0)
     t = digits_trainer()
     history = t.fit(x_train[:1344], y_train[:1344], epochs=3, batch_size=64, seed=0,
@@ -402,8 +402,8 @@ class Recorder(keras.callbacks.Callback):
         self.calls.append(("train_end",))
 
 
-def test_item8_keras_callbacks_get_keras_protocol():
-    """Item 8: a keras.callbacks.Callback sees the calls and logs that Keras fit makes."""
+def test_keras_callbacks_get_the_calls_of_keras_fit_by_epochs():
+    """a keras.callbacks.Callback sees the calls and logs that Keras fit makes."""
     x, y = regression_data()
     recorder = Recorder()
     trainer().fit(x, y, epochs=2, batch_size=32, shuffle=False, callbacks=[recorder],
@@ -417,8 +417,41 @@ def test_item8_keras_callbacks_get_keras_protocol():
         ("epoch_end", 1, keys), ("train_end",)]
 
 
-def test_item8_early_stopping_and_terminate_on_nan_stop_the_fit():
-    """Item 8: model.stop_training is honoured (EarlyStopping, TerminateOnNaN)."""
+class BatchRecorder(keras.callbacks.Callback):
+    """The batch indices and the names in the batch logs, in the order of the calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.calls.append(("begin", batch))
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.calls.append(("end", batch, sorted(logs)))
+
+
+@pytest.mark.parametrize("per_call", [1, 2])
+def test_fit_by_steps_gives_callbacks_the_batch_indices_and_logs_keras_fit_gives(per_call):
+    """With steps=, batches are numbered 0 .. n-1 and their logs carry the metrics, as Keras's."""
+    x, y = regression_data()
+    keras_model = regression_model()
+    keras_model.compile(optimizer=keras.optimizers.SGD(0.01), loss="mse",
+                        metrics=[keras.metrics.MeanAbsoluteError(name="mae")],
+                        steps_per_execution=per_call)
+    expected = BatchRecorder()
+    keras_model.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat(),
+                    steps_per_epoch=4, epochs=1, verbose=0, shuffle=False, callbacks=[expected])
+    recorded = BatchRecorder()
+    trainer(metrics=lambda: [keras.metrics.MeanAbsoluteError(name="mae")]).fit(
+        x, y, steps=4, batch_size=16, steps_per_call=per_call, callbacks=[recorded])
+    assert recorded.calls == expected.calls
+    assert [call[1] for call in recorded.calls if call[0] == "end"] == list(
+        range(per_call - 1, 4, per_call))
+
+
+def test_early_stopping_and_terminate_on_nan_stop_the_fit():
+    """model.stop_training is honoured (EarlyStopping, TerminateOnNaN)."""
     x, y = regression_data()
     # A validation set the model cannot improve on: EarlyStopping ends early.
     history = trainer(learning_rate=0.1).fit(
@@ -433,8 +466,8 @@ def test_item8_early_stopping_and_terminate_on_nan_stop_the_fit():
     assert len(history.loss) == 2 and history.epoch == [0]
 
 
-def test_item8_model_checkpoint_and_tensorboard_write_their_files(tmp_path):
-    """Item 8: ModelCheckpoint saves the model, TensorBoard writes event files."""
+def test_model_checkpoint_and_tensorboard_write_their_files(tmp_path):
+    """ModelCheckpoint saves the model, TensorBoard writes event files."""
     x, y = regression_data()
     path = tmp_path / "best.weights.h5"
     t = trainer()
@@ -448,8 +481,8 @@ def test_item8_model_checkpoint_and_tensorboard_write_their_files(tmp_path):
     assert list(pathlib.Path(tmp_path / "logs").rglob("events.out.tfevents.*"))
 
 
-def test_item8_dataset_iterators_never_hang_after_fit(run_python):
-    """Item 8: fit on a dataset twice, delete the trainer, collect: no hang (TF 2.21's
+def test_dataset_iterators_never_hang_after_fit(run_python):
+    """fit on a dataset twice, delete the trainer, collect: no hang (TF 2.21's
     garbage-collected multi-device iterator), in a fresh process with a time limit."""
     completed = run_python("""
         import gc
@@ -464,7 +497,9 @@ def test_item8_dataset_iterators_never_hang_after_fit(run_python):
         trainer = pargrad.SyncTrainer(model, strategy, progress=False)
         trainer.fit(data, steps=3)
         trainer.fit(data, epochs=2, validation_data=data)
-        assert trainer._iterator is None
+        gc.collect()
+        alive = [o for o in gc.get_objects() if isinstance(o, tf.data.Iterator)]
+        assert not alive, alive
         del trainer
         gc.collect()
         print("finished")
@@ -473,8 +508,8 @@ def test_item8_dataset_iterators_never_hang_after_fit(run_python):
     assert completed.stdout.strip().endswith("finished")
 
 
-def test_item6_a_dataset_run_resumes_exactly_from_a_checkpoint(tmp_path):
-    """Item 6 with item 8: a dataset read by steps resumes at its next batch after a restore."""
+def test_a_dataset_read_by_steps_resumes_exactly_from_a_checkpoint(tmp_path):
+    """a dataset read by steps resumes at its next batch after a restore."""
     x, y = regression_data()
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
     whole = trainer()
@@ -490,18 +525,20 @@ def test_item6_a_dataset_run_resumes_exactly_from_a_checkpoint(tmp_path):
     assert_same(weights(second), weights(whole))
 
 
-def test_item8_the_iterator_is_gone_after_a_failing_fit():
-    """Item 8: a fit that stops with an error leaves no iterator behind."""
+def test_no_iterator_survives_a_failing_fit():
+    """a fit that stops with an error leaves no iterator behind."""
     x, y = regression_data()
     y[40] = MARK
     t = trainer(loss=divides_by_zero_at_mark)
     with pytest.raises(NonFiniteLossError):
         t.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(16).prefetch(2), epochs=1)
-    assert t._iterator is None and t.position.numbers()["epoch_step"] == 2
+    gc.collect()
+    assert not [o for o in gc.get_objects() if isinstance(o, tf.data.Iterator)]
+    assert t.position.numbers()["epoch_step"] == 2
 
 
-def test_item7_what_a_loss_function_returns_is_read_as_keras_reads_it():
-    """Items 1 and 7: a scalar is the batch's mean; extra axes are averaged per example."""
+def test_what_a_loss_function_returns_is_read_as_keras_reads_it():
+    """a scalar is the batch's mean; extra axes are averaged per example."""
     y, prediction = tf.constant([[1.0], [3.0]]), tf.constant([[0.0], [0.0]])
     scalar = pargrad.per_example_loss(lambda t, p: tf.reduce_mean(tf.square(t - p)))
     np.testing.assert_allclose(scalar(y, prediction).numpy(), [5.0, 5.0])
@@ -509,3 +546,35 @@ def test_item7_what_a_loss_function_returns_is_read_as_keras_reads_it():
     np.testing.assert_allclose(per_output(y, prediction).numpy(), [1.0, 9.0])
     flat = pargrad.per_example_loss("mse")(tf.constant([1.0, 3.0]), prediction)  # y of (N,)
     np.testing.assert_allclose(flat.numpy(), [1.0, 9.0])
+
+
+def test_fit_arguments_after_y_are_keyword_only():
+    """fit(x, y, 64) is refused: a Keras user means a batch of 64, not 64 updates."""
+    x, y = regression_data()
+    with pytest.raises(TypeError, match="positional"):
+        trainer().fit(x, y, 64)
+
+
+def test_an_optimizer_and_a_learning_rate_together_are_refused():
+    """The optimizer carries its own rate; a second one would be ignored silently."""
+    strategy = sync_strategy(2)
+    with strategy.scope():
+        model = regression_model()
+        optimizer = keras.optimizers.SGD(1e-3)
+    message = r"pass the learning rate to the optimizer.*SGD\(learning_rate=0.5\)"
+    with pytest.raises(ValueError, match=message):
+        SyncTrainer(model, strategy, optimizer=optimizer, learning_rate=0.5)
+
+
+def test_evaluate_returns_the_loss_and_metrics_of_the_whole_data():
+    """evaluate gives {"loss", metrics} in inference mode, as Keras's evaluate(return_dict=True)."""
+    x, y = regression_data()
+    t = trainer(loss="mse", metrics=lambda: [keras.metrics.MeanAbsoluteError(name="mae")])
+    t.fit(x, y, steps=3, batch_size=16)
+    result = t.evaluate(x, y, batch_size=16)
+    error = y - t.model(x, training=False).numpy()
+    assert sorted(result) == ["loss", "mae"]
+    assert result["loss"] == pytest.approx(float(np.mean(error ** 2)), rel=1e-5)
+    assert result["mae"] == pytest.approx(float(np.mean(np.abs(error))), rel=1e-5)
+    batches = tf.data.Dataset.from_tensor_slices((x, y)).batch(10)
+    assert t.evaluate(batches) == pytest.approx(result, rel=1e-5)

@@ -1,7 +1,8 @@
 """The book's instruments: its tasks, harnesses, demos, figures and stored data.
 
-The library at the top of :mod:`pargrad` (devices, sync, asynchronous,
-scenario, checks, accumulate, tf1, cluster, numerics, cost) is what a reader takes home; this
+The library at the top of :mod:`pargrad` (devices, strategies, sync,
+asynchronous, scenario, data, loop, checks, training, accumulate, tf1,
+cluster, numerics, cost, local_sgd) is what a reader takes home; this
 sub-package is what the chapters use to *demonstrate* it:
 
 * :mod:`pargrad.book.parabola`, :mod:`pargrad.book.digits` and
@@ -23,6 +24,9 @@ sub-package is what the chapters use to *demonstrate* it:
   what works where; :mod:`pargrad.book.allreduce_timing`: the measured
   all-reduce; :mod:`pargrad.book.replica_memory`: the memory that
   accumulating on every replica costs, measured;
+  :mod:`pargrad.book.accumulation_memory`: the peak memory of a whole batch
+  against accumulated micro-batches; :mod:`pargrad.book.graph_ops`: the ops
+  a TF1 fetch runs;
 * :mod:`pargrad.book.plots`: the figures; :mod:`pargrad.book.display`:
   showing the package's source in a chapter and gluing values into the
   rendered book (:func:`glue`); ``data/``: stored sweeps.

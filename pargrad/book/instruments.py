@@ -34,7 +34,8 @@ import time
 import numpy as np
 
 from pargrad._quiet import import_tensorflow_quietly
-from pargrad.sync import SyncTrainer, _check_whole_numbers, _tf_variable
+from pargrad.checks import check_whole_number
+from pargrad.sync import SyncTrainer, _tf_variable
 
 tf = import_tensorflow_quietly()
 
@@ -78,6 +79,10 @@ class InstrumentedSyncTrainer(SyncTrainer):
     """:class:`pargrad.sync.SyncTrainer` with per-replica timing, stragglers,
     emulated devices and backup workers.
 
+    Its step returns each replica's times beside the loss
+    (``step_outputs``), which ``fit`` stacks into the history's
+    ``compute_start``, ``compute_end`` and ``update_end``.
+
     Takes every argument of :class:`~pargrad.sync.SyncTrainer` and these:
 
     * ``record_times``: record each replica's times (see
@@ -112,6 +117,8 @@ class InstrumentedSyncTrainer(SyncTrainer):
     Taught in the chapters "Synchronous training" and "Sync vs async in the
     same time".
     """
+
+    step_outputs = ("loss", "times")
 
     def __init__(self, model, strategy, *, record_times=None, stragglers=None, backup_workers=0,
                  step_seconds=None, **options):
@@ -211,14 +218,22 @@ class InstrumentedSyncTrainer(SyncTrainer):
         return loss, tf.stack([compute_start, compute_end, update_end])
 
     def _distributed_step(self, x, y, position, global_batch_size):
-        """One step on every replica: the batch's loss and this process's replicas' times."""
+        """One step on every replica: ``{"loss": the batch's loss, "times": this process's
+        replicas' [compute_start, compute_end, update_end]}``."""
         def replica_step():
             xb, yb = self._shard(x, y, position, global_batch_size)
             return self._replica_step(xb, yb, global_batch_size)
 
         losses, times = self.strategy.run(replica_step)
         loss = self.strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
-        return tf.cast(loss, tf.float64), tf.stack(self.strategy.experimental_local_results(times))
+        return {"loss": tf.cast(loss, tf.float64),
+                "times": tf.stack(self.strategy.experimental_local_results(times))}
+
+    def _step_ends(self, outputs, start):
+        """When each step of a call ended: its last replica's update (with ``record_times``)."""
+        if not self.record_times:
+            return super()._step_ends(outputs, start)
+        return outputs["times"][:, :, 2].max(axis=1)
 
     def _straggler_factor(self):
         """This replica's slow-down factor (an int32 tensor), or None if it is no straggler."""
@@ -288,7 +303,7 @@ class InstrumentedSyncTrainer(SyncTrainer):
 
     # -- the loop ------------------------------------------------------------------
 
-    def fit(self, x, y, steps, batch_size=None, steps_per_call=1, progress=None,
+    def fit(self, x, y, *, steps, batch_size=None, steps_per_call=1, progress=None,
             replica_times=None):
         """:meth:`pargrad.sync.SyncTrainer.fit`, on a virtual clock when given ``replica_times``.
 
@@ -311,7 +326,8 @@ class InstrumentedSyncTrainer(SyncTrainer):
         when the plan changes the graph (backup workers or
         ``step_seconds``); the reported loss is the whole batch's.
         """
-        _check_whole_numbers(steps=steps, steps_per_call=steps_per_call)
+        steps = check_whole_number("steps", steps)
+        steps_per_call = check_whole_number("steps_per_call", steps_per_call)
         used = virtual_step_time = None
         if replica_times is None and self.step_seconds is not None:
             replica_times = np.ones((steps, self.replicas))
@@ -336,7 +352,7 @@ class InstrumentedSyncTrainer(SyncTrainer):
             if self.backup_workers or self.step_seconds:
                 self._plan = (used, replica_times)
         try:
-            history = super().fit(x, y, steps, batch_size=batch_size,
+            history = super().fit(x, y, steps=steps, batch_size=batch_size,
                                   steps_per_call=steps_per_call, progress=progress)
         finally:
             self._plan = None

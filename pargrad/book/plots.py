@@ -312,7 +312,7 @@ def peak_memory_against_batch(batch_sizes, big_batch_mb, accumulated_mb, micro_b
     """Peak memory against batch size: one big batch vs accumulated micro-batches.
 
     Chapter "Accumulation in TF2 and Keras 3".  ``big_batch_mb`` and
-    ``accumulated_mb`` are the peaks (MB) that ``pargrad.accumulate.peak_memory``
+    ``accumulated_mb`` are the peaks (MB) that ``pargrad.book.accumulation_memory.peak_memory``
     measured for the same ``batch_sizes``.
     """
     fig, ax = plt.subplots(figsize=(5, 3.2))
@@ -332,7 +332,7 @@ def peak_memory_against_batch(batch_sizes, big_batch_mb, accumulated_mb, micro_b
 def ring_all_reduce_steps(states, sent, counts, title="Ring all-reduce, step by step"):
     """Each step of a ring all-reduce: replicas as rows, chunks as columns.
 
-    ``states``, ``sent``: from :func:`pargrad.sync.ring_all_reduce` run on the
+    ``states``, ``sent``: from :func:`pargrad.allreduce.ring_all_reduce` run on the
     replicas' vectors (one element a chunk); ``counts``: the states of the same
     run on vectors of ones, i.e. how many replicas each cell already holds.
     Arrows mark the chunk each replica sends to its neighbour in that step.

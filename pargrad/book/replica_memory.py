@@ -34,7 +34,7 @@ def _probe(accumulation_steps, micro_batch, width):
     import keras
     import numpy as np
 
-    from pargrad.accumulate import _PeakMeter
+    from pargrad.book.accumulation_memory import PeakMeter
     from pargrad.sync import SyncTrainer, sync_strategy
 
     keras.utils.set_random_seed(0)
@@ -52,7 +52,7 @@ def _probe(accumulation_steps, micro_batch, width):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((batch, width)).astype(np.float32)
     y = rng.standard_normal((batch, 10)).astype(np.float32)
-    meter = _PeakMeter()
+    meter = PeakMeter()
     meter.reset()
     before = meter.peak_mb()
     trainer.fit(x, y, steps=1, batch_size=batch)

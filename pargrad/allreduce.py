@@ -1,0 +1,50 @@
+"""The ring all-reduce, step by step, in NumPy: what the strategies' all-reduce computes.
+
+Taught in the chapter "Synchronous training", which draws every step of
+:func:`ring_all_reduce` and checks its result against TensorFlow's
+all-reduce; the chapter "What communication costs" prices the same steps
+(:func:`pargrad.cost.ring_all_reduce_time`).  ``pargrad.sync`` re-exports it.
+"""
+
+import numpy as np
+
+
+def ring_all_reduce(vectors):
+    """Sum ``vectors`` (one row per replica) with the ring algorithm, in NumPy.
+
+    Each of the n replicas cuts its vector into n chunks.  In n - 1
+    *reduce-scatter* steps every replica sends one chunk to its right
+    neighbour, which adds it to its own; afterwards replica r holds the full
+    sum of chunk (r + 1) mod n.  In n - 1 *all-gather* steps the finished
+    chunks travel once more around the ring.  Each replica sends
+    2 (n - 1) / n of its vector in total, however many replicas there are.
+
+    Returns ``(result, states, sent)``: the final (n, length) array (every
+    row the sum), the array after each of the 2 (n - 1) steps, and for each
+    step the list of ``(sender, receiver, chunk)`` transfers.  Taught in the
+    chapter "Synchronous training".
+    """
+    data = np.array(vectors, dtype=np.float64, copy=True)
+    if data.ndim != 2 or len(data) < 2:
+        raise ValueError("ring_all_reduce needs a 2-D array with one row per replica (at least 2).")
+    n, length = data.shape
+    if length % n:
+        raise ValueError(f"Each vector's length ({length}) must be a multiple of the replicas ({n}).")
+    chunk = length // n
+    piece = lambda c: slice(c * chunk, (c + 1) * chunk)  # noqa: E731
+    states, sent = [data.copy()], []
+    for step in range(2 * (n - 1)):
+        transfers = []
+        outgoing = data.copy()            # every replica sends at the same time
+        for sender in range(n):
+            receiver = (sender + 1) % n
+            if step < n - 1:              # reduce-scatter: add the incoming chunk
+                c = (sender - step) % n
+                data[receiver, piece(c)] += outgoing[sender, piece(c)]
+            else:                         # all-gather: overwrite with the finished chunk
+                c = (sender + 1 - (step - (n - 1))) % n
+                data[receiver, piece(c)] = outgoing[sender, piece(c)]
+            transfers.append((sender, receiver, c))
+        states.append(data.copy())
+        sent.append(transfers)
+    return data, states, sent
