@@ -41,6 +41,7 @@ from pargrad.checks import (  # noqa: E402
     check_choice, check_flag, check_positive, check_whole_number,
 )
 from pargrad.scenario import DELAY_DISTRIBUTIONS, Scenario, random_delay  # noqa: E402,F401
+from pargrad.data import validation_arrays  # noqa: E402
 from pargrad.training import (  # noqa: E402
     check_finite_loss, keras_metrics, per_example_loss, prepare_arrays,
 )
@@ -491,11 +492,7 @@ class AsyncTrainer:
             raise ValueError(f"batch_size must be None (whole shard) or between 1 and "
                              f"{len(x) // workers} (the smallest worker's shard), got {batch_size!r}.")
         if validation_data is not None:
-            if not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2:
-                raise ValueError(
-                    f"validation_data must be a pair (x_val, y_val) of arrays, got "
-                    f"{type(validation_data).__name__}; pass for example (x_test, y_test).")
-            validation_data = prepare_arrays(*validation_data, self.model)
+            validation_data = validation_arrays(validation_data, self.model)
         elif self.metrics:
             raise ValueError(
                 "the trainer's metrics are computed on validation data; pass "

@@ -44,7 +44,7 @@ from pargrad._quiet import import_tensorflow_quietly
 
 tf = import_tensorflow_quietly()
 
-from pargrad.checks import check_whole_number  # noqa: E402
+from pargrad.checks import ArgumentTypeError, check_whole_number  # noqa: E402
 from pargrad.training import (  # noqa: E402
     NonFiniteDataError,
     first_non_finite_row,
@@ -339,12 +339,23 @@ def validation_source(data, batch_size, model):
                                     1024 if batch_size is None else batch_size)
     if isinstance(data, tf.data.Dataset):
         return dataset_source(data)
-    if not isinstance(data, (tuple, list)) or len(data) != 2:
-        raise TypeError(
-            "validation_data takes (x_val, y_val) arrays or a tf.data.Dataset of "
-            f"(features, targets) batches, got {type(data).__name__}.")
-    x, y = prepare_arrays(data[0], data[1], model)
+    x, y = validation_arrays(data, model, "arrays or a tf.data.Dataset of (features, targets) "
+                                          "batches")
     return ArraySource(x, y, min(batch_size, len(x)), data)
+
+
+def validation_arrays(data, model, accepted="arrays"):
+    """``validation_data=(x_val, y_val)`` checked and cast for ``model``: both trainers' one check.
+
+    Anything but a pair raises :class:`pargrad.checks.ArgumentTypeError`
+    naming what the trainer takes (``accepted``).  Taught in the chapter
+    "Your own model".
+    """
+    if not isinstance(data, (tuple, list)) or len(data) != 2:
+        raise ArgumentTypeError(
+            f"validation_data takes a pair (x_val, y_val) of {accepted}, got "
+            f"{type(data).__name__}; pass for example (x_test, y_test).")
+    return prepare_arrays(data[0], data[1], model)
 
 
 def evaluation_batches(source, feed):
