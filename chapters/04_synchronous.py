@@ -596,7 +596,12 @@ print("examples per second:", [f"{rate:,.0f}" for rate in rates])
 # were dominated by synchronous all-reduce training; and all-reduce is what
 # `MirroredStrategy`, Horovod {cite}`sergeev2018horovod` and PyTorch's
 # DistributedDataParallel do today. The chapter "Sync vs async in the same
-# time" measures both against the wall clock.
+# time" measures both against the wall clock. Inside one data centre the
+# verdict stands; between data centres, or wherever the network is slow,
+# training went back to communicating rarely, not asynchronously: every
+# worker takes many steps on its own copy and the copies are averaged now and
+# then (local SGD {cite}`lin2020dont`, DiLoCo {cite}`douillard2023diloco`).
+# The chapter {doc}`13_communicating_rarely` runs that dial.
 #
 # ## The answer in TensorFlow 1: one tower per device
 #
