@@ -43,9 +43,10 @@ tf = import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
 
 from pargrad import cost  # noqa: E402
+from pargrad.checks import check_whole_number  # noqa: E402
+from pargrad.data import Feed, array_source, same_data  # noqa: E402
 from pargrad.training import (  # noqa: E402
     NonFiniteLossError,
-    check_whole_number,
     per_example_loss,
     prepare_arrays,
 )
@@ -313,13 +314,14 @@ class LocalSGDTrainer:
         if isinstance(x, tf.data.Dataset):
             raise TypeError("LocalSGDTrainer.fit takes arrays x and y; read the dataset into "
                             "NumPy arrays first (or train it with pargrad.SyncTrainer).")
-        originals = (x, y)
-        x, y, batch_size = self._checked_data(x, y, batch_size)
-        if self._last_data is None or not _same_data(self._last_data, originals, batch_size):
+        feed = Feed(replicas=self.replicas, finite_hint=DATA_HINT, trainer="LocalSGDTrainer")
+        source = array_source(x, y, batch_size, by_epoch=False, model=self.model, feed=feed)
+        batch_size = source.batch_size
+        if self._last_data is None or not same_data(self._last_data, source.key(False)):
             self._position = 0                  # other data start from their first batch
-        self._last_data = originals + (batch_size,)
+        self._last_data = source.key(False)
         with tf.device(self._host()):
-            x, y = tf.constant(x), tf.constant(y)
+            x, y = tf.constant(source.x), tf.constant(source.y)
         records = [self._round(x, y, batch_size) for _ in range(rounds)]
         return self._history(records, batch_size)
 
@@ -394,21 +396,6 @@ class LocalSGDTrainer:
         return self.local_steps * self.step_seconds * float(np.max(self.slowdown))
 
     # -- the data ----------------------------------------------------------------
-
-    def _checked_data(self, x, y, batch_size):
-        """Arrays checked and cast as the other trainers do, and a batch that splits evenly."""
-        x, y = prepare_arrays(x, y, self.model, finite_hint=DATA_HINT)
-        batch_size = check_whole_number("batch_size", len(x) if batch_size is None else batch_size)
-        if batch_size > len(x):
-            raise ValueError(f"batch_size must be between 1 and len(x) = {len(x)}, got "
-                             f"{batch_size}; pass {len(x)} or less.")
-        if batch_size % self.replicas:
-            lower = batch_size // self.replicas * self.replicas
-            raise ValueError(
-                f"A global batch of {batch_size} examples does not split evenly over "
-                f"{self.replicas} replicas; pass a multiple of {self.replicas} (such as "
-                f"{lower or self.replicas}).")
-        return x, y, batch_size
 
     def _host(self):
         """This process's CPU, where the data are kept."""
@@ -495,11 +482,6 @@ def _check_same_variables(model, copy):
             "The copy of the model made for a replica (keras.models.clone_model) does not have "
             f"the model's trainable variables {shapes}; pass a Sequential or functional model "
             "built with a keras.Input.")
-
-
-def _same_data(last, originals, batch_size):
-    """Whether a fit continues the last one: the same array objects and batch size."""
-    return last[0] is originals[0] and last[1] is originals[1] and last[2] == batch_size
 
 
 def _first_replica_of_this_process(strategy, local_replicas):
