@@ -190,22 +190,21 @@ def _race_async(options, scenario, seed, budget, every, mode, step_seconds, devi
                                 [p.numpy() for p in trainer.parameters]))
             next_checkpoint[0] = (math.floor(now / every) + 1) * every
 
-    common = dict(batch_size=BATCH_SIZE, speeds=scenario.speeds, jitter=scenario.jitter,
-                  delay_distribution=scenario.delay_distribution, seed=seed, on_update=keep)
+    common = dict(batch_size=BATCH_SIZE, scenario=scenario, seed=seed, on_update=keep)
     clock = [None]  # free-running: the start of the one clock of the timed run
     if mode == "free-running":
         def keep(record, keep_on_virtual_clock=keep):  # the same checkpoints, on the one clock
             keep_on_virtual_clock({**record, "time": time.perf_counter() - clock[0]})
         common["on_update"] = keep
     if mode == "scheduled":
-        trainer.fit(x, y, updates=10**9, virtual_time_limit=budget, **common)
+        trainer.fit(x, y, steps=10**9, virtual_time_limit=budget, **common)
     else:
         # Warm-up, untimed, exactly like the synchronous trainer's: a few steps on
         # the same arrays (so nothing traces again), then the weights are reset.
-        trainer.fit(x, y, updates=WARM_UP_STEPS * len(devices), batch_size=BATCH_SIZE)
+        trainer.fit(x, y, steps=WARM_UP_STEPS * len(devices), batch_size=BATCH_SIZE)
         trainer.set_weights(checkpoints[0][3])
         clock[0] = time.perf_counter()
-        trainer.fit(x, y, updates=10**9, mode="free-running", time_limit=budget,
+        trainer.fit(x, y, steps=10**9, mode="free-running", time_limit=budget,
                     step_seconds=step_seconds, **common)
         elapsed = time.perf_counter() - clock[0]  # the whole run, bookkeeping included
     if applied[0] > checkpoints[-1][1]:  # the updates after the last checkpoint
