@@ -671,8 +671,8 @@ glue("gpu-slow-util", f"{scale[SLOW.name][2]:.0%}")
 #   (and synchronous SGD at `H = 1`), Nesterov is DiLoCo.
 # - Per step, communicating every step is best; per byte, communicating
 #   rarely is best by far; in time, the link decides.
-# - Scaled down, DiLoCo matched synchronous training (with the same outer
-#   step) at 4 times less communication, not 500; local SGD lost as `H`
+# - Scaled down, DiLoCo showed no difference from synchronous training (with
+#   the same outer step) at 4 times less communication, not 500; local SGD lost as `H`
 #   grew; the outer Nesterov step beat plain averaging at `H` = 4 and 16
 #   but not at 64, with few rounds.
 # - With one slow worker, asynchronous SGD led on the fast link and DiLoCo
