@@ -101,7 +101,7 @@
     communication = notNegative("communication", communication, "seconds");
     overlap = overlap === undefined ? 0.0 : overlap;
     if (typeof overlap !== "number" || !(overlap >= 0 && overlap <= 1)) {
-      fail("overlap must be a share from 0 (nothing hidden) to 1 (all of it), got " + overlap + ".");
+      fail("overlap must be a share from 0 to 1, got " + overlap + ". 0 hides nothing, 1 all of it.");
     }
     var hidden = Math.min(overlap * communication, compute);
     return compute + communication - hidden;
@@ -118,7 +118,7 @@
     secondsPerExample = positive("seconds_per_example", secondsPerExample, "seconds");
     communication = notNegative("communication", communication, "seconds");
     if (typeof efficiency !== "number" || !(efficiency > 0 && efficiency < 1)) {
-      fail("efficiency must be a share strictly between 0 and 1 (0.9 for 90%), got " + efficiency + ".");
+      fail("efficiency must be a share strictly between 0 and 1, got " + efficiency + ". Pass 0.9 for 90%.");
     }
     overlap = overlap === undefined ? 0.0 : overlap;
     stepTime(0.0, 0.0, overlap);
