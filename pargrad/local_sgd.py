@@ -45,6 +45,7 @@ import keras  # noqa: E402  (after the quiet TensorFlow import)
 from pargrad import cost  # noqa: E402
 from pargrad.checks import check_whole_number  # noqa: E402
 from pargrad.data import Feed, array_source, same_data  # noqa: E402
+from pargrad.strategies import variables_outside_scope  # noqa: E402
 from pargrad.training import (  # noqa: E402
     NonFiniteLossError,
     per_example_loss,
@@ -428,8 +429,7 @@ def _check_model_and_strategy(model, strategy):
             f"state {[v.path for v in model.non_trainable_variables]} (BatchNormalization's "
             "statistics?) that each replica would keep apart; use a model without it, for "
             "example with LayerNormalization instead of BatchNormalization.")
-    inside = strategy.extended.variable_created_in_scope
-    if not all(inside(getattr(v, "value", v)) for v in variables):
+    if variables_outside_scope(strategy, variables):
         raise ValueError("The model's variables were created outside this strategy's scope; "
                          "build the model inside `with strategy.scope():` and pass that model.")
 

@@ -102,6 +102,22 @@ def choose_cross_device_ops(kind, physical_device_of_replica):
     return tf.distribute.ReductionToOneDevice()
 
 
+def variables_outside_scope(strategy, variables):
+    """The paths of those ``variables`` (Keras or ``tf.Variable``) not created in ``strategy.scope()``.
+
+    Such a variable is not mirrored on the replicas.  Taught in the chapter
+    "Synchronous training".
+    """
+    inside = strategy.extended.variable_created_in_scope
+    return [v.path for v in variables if not inside(tf_variable(v))]
+
+
+def tf_variable(variable):
+    """The tf.Variable behind a Keras variable (or the variable itself)."""
+    inner = getattr(variable, "value", None)   # a tf.Variable's own .value is a method
+    return inner if isinstance(inner, tf.Variable) else variable
+
+
 def _physical_gpu_of_each_logical_gpu():
     """For each logical GPU in TensorFlow's order, the index of its physical GPU."""
     owners = []

@@ -82,6 +82,7 @@ from pargrad.strategies import (  # noqa: E402,F401  (re-exported: chapters impo
     choose_cross_device_ops,
     sync_strategy,
 )
+from pargrad.strategies import variables_outside_scope  # noqa: E402
 from pargrad.data import (  # noqa: E402
     EpochReader,
     Feed,
@@ -422,9 +423,7 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
     def _check_metrics(metrics, strategy):
         checked = keras_metrics(metrics, ", created inside `with strategy.scope():`")
         for metric in checked:
-            outside = [v.path for v in metric.variables
-                       if not strategy.extended.variable_created_in_scope(_tf_variable(v))]
-            if outside:
+            if variables_outside_scope(strategy, metric.variables):
                 raise ValueError(
                     f"The metric {metric.name!r} was created outside this strategy's scope, so "
                     "its replicas cannot add up their counts; create it inside "
@@ -905,8 +904,7 @@ def _check_model(model, strategy):
             "The model has no trainable variables yet; build it (give it a "
             "keras.Input) inside `with strategy.scope():`."
         )
-    outside = [v.path for v in model.trainable_variables
-               if not strategy.extended.variable_created_in_scope(_tf_variable(v))]
+    outside = variables_outside_scope(strategy, model.trainable_variables)
     if outside:
         raise ValueError(
             f"The model's variables {outside} were created outside this "
@@ -943,7 +941,3 @@ def _fit_length(steps, epochs):
         return check_whole_number("steps", steps), None
     return None, check_whole_number("epochs", epochs)
 
-def _tf_variable(variable):
-    """The tf.Variable behind a Keras variable (or the variable itself)."""
-    inner = getattr(variable, "value", None)   # a tf.Variable's own .value is a method
-    return inner if isinstance(inner, tf.Variable) else variable

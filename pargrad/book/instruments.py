@@ -35,7 +35,8 @@ import numpy as np
 
 from pargrad._quiet import import_tensorflow_quietly
 from pargrad.checks import check_whole_number
-from pargrad.sync import SyncTrainer, _tf_variable
+from pargrad.strategies import tf_variable as _tf_variable
+from pargrad.sync import SyncTrainer
 
 tf = import_tensorflow_quietly()
 
