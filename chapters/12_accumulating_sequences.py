@@ -7,11 +7,12 @@
 # mean over *tokens*, and sequences have different lengths. Then the mean of
 # the micro-batches' token means is not the big batch's token mean. In 2024
 # this made gradient accumulation in Hugging Face's `Trainer` train
-# differently from the big batch {cite}`trlissue2175,hfblog2024gradacc`; the
-# fix {cite}`transformerspr34191` counts the tokens of the whole window,
-# across micro-batches and processes, and divides once
-# {cite}`torchtunepr1875`. This chapter builds that fix and the traps around
-# it.
+# differently from the big batch {cite}`trlissue2175,hfblog2024gradacc`. The
+# fix counts the tokens of the whole window and divides once
+# {cite}`torchtunepr1875`: across the micro-batches first
+# {cite}`transformerspr34191`, across the processes in a follow-up
+# {cite}`transformerspr34373`. This chapter builds that fix and the traps
+# around it.
 #
 # **In this chapter you will**
 #
@@ -265,8 +266,9 @@ assert gap_replicas > 1e-3
 glue("gap_replicas", f"{gap_replicas:.1%}", display=False)
 
 # %% [markdown]
-# The total weight must be summed over the replicas as well, as the
-# libraries now do {cite}`acceleratepr3193`. In
+# The total weight must be summed over the replicas as well, as Hugging
+# Face's `Trainer` does since {cite}`transformerspr34373` and Accelerate's
+# documentation shows {cite}`acceleratepr3193`. In
 # `SyncTrainer(sample_weight=...)` every replica adds up the weights of its
 # micro-batches, and one all-reduce of that single number, per update, gives
 # the whole global batch's token count $n$; each replica then divides its
