@@ -1,0 +1,240 @@
+"""What a reader meets, page by page: prose words, visible checks, visible p-values.
+
+    python tools/reader_metrics.py            # a plain table, in reading order
+    python tools/reader_metrics.py --table    # the same as a markdown table
+    python tools/reader_metrics.py --json     # one JSON object
+
+Reads the reading order from ``_toc.yml`` (the root page, then every part's
+files) and measures each page from its sources, not from the built HTML:
+
+- **prose words**: the words of the markdown (a chapter's markdown cells,
+  from its ``.ipynb``, else its ``.py``; or the ``.md`` page), without code
+  blocks, display and inline math, directives' option lines and HTML
+  comments; a role (``{cite}`key```, ``{glue:text}`name```) and inline code
+  count as one word, a link or a role with a text as the words of its text;
+- **visible assert/glue lines**: lines of code cells that start with
+  ``assert`` or call ``glue(``, in cells a reader sees (not tagged
+  ``remove-input``, ``remove-cell``, ``hide-input`` or ``hide-cell``);
+- **visible p-values**: ``p = 0.03``, ``p < 1e-4``, ``p = {glue:text}`...```
+  or ``p-value of 0.2`` in the markdown (code blocks included: a reader sees
+  them) and in the outputs of cells whose output is shown (not tagged
+  ``remove-output``, ``remove-cell``, ``hide-output`` or ``hide-cell``).
+
+The *core path* is the root page and every page outside the parts whose
+caption names the appendix or deep dives. The budgets of issue 32 are
+below; ``tests/test_reader_metrics.py`` holds them.
+"""
+
+import argparse
+import json
+import pathlib
+import re
+import sys
+
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+# The budgets of issue 32 ("A book a learner finishes").
+CORE_CHAPTER_WORDS = 3000      # prose words of one core chapter
+CORE_PATH_WORDS = 28000        # intro, sources and the core chapters
+BOOK_WORDS = 38000             # every page, deep dives and appendix included
+VISIBLE_CHECKS_PER_CHAPTER = 5  # visible assert/glue lines of one chapter
+BOOK_P_VALUES = 12             # visible p-values in the whole book
+
+NOT_CORE = re.compile(r"appendix|deep dive", re.IGNORECASE)
+HIDDEN_INPUT = {"remove-input", "remove-cell", "hide-input", "hide-cell"}
+HIDDEN_OUTPUT = {"remove-output", "remove-cell", "hide-output", "hide-cell"}
+CODE_DIRECTIVES = {"code", "code-block", "code-cell", "sourcecode", "literalinclude", "math",
+                   "bibliography", "mermaid", "raw"}
+COLLAPSED_DIRECTIVES = {"dropdown", "toggle"}
+CHECK_LINE = re.compile(r"^\s*(?:assert\b|(?:[\w.]+\.)?glue\()")
+P_VALUE = re.compile(
+    r"(?<![\w`.-])p(?:\s*(?:=|<|≤|&lt;)|-values?(?:\s*(?:of|is|was|=|<|:))?)\s*(?:\{glue|\d|\.\d)")
+WORD = re.compile(r"[^\W_](?:[\w'’-]|[.,](?=\w))*")   # "0.03", "x.md": one word
+
+
+def toc_pages(root=ROOT):
+    """``[(page, part caption or None, core?)]`` in reading order, from ``_toc.yml``."""
+    toc = yaml.safe_load((root / "_toc.yml").read_text())
+    pages = [(toc["root"], None, True)]
+    for part in toc.get("parts", []):
+        caption = part.get("caption", "")
+        for entry in part.get("chapters", []):
+            pages.append((entry["file"], caption, not NOT_CORE.search(caption)))
+    return pages
+
+
+def _text(source):
+    return "".join(source) if isinstance(source, list) else source
+
+
+def percent_cells(script):
+    """The cells of a jupytext percent-format script, as notebook-like dicts (no outputs)."""
+    cells = []
+    for block in re.split(r"^# %%", script, flags=re.M)[1:]:
+        header, _, body = block.partition("\n")
+        tags = re.search(r"tags=\[([^\]]*)\]", header)
+        metadata = {"tags": re.findall(r'"([^"]+)"', tags.group(1))} if tags else {}
+        if "[markdown]" in header:
+            body = "\n".join(re.sub(r"^# ?", "", line) for line in body.splitlines())
+            cells.append({"cell_type": "markdown", "source": body, "metadata": metadata})
+        else:
+            cells.append({"cell_type": "code", "source": body, "metadata": metadata,
+                          "outputs": []})
+    return cells
+
+
+def page_cells(root, page):
+    """A page's cells: its ``.ipynb`` (with outputs), else its ``.py``, else its ``.md``."""
+    for suffix in (".ipynb", ".py", ".md"):
+        path = root / (page + suffix)
+        if path.exists():
+            break
+    else:
+        raise FileNotFoundError(f"_toc.yml lists {page!r}, but there is no {page}.ipynb, "
+                                f".py or .md: add the page or remove it from _toc.yml.")
+    if suffix == ".ipynb":
+        return json.loads(path.read_text())["cells"]
+    if suffix == ".py":
+        return percent_cells(path.read_text())
+    return [{"cell_type": "markdown", "source": path.read_text(), "metadata": {}}]
+
+
+def _without_code_blocks(markdown):
+    """The markdown a reader sees without a click: no code blocks, no collapsed directives.
+
+    Code fences and code-like directives (``{code-cell}``, ``{math}``, ...)
+    are dropped, and so are collapsed ones (``{dropdown}``, or any directive
+    with ``:class: dropdown``), as hidden cells are; the bodies of other
+    directives (a note, a glossary, a figure's caption) are prose, without
+    their option lines.
+    """
+    kept, stack = [], []          # [fence, skipped?] of the open blocks, innermost last
+    for line in markdown.splitlines():
+        fence = re.match(r"^\s*(`{3,}|:{3,})\s*(\{([\w:-]+)\}|[^\s`]*)", line)
+        if fence and stack and fence.group(1) == stack[-1][0] and not fence.group(2):
+            stack.pop()
+            continue
+        if fence and (fence.group(2) or fence.group(1)[0] == "`"):
+            name = fence.group(3)
+            skipped = name is None or name in CODE_DIRECTIVES or name in COLLAPSED_DIRECTIVES
+            stack.append([fence.group(1), skipped or any(skip for _, skip in stack)])
+            continue
+        if stack and re.match(r"^\s*:[\w-]+:", line):
+            if re.match(r"^\s*:class:.*\bdropdown\b", line):
+                stack[-1][1] = True
+            continue              # a directive's option line
+        if stack and stack[-1][1]:
+            continue
+        kept.append(line)
+    return "\n".join(kept)
+
+
+def prose_words(markdown):
+    """The number of prose words in ``markdown`` (see the module's docstring for what counts)."""
+    text = re.sub(r"<!--.*?-->", " ", markdown, flags=re.S)
+    text = re.sub(r"\A---\n.*?\n---\n", "", text, flags=re.S)        # front matter
+    text = _without_code_blocks(text)
+    text = re.sub(r"\$\$.*?\$\$", " ", text, flags=re.S)              # display math
+    text = re.sub(r"^\s*\([\w-]+\)=\s*$", " ", text, flags=re.M)      # MyST labels
+    text = re.sub(r"\{[\w:-]+\}`([^`<]*?)\s*<[^`]*>`", r"\1", text)   # {term}`text <target>`
+    text = re.sub(r"\{[\w:-]+\}`[^`]*`", " W ", text)                 # other roles: one word
+    text = re.sub(r"`[^`]+`", " W ", text)                           # inline code: one word
+    text = re.sub(r"(?<![\\$])\$[^$\n]+\$", " ", text)               # inline math
+    text = re.sub(r"\]\([^)]*\)", "]", text)                         # link targets
+    text = re.sub(r"<[^>\n]+>", " ", text)                           # HTML tags
+    return len(WORD.findall(text))
+
+
+def visible_check_lines(cell):
+    """Lines starting with ``assert`` or calling ``glue(`` in a code cell a reader sees."""
+    if set(cell.get("metadata", {}).get("tags", [])) & HIDDEN_INPUT:
+        return 0
+    return sum(1 for line in _text(cell["source"]).splitlines() if CHECK_LINE.match(line))
+
+
+def shown_output_text(cell):
+    """The text of a code cell's outputs, if the page shows them; otherwise ``""``."""
+    if set(cell.get("metadata", {}).get("tags", [])) & HIDDEN_OUTPUT:
+        return ""
+    parts = []
+    for output in cell.get("outputs", []):
+        if "text" in output:
+            parts.append(_text(output["text"]))
+        for mime, value in output.get("data", {}).items():
+            if mime in ("text/plain", "text/markdown", "text/html"):
+                parts.append(_text(value))
+    return "\n".join(parts)
+
+
+def measure_page(root, page):
+    """``{"prose_words", "visible_checks", "p_values"}`` of one page."""
+    words = checks = p_values = 0
+    for cell in page_cells(root, page):
+        source = _text(cell["source"])
+        if cell["cell_type"] == "markdown":
+            words += prose_words(source)
+            p_values += len(P_VALUE.findall(source))
+        elif cell["cell_type"] == "code":
+            checks += visible_check_lines(cell)
+            p_values += len(P_VALUE.findall(shown_output_text(cell)))
+    return {"prose_words": words, "visible_checks": checks, "p_values": p_values}
+
+
+def measure_book(root=ROOT):
+    """Every page in reading order with its metrics, and the totals of the core path and the book."""
+    pages = []
+    for page, part, core in toc_pages(root):
+        pages.append({"page": page, "part": part, "core": core, **measure_page(root, page)})
+
+    def total(selected):
+        return {key: sum(p[key] for p in selected)
+                for key in ("prose_words", "visible_checks", "p_values")}
+
+    return {"pages": pages, "core_path": total([p for p in pages if p["core"]]),
+            "book": total(pages)}
+
+
+def is_chapter(page):
+    """A numbered chapter (``chapters/NN_...``), as opposed to the intro, sources and appendix."""
+    return re.match(r"chapters/\d\d_", page["page"]) is not None and page["page"] != "chapters/00_sources"
+
+
+def rows(metrics):
+    """The table's rows: one a page, then the two totals."""
+    out = [(p["page"], "core" if p["core"] else "optional", p["prose_words"], p["visible_checks"],
+            p["p_values"]) for p in metrics["pages"]]
+    for name in ("core_path", "book"):
+        t = metrics[name]
+        out.append((f"total: {name.replace('_', ' ')}", "", t["prose_words"], t["visible_checks"],
+                    t["p_values"]))
+    return out
+
+
+HEADER = ("page", "path", "prose words", "visible assert/glue lines", "visible p-values")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("root", nargs="?", default=str(ROOT), help="the book's directory")
+    parser.add_argument("--table", action="store_true", help="print a markdown table")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    arguments = parser.parse_args(argv)
+    metrics = measure_book(pathlib.Path(arguments.root).resolve())
+    if arguments.json:
+        print(json.dumps(metrics, indent=1))
+    elif arguments.table:
+        print("| " + " | ".join(HEADER) + " |")
+        print("| --- | --- | ---: | ---: | ---: |")
+        for row in rows(metrics):
+            print("| " + " | ".join(str(value) for value in row) + " |")
+    else:
+        print(f"{HEADER[0]:42s} {HEADER[1]:8s} {'words':>7s} {'checks':>7s} {'p':>4s}")
+        for page, path, words, checks, p_values in rows(metrics):
+            print(f"{page:42s} {path:8s} {words:7d} {checks:7d} {p_values:4d}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
