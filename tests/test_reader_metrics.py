@@ -6,6 +6,7 @@ hold, its test passes, the strict xfail fails the run, and the marker must go.
 """
 
 import json
+import re
 import pathlib
 import sys
 import textwrap
@@ -205,3 +206,28 @@ def test_every_page_shows_at_most_5_assert_or_glue_lines(measured):
 @NOT_YET
 def test_the_book_shows_at_most_12_p_values(measured):
     assert measured["book"]["p_values"] <= reader_metrics.BOOK_P_VALUES
+
+
+# Orientation: the reader's maps of the book list every page (issue 32 item 1).
+
+def page_title(page):
+    """The first heading of a page's source (``.md``, or the ``.py`` of a notebook)."""
+    md = ROOT / (page + ".md")
+    text = md.read_text() if md.exists() else (ROOT / (page + ".py")).read_text()
+    return next(line.lstrip("# ").strip() for line in text.splitlines()
+                if line.startswith("# ") and not line.startswith("# %%"))
+
+
+def test_the_intro_lists_every_page_in_reading_order():
+    linked = re.findall(r"\]\((chapters/[\w]+)\)", (ROOT / "intro.md").read_text())
+    reading_order = [page for page, _, _ in reader_metrics.toc_pages(ROOT)][1:]
+    first_mentions = list(dict.fromkeys(linked))
+    assert [page for page in first_mentions if page in reading_order] == reading_order
+
+
+def test_the_colab_appendix_has_a_row_for_every_chapter():
+    rows = re.findall(r"^\| ([^|]+?) \|", (ROOT / "chapters" / "a1_colab_gpus.md").read_text(),
+                      flags=re.M)
+    notebooks = [page for page, _, _ in reader_metrics.toc_pages(ROOT)
+                 if (ROOT / (page + ".ipynb")).exists()]
+    assert [page_title(page) for page in notebooks if page_title(page) not in rows] == []
