@@ -3,6 +3,7 @@
 The budgets do not hold yet: the chapters are rewritten for them in a later
 session. Each is held by its own strict xfail, so the day a budget starts to
 hold, its test passes, the strict xfail fails the run, and the marker must go.
+Last, the reader's maps of the book (the intro, the Colab appendix) list every page.
 """
 
 import json
