@@ -85,6 +85,30 @@ print(devices)
 # number of updates that landed between a device's read and its apply the
 # update's **{term}`staleness`**.
 #
+# A dozen lines of NumPy show both on the loss $w^2$: two workers share $w$, both
+# read it, worker 0 applies its update, then worker 1 applies a gradient it
+# computed at the old $w$:
+
+# %%
+gradient = lambda w: 2 * w  # noqa: E731  (the loss w², its minimum at w = 0)
+w, version, rate = 1.0, 0, 0.3  # the shared parameter and the number of updates applied to it
+read = {}  # what each worker read: (w, version)
+schedule = [(0, "read"), (1, "read"), (0, "apply"), (1, "apply"), (0, "read"), (0, "apply")]
+for worker, action in schedule:
+    if action == "read":
+        read[worker] = (w, version)
+        continue
+    w_read, version_read = read[worker]
+    print(f"worker {worker}: gradient computed at w = {w_read:.2f}, applied at w = {w:.2f}, "
+          f"staleness {version - version_read}: w -> {w - rate * gradient(w_read):.2f}")
+    w, version = w - rate * gradient(w_read), version + 1
+
+# %% [markdown]
+# Worker 1's gradient is one update stale: computed at $w = 1$, it is as large
+# as it was there, and it carries $w$ past the minimum at 0, to the other
+# side. The section "The stale gradient, drawn from a run" below
+# draws the same thing from a real two-device run.
+#
 # `pargrad.AsyncTrainer` does exactly this. The shared parameters live on one
 # *parameter device* (the first device); one worker runs on each device. These
 # are the lines of a worker's loop, as each worker's thread runs it, that

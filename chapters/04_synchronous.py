@@ -62,6 +62,14 @@ keras.utils.set_random_seed(0)
 print(devices)
 
 # %% [markdown]
+# Part II compares two ways for several devices to train one model; the
+# picture below is the one to keep in mind through it
+# ({numref}`fig-sync-async-timelines`).
+
+# %% mystnb={"figure": {"caption": "Two devices, device 1 slower, on a fixed schedule (a drawing, not a measurement). Top, synchronous: both devices compute a gradient on the same weights (w0, then w1), the fast one waits (hatched) for the slow one, and one all-reduce and one update (red) end every step. Bottom, asynchronous: each device reads the weights (\u25bc), computes and applies its update on its own and never waits, but an update computed on weights that the other device has changed since the read (orange) is stale: it is applied one update behind.", "name": "fig-sync-async-timelines"}}
+fig = plots.sync_async_timelines()
+
+# %% [markdown]
 # ## Synchronous mode
 #
 # The stale-gradient article ([Where this book starts](00_sources))
@@ -85,6 +93,92 @@ print(devices)
 # **{term}`all-reduce`**. `tf.distribute.MirroredStrategy` ({term}`MirroredStrategy`)
 # is TensorFlow's way to run one replica per device of one machine and
 # all-reduce their gradients.
+#
+# Here is all of it for the y = x² asker's network, as a program you can copy
+# (it imports from `pargrad` only the logical devices, which must exist
+# before TensorFlow starts). `MirroredStrategy` puts one replica on each of two
+# devices; the model and optimizer made in `strategy.scope()` hold mirrored
+# variables; `experimental_distribute_values_from_function` hands replica $r$
+# its rows of the batch; `strategy.run` runs `replica_step` on every replica,
+# whose loss is its shard's summed squared error divided by the *global* batch
+# (`tf.nn.compute_average_loss`), and whose one `apply_gradients` sums the
+# replicas' gradients (the all-reduce) and applies the same update everywhere.
+
+# %%
+import keras
+import numpy as np
+import tensorflow as tf
+from pargrad import logical_devices  # the one pargrad import: it splits the CPU before TF starts
+
+strategy = tf.distribute.MirroredStrategy(  # 2 of the chapter's 5; yours: logical_devices(2)
+    logical_devices(5)[:2], cross_device_ops=tf.distribute.ReductionToOneDevice())  # 1 chip
+x = np.linspace(-2.0, 2.0, 50)[:, None]  # the asker's 50 points, in float64
+y = x**2
+B, R = len(x), strategy.num_replicas_in_sync  # the global batch (50) and the replicas (2)
+
+
+def new_model():  # the 1-5-1 tanh network in float64, the same weights at every call
+    keras.utils.set_random_seed(0)
+    return keras.Sequential([keras.Input((1,), dtype="float64"),
+                             keras.layers.Dense(5, "tanh", dtype="float64"),
+                             keras.layers.Dense(1, dtype="float64")])
+
+
+def shard(context):  # runs once per replica: replica r takes rows r*B/R to (r+1)*B/R
+    r = context.replica_id_in_sync_group
+    return x[r * B // R:(r + 1) * B // R], y[r * B // R:(r + 1) * B // R]
+
+
+def replica_step(x_shard, y_shard):  # runs on every replica, on its own shard
+    with tf.GradientTape() as tape:
+        errors = tf.square(model(x_shard) - y_shard)[:, 0]
+        loss = tf.nn.compute_average_loss(errors, global_batch_size=B)  # sum / 50, not / 25
+    gradients = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(gradients, model.trainable_variables))  # all-reduce, one update
+
+
+with strategy.scope():  # variables made here are mirrored, one copy per device
+    model, optimizer = new_model(), keras.optimizers.SGD(learning_rate=1e-2)
+shards = strategy.experimental_distribute_values_from_function(shard)  # per-replica data
+step = tf.function(lambda: strategy.run(replica_step, args=shards))
+for _ in range(300):
+    step()
+
+# %% [markdown]
+# The same network on one device with the full batch, trained as long: the
+# weights agree within float64 rounding (`pargrad.rounding_tolerance`, which
+# the section on rounding below explains).
+
+# %%
+single, single_optimizer = new_model(), keras.optimizers.SGD(learning_rate=1e-2)
+
+
+@tf.function
+def single_step():  # one device, the full batch of 50
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(single(x) - y))
+    gradients = tape.gradient(loss, single.trainable_variables)
+    single_optimizer.apply_gradients(zip(gradients, single.trainable_variables))
+
+
+def largest_gap(first, second):
+    """The largest difference between two models' weights."""
+    return max(np.max(np.abs(a - b)) for a, b in zip(first.get_weights(), second.get_weights()))
+
+
+for _ in range(300):
+    single_step()
+copy_tolerance = pargrad.rounding_tolerance("float64", 300)
+print(f"trained: the weights moved from the start: {largest_gap(model, new_model()) > 0.01}")
+print(f"2 replicas vs 1 device after 300 steps, weight gap < tolerance ({copy_tolerance:.0e}): "
+      f"{largest_gap(model, single) < copy_tolerance}")
+
+# %% [markdown]
+# `pargrad.SyncTrainer`, which the rest of this chapter takes apart, is this
+# program with what a real training run needs around it: shards cut from any
+# batch without `tf.data`'s distributed iterators (a garbage-collected one can
+# hang TensorFlow 2.21), accumulation of several micro-batches per step, the
+# instruments that show stragglers, and errors that say what to pass instead.
 #
 # First each replica takes its shard. The data sit in memory on the host, and
 # replica $r$ gathers the $B/R$ rows that follow $r \cdot B/R$ in the batch
