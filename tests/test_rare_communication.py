@@ -194,14 +194,14 @@ def test_bad_input_says_what_to_pass():
         rc.final_losses(0.1, [0], 4, 8, replicas=5)
     with pytest.raises(TypeError, match="score must be a function"):
         rc.GridRunner(None, [0.1])
-    with pytest.raises(ValueError, match="does not fit one round"):
+    with pytest.raises(ValueError, match="budget must fit one round"):
         rc.losses_in_time(0.1, [0], 16, 1e-3, rc.SLOW, rc.STEP_SECONDS)
-    with pytest.raises(ValueError, match="does not fit one update"):
+    with pytest.raises(ValueError, match="budget must fit one update"):
         rc.async_losses_in_time(0.1, [0], 1e-3, rc.SLOW, rc.STEP_SECONDS, rc.SPEEDS)
     with pytest.raises(ValueError, match="outer must be one of"):
         rc.outer_optimizer("adam")
 
 
 def test_a_handover_with_the_wrong_momentum_is_refused():
-    with pytest.raises(ValueError, match="velocity needs 4 arrays"):
+    with pytest.raises(ValueError, match="velocity must be 4 arrays"):
         rc.train_phase(rounds=1, local_steps=1, learning_rate=0.1, velocity=[np.zeros(1)])

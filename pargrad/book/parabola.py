@@ -11,6 +11,7 @@ from pargrad._quiet import import_tensorflow_quietly
 tf = import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
 
+from pargrad.checks import check_whole_number  # noqa: E402
 from pargrad.sync import SyncTrainer, sync_strategy  # noqa: E402
 
 LEARNING_RATE = 1e-2
@@ -19,8 +20,7 @@ STEPS = 2000
 
 def parabola_data(n=50, low=-2.0, high=2.0, dtype="float32"):
     """``n`` evenly spaced points x in [low, high] and y = x², as columns of ``dtype``."""
-    if n < 1:
-        raise ValueError(f"parabola_data needs n >= 1 points, got {n}.")
+    n = check_whole_number("n", n)
     x = np.linspace(low, high, n, dtype=_float_dtype(dtype))[:, np.newaxis]
     return x, np.square(x)
 
@@ -37,7 +37,8 @@ def _float_dtype(dtype):
     except TypeError:
         kind = None
     if kind not in (np.float32, np.float64):
-        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}.")
+        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}; pass 'float64' "
+                         "to show an equality that holds in exact arithmetic.")
     return kind.type
 
 

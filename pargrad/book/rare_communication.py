@@ -80,7 +80,8 @@ def final_losses(rate, seeds, local_steps, updates, outer=replay.AVERAGE, replic
     """
     local_steps = check_whole_number("local_steps", local_steps)
     if check_whole_number("updates", updates) % local_steps:
-        raise ValueError(f"updates ({updates}) must be a multiple of local_steps ({local_steps}).")
+        raise ValueError(f"updates must be a multiple of local_steps ({local_steps}), got "
+                         f"{updates!r}; pass {updates // local_steps * local_steps or local_steps}.")
     _, losses = replay.train_rounds(replay.start(seeds, HIDDEN), problem_data(), replicas, rate,
                                     local_steps, updates // local_steps, outer)
     return losses[-1]
@@ -147,12 +148,14 @@ def losses_in_time(rate, seeds, local_steps, budget, link, step_seconds, slowest
 
     Every round waits for the slowest replica (``slowest`` times
     ``step_seconds`` a step) and pays one all-reduce on ``link``
-    (:func:`round_seconds`); ``local_steps = 1`` with :data:`AVERAGE` is
+    (:func:`round_seconds`); ``local_steps = 1`` with :data:`pargrad.book.replay.AVERAGE` is
     synchronous SGD.  Taught in the chapter "Communicating rarely".
     """
-    rounds = int(budget // round_seconds(local_steps, link, step_seconds, slowest, replicas))
+    one_round = round_seconds(local_steps, link, step_seconds, slowest, replicas)
+    rounds = int(budget // one_round)
     if rounds < 1:
-        raise ValueError(f"a budget of {budget} s does not fit one round; give more time.")
+        raise ValueError(f"budget must fit one round of {one_round:.3g} s, got {budget!r} s; "
+                         "give more time.")
     _, losses = replay.train_rounds(replay.start(seeds, HIDDEN), problem_data(), replicas, rate,
                                     local_steps, rounds, outer)
     return losses[-1]
@@ -183,7 +186,8 @@ def async_losses_in_time(rate, seeds, budget, link, step_seconds, speeds, data=N
     schedule = parabola_async.virtual_schedule([1.0 / s for s in seconds], updates)
     done = int(np.sum(schedule["time"] <= budget))
     if done < 1:
-        raise ValueError(f"a budget of {budget} s does not fit one update; give more time.")
+        raise ValueError(f"budget must fit one update of {min(seconds):.3g} s, got {budget!r} s; "
+                         "give more time.")
     schedule = {key: value[:done] for key, value in schedule.items()}
     interleave = lambda a: np.reshape(a, (workers, -1)).T.reshape(-1, 1)   # noqa: E731
     weights = replay.stacked_weights(seeds, HIDDEN)
@@ -348,8 +352,9 @@ def train_phase(rounds, local_steps, learning_rate, weights=None, velocity=None,
     momentums = list(getattr(trainer.outer_optimizer, "momentums", []) or [])
     if velocity is not None:
         if len(momentums) != len(velocity):
-            raise ValueError(f"velocity needs {len(momentums)} arrays (the outer optimizer's "
-                             f"momentum, one a weight), got {len(velocity)}.")
+            raise ValueError(f"velocity must be {len(momentums)} arrays (the outer optimizer's "
+                             f"momentum, one a weight), got {len(velocity)}; pass the previous "
+                             "phase's velocity.")
         with strategy.scope():
             for variable, value in zip(momentums, velocity):
                 variable.assign(np.asarray(value, np.float64))
