@@ -229,6 +229,7 @@ def uneven_methods(link):
 
     Each scores the loss on all points at :func:`race_budget` of ``link``.
     Taught in the chapter "Communicating rarely".
+    Shown in the chapter "Communicating rarely".
     """
     from pargrad.book.experiments import Method
 
@@ -287,6 +288,7 @@ def experiment_at_stored_rates(set_name, seeds=TEST_SEEDS, stored=None):
 
     Checks that every stored best rate lies inside the grid (the sweep's
     rule) before running.  Taught in the chapter "Communicating rarely".
+    Shown in the chapter "Communicating rarely".
     """
     from pargrad.book.experiments import Experiment, Sweep, scores_as_array
 
@@ -337,6 +339,7 @@ def train_phase(rounds, local_steps, learning_rate, weights=None, velocity=None,
     the replay's buffer), ``replicas`` and ``loss`` (on all points, at the
     end).  A phase with fewer workers is a worker that left; with more, one
     that joined.  Taught in the chapter "Communicating rarely".
+    Shown in the chapter "Communicating rarely".
     """
     import pargrad
     from pargrad.local_sgd import LocalSGDTrainer
