@@ -75,6 +75,7 @@ def forward(weights, x):
     """
     w1, b1, w2, b2 = weights
     hidden = np.tanh(x[..., :, np.newaxis] * w1[..., 0, np.newaxis, :] + b1[..., np.newaxis, :])
+    # matmul (not einsum): the sum over H in the order the stored chapter outputs were made with
     return hidden, (hidden @ w2)[..., 0] + b2
 
 
