@@ -639,7 +639,7 @@ assert np.isfinite(aware_final[4]) and np.isfinite(aware_final[8])
 # and one rule for "A is ahead of B" fixed before any run is made:
 
 # %%
-from pargrad.book import experiments, parabola_async
+from pargrad.book import experiments, parabola_async, replay
 
 print(experiments.RULE)
 SEEDS = np.arange(30)            # the seeds every verdict rests on
@@ -852,7 +852,7 @@ for workers in (2, 4, 8):
 # $(\eta/n)\lambda < 2(1 + \mu)$, that is $2n - 1$ times one worker's rate.
 
 # %%
-weights = parabola_async.stacked_weights(SEEDS)
+weights = replay.stacked_weights(SEEDS)
 largest = {n: parabola_async.largest_stable_rate(weights, x64, y64, n, UPDATES) for n in (1, 2, 4, 8)}
 stable_ratios = {n: largest[n] / largest[1] for n in (2, 4, 8)}
 for n, ratios in stable_ratios.items():
@@ -963,7 +963,7 @@ for base in (0.1, 0.2):
     print(plain_verdict)
     assert plain_verdict.verdict == f"{base} / (staleness + 1) ahead"
 print(f"constant 0.2 ends above its starting loss on "
-      f"{np.sum(replica_final_loss(4, 0.2, SEEDS, speeds=UNEVEN) > parabola_async.full_loss(weights, x64, y64))} "
+      f"{np.sum(replica_final_loss(4, 0.2, SEEDS, speeds=UNEVEN) > replay.full_loss(weights, x64, y64))} "
       f"of {len(SEEDS)} seeds")
 assert matched_verdicts[0.1].verdict == "0.1 / (staleness + 1) ahead"
 assert matched_verdicts[0.2].verdict == "no difference shown"
@@ -1106,7 +1106,7 @@ glue("dc-vs-rule-p", dc_vs_rule.p_value)
 
 # %%
 above_start = {}
-start_loss = parabola_async.full_loss(weights, x64, y64)
+start_loss = replay.full_loss(weights, x64, y64)
 for rate in (0.14, 0.2, 0.3):
     runs = {"plain": replica_final_loss(4, rate, SEEDS, speeds=UNEVEN),
             **{f"λ = {strength:g}": replica_final_loss(4, rate, SEEDS, speeds=UNEVEN,

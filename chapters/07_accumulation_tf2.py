@@ -58,7 +58,7 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from pargrad.book import plots  # noqa: E402
 from pargrad.accumulate import GradientAccumulator  # noqa: E402
-from pargrad.book.accumulation_memory import peak_memory  # noqa: E402
+from pargrad.book.memory import peak_memory  # noqa: E402
 
 keras.utils.set_random_seed(0)
 # This chapter compares accumulation with the big batch to float32 rounding.
@@ -469,7 +469,7 @@ for batch_norm in (False, True):
 # the peak memory of one update for growing batch sizes, each computed whole
 # or accumulated from micro-batches of 64, on a model with 2048 inputs and two
 # hidden layers of 512. The measurement runs in a fresh process
-# (`pargrad.book.accumulation_memory.peak_memory`), so that nothing this notebook holds
+# (`pargrad.book.memory.peak_memory`), so that nothing this notebook holds
 # counts: on a GPU it reads TensorFlow's peak device memory, on a CPU the
 # process's peak resident memory, TensorFlow's own few hundred MB included
 # (on Linux the peak is reset before each update). It is the page's longest

@@ -43,6 +43,7 @@ tf = import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
 
 from pargrad import cost  # noqa: E402
+from pargrad.allreduce import ring_bytes  # noqa: E402
 from pargrad.checks import check_whole_number  # noqa: E402
 from pargrad.data import Feed, array_source, same_data  # noqa: E402
 from pargrad.strategies import variables_outside_scope  # noqa: E402
@@ -123,15 +124,6 @@ class LocalSGDHistory:
         compute = self.local_steps * step_seconds * float(slowest)
         communication = cost.ring_all_reduce_time(self.parameter_bytes, self.replicas, link)
         return (compute + communication) * np.arange(1, len(self.loss) + 1)
-
-
-def ring_bytes(parameter_bytes, replicas):
-    """Bytes each replica sends (and receives) in a ring all-reduce of ``parameter_bytes``.
-
-    ``2 (R - 1) / R x parameter_bytes`` (0 for one replica), the traffic of
-    :func:`pargrad.cost.ring_pattern`.
-    """
-    return cost.ring_pattern(replicas).traffic * float(parameter_bytes)
 
 
 # ----------------------------------------------------------------------------

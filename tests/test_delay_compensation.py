@@ -6,7 +6,7 @@ import pytest
 
 import pargrad
 from pargrad.asynchronous import AsyncTrainer, delay_compensated
-from pargrad.book import parabola_async
+from pargrad.book import parabola_async, replay
 from pargrad.scenario import Scenario
 
 from linear_problem import linear_data, linear_model, mse
@@ -51,11 +51,11 @@ def test_the_trainer_with_delay_compensation_equals_the_float64_replay(
     trained = float(pargrad.squared_error(y, model(x)))
     x64, y64 = pargrad.parabola_data(dtype="float64")
     schedule = parabola_async.virtual_schedule(speeds, steps, jitter=jitter, seed=7)
-    weights = parabola_async.stacked_weights([3])
-    replayed = parabola_async.train(weights, x64, y64, workers, schedule, rate,
-                                    staleness_aware=aware, delay_compensation=strength)[0]
-    plain = parabola_async.train(weights, x64, y64, workers, schedule, rate,
-                                 staleness_aware=aware)[0]
+    weights = replay.stacked_weights([3])
+    replayed = replay.train_async(weights, x64, y64, workers, schedule, rate,
+                                  staleness_aware=aware, delay_compensation=strength)[0]
+    plain = replay.train_async(weights, x64, y64, workers, schedule, rate,
+                               staleness_aware=aware)[0]
     tolerance = pargrad.rounding_tolerance("float32", steps, scale=trained)
     assert abs(replayed - trained) <= tolerance
     assert abs(plain - trained) > 10 * tolerance  # the correction did change the run

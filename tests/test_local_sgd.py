@@ -15,7 +15,8 @@ import pytest
 import pargrad
 from pargrad import cost
 from pargrad.cluster import ClusterError, LocalCluster
-from pargrad.local_sgd import LocalSGDTrainer, ring_bytes
+from pargrad.allreduce import ring_bytes
+from pargrad.local_sgd import LocalSGDTrainer
 from pargrad.sync import SyncTrainer, sync_strategy, tf
 
 from local_sgd_problem import (

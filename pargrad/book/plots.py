@@ -318,7 +318,7 @@ def peak_memory_against_batch(batch_sizes, big_batch_mb, accumulated_mb, micro_b
     """Peak memory against batch size: one big batch vs accumulated micro-batches.
 
     Chapter "Accumulation in TF2 and Keras 3".  ``big_batch_mb`` and
-    ``accumulated_mb`` are the peaks (MB) that ``pargrad.book.accumulation_memory.peak_memory``
+    ``accumulated_mb`` are the peaks (MB) that ``pargrad.book.memory.peak_memory``
     measured for the same ``batch_sizes``.
     """
     fig, ax = plt.subplots(figsize=(5, 3.2))
@@ -545,6 +545,65 @@ def time_to_target_chart(table, ax=None, title="Time to the target accuracy", un
     ax.set_title(title)
     ax.figure.tight_layout()
     return ax.figure
+
+
+def dial_figure(curves, histories, fast, slow, step_seconds):
+    """The dial: loss against updates, bytes sent, and modelled time on a ``fast`` and a ``slow`` link.
+
+    ``curves[H]`` is a dict of loss curves (one value a round, for example
+    the median over seeds), one per outer step
+    (:data:`pargrad.book.replay.OUTERS`); ``histories[H]`` the
+    :class:`pargrad.LocalSGDHistory` of a trainer run with that ``H``,
+    which gives every axis: its updates, its bytes (summed over rounds) and
+    its clock charged on each link (:meth:`~pargrad.LocalSGDHistory.clock_on`).
+    Taught in the chapter "Communicating rarely".
+    """
+    from pargrad.book.replay import AVERAGE, NESTEROV
+
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7), sharey=True)
+    colours = plt.cm.viridis(np.linspace(0, 0.85, len(curves)))
+    styles = {AVERAGE: "--", NESTEROV: "-"}
+    for colour, (steps, by_outer) in zip(colours, curves.items()):
+        history = histories[steps]
+        axes_x = [history.updates, np.cumsum(history.bytes_sent),
+                  history.clock_on(fast, step_seconds), history.clock_on(slow, step_seconds)]
+        for outer, curve in by_outer.items():
+            label = f"H = {steps}, {'local SGD' if outer == AVERAGE else 'DiLoCo'}"
+            for ax, xs in zip(axes.flat, axes_x):
+                ax.plot(xs, curve, styles[outer], color=colour, label=label)
+    titles = ["(a) against local steps a replica", "(b) against bytes each replica sent",
+              f"(c) against modelled time: {fast.name}", f"(d) against modelled time: {slow.name}"]
+    labels = ["local steps a replica", "bytes sent a replica", "seconds", "seconds"]
+    for ax, title, label in zip(axes.flat, titles, labels):
+        ax.set(title=title, xlabel=label, xscale="log", yscale="log")
+        ax.grid(True, which="major", alpha=0.3)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("loss on all points (median over seeds)")
+    axes[0, 0].legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+def seeds_figure(experiments, titles):
+    """Per-seed final losses of every method, one panel an experiment (a strip of dots a method).
+
+    ``experiments``: :class:`pargrad.book.experiments.Experiment` objects;
+    a line joins each method's median.  Taught in the chapter "Communicating rarely".
+    """
+    fig, axes = plt.subplots(1, len(experiments), figsize=(5 * len(experiments), 3.8),
+                             squeeze=False)
+    for ax, experiment, title in zip(axes[0], experiments, titles):
+        names = list(experiment.scores)
+        for i, name in enumerate(names):
+            scores = np.asarray(experiment.scores[name])
+            jitter = np.linspace(-0.15, 0.15, len(scores))
+            ax.plot(i + jitter, scores, "o", ms=3, alpha=0.6)
+            ax.plot([i - 0.25, i + 0.25], [np.median(scores)] * 2, "k-", lw=2)
+        ax.set_xticks(range(len(names)), [n.replace(", ", "\n") for n in names], fontsize=8)
+        ax.set(yscale="log", title=title, ylabel="loss on all points at the end")
+        ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
 
 
 def parameter_server_updates(result, kill_time=None, reference_loss=None,
