@@ -335,7 +335,7 @@ class AsyncTrainer:
 
     def _apply_update(self, gradients, learning_rate, read=None):
         """The update, in one tf.function; ``read``: the parameters the worker read (DC-ASGD)."""
-        if read is not None:
+        if read is not None and self.delay_compensation:  # λ = 0: plain asynchronous SGD
             gradients = delay_compensated(gradients, self.parameters, read,
                                           self.delay_compensation)
         if self.optimizer is not None:
@@ -352,7 +352,7 @@ class AsyncTrainer:
         with self._lock:
             staleness = self.version - read.version
             rate = self.learning_rate / (staleness + 1) if self.staleness_aware else self.learning_rate
-            compensate = read.parameters if self.delay_compensation else None  # λ = 0: plain
+            compensate = read.parameters if self.delay_compensation is not None else None
             with tf.device(self.parameter_device):
                 self._apply_fn(gradients, tf.constant(rate, tf.float32), compensate)
             run.records.append((worker, read.version, self.version, staleness,

@@ -28,7 +28,6 @@ from linear_problem import linear_data, linear_model, mse, numpy_gradient
 pytestmark = pytest.mark.usefixtures("deterministic_ops")
 
 LEARNING_RATE = 0.05
-RATE = 0.05
 TRUE_KERNEL = np.array([1.0, -2.0, 0.5])
 
 
@@ -50,7 +49,7 @@ def regression_model(*layers, seed=0, **dense):
 
 def keras_fit(model, x, y, steps, optimizer=None):
     """What Keras fit does with loss="mse", the whole data as one batch a step."""
-    model.compile(optimizer or keras.optimizers.SGD(RATE), loss="mse")
+    model.compile(optimizer or keras.optimizers.SGD(LEARNING_RATE), loss="mse")
     model.fit(x, y, batch_size=len(x), epochs=steps, shuffle=False, verbose=0)
     return model.get_weights()
 
@@ -70,7 +69,8 @@ def counts_at_each_apply(history, workers):
 @pytest.mark.claim
 def test_one_worker_is_plain_sgd_with_staleness_zero(devices):
     x, y = linear_data(12)
-    trainer = AsyncTrainer(linear_model(), mse, devices[:1], learning_rate=LEARNING_RATE, progress=False)
+    trainer = AsyncTrainer(linear_model(), mse, devices[:1], learning_rate=LEARNING_RATE,
+                           progress=False)
     history = trainer.fit(x, y, steps=15)
     w, b = linear_model().get_weights()
     for _ in range(15):
@@ -85,7 +85,8 @@ def test_one_worker_is_plain_sgd_with_staleness_zero(devices):
 @pytest.mark.parametrize("jit_compile", [False, True])
 def test_two_scheduled_workers_apply_the_stale_updates_computed_by_hand(devices, jit_compile):
     x, y = linear_data(12)
-    trainer = AsyncTrainer(linear_model(), mse, devices[:2], learning_rate=LEARNING_RATE, progress=False,
+    trainer = AsyncTrainer(linear_model(), mse, devices[:2], learning_rate=LEARNING_RATE,
+                           progress=False,
                            jit_compile=jit_compile)
     history = trainer.fit(x, y, steps=8)
     shards = [(x[0::2], y[0::2]), (x[1::2], y[1::2])]
@@ -104,7 +105,8 @@ def test_two_scheduled_workers_apply_the_stale_updates_computed_by_hand(devices,
     assert history["read_version"].tolist() == reads
     assert history["staleness"].tolist() == [0, 1, 1, 1, 1, 1, 1, 1]
     # The stale sequence really differs from one worker's plain SGD.
-    plain = AsyncTrainer(linear_model(), mse, devices[:1], learning_rate=LEARNING_RATE, progress=False)
+    plain = AsyncTrainer(linear_model(), mse, devices[:1], learning_rate=LEARNING_RATE,
+                         progress=False)
     plain.fit(x, y, steps=8)
     assert not np.allclose(plain.get_weights()[0], versions[-1][0], atol=1e-3)
 
@@ -223,7 +225,8 @@ def test_a_scheduled_fit_applies_the_virtual_schedule_of_its_scenario_and_seed(d
 
 def test_a_virtual_time_limit_stops_before_the_first_late_update(devices):
     x, y = linear_data(16)
-    trainer = AsyncTrainer(linear_model(), mse, devices, learning_rate=LEARNING_RATE, progress=False)
+    trainer = AsyncTrainer(linear_model(), mse, devices, learning_rate=LEARNING_RATE,
+                           progress=False)
     history = trainer.fit(x, y, steps=10**6, scenario=Scenario((1, 1, 1, 0.5)),
                           virtual_time_limit=10)
     assert history["time"].max() <= 10
@@ -248,7 +251,8 @@ def test_a_worker_more_than_s_updates_ahead_waits_for_the_slowest(devices):
     assert history["read_time"].tolist() == [0, 1, 0, 3, 3, 6, 6, 9]
     assert history["staleness"].tolist() == [0, 0, 2, 0, 1, 0, 1, 0]
     # Without the bound, worker 0 never waits and worker 1's updates go staler.
-    free = AsyncTrainer(linear_model(), mse, devices[:2], learning_rate=LEARNING_RATE, progress=False)
+    free = AsyncTrainer(linear_model(), mse, devices[:2], learning_rate=LEARNING_RATE,
+                        progress=False)
     unbounded = free.fit(x, y, steps=8, scenario=Scenario((1.0, 1.0 / 3.0)))
     assert unbounded["worker"].tolist() == [0, 0, 0, 1, 0, 0, 0, 1]
     assert unbounded["staleness"][unbounded["worker"] == 1].tolist() == [3, 3]
@@ -457,15 +461,15 @@ def test_keras_assign_add_loses_updates_under_threads_native_does_not(devices):
 def test_targets_of_shape_n_train_as_keras_fit_with_mse(devices):
     """y of shape (N,) with squared_error (the docstring's example) = Keras mse."""
     x, y = regression_data()
-    trainer = AsyncTrainer(regression_model(), squared_error, devices[:1], learning_rate=RATE,
-                           progress=False)
+    trainer = AsyncTrainer(regression_model(), squared_error, devices[:1],
+                           learning_rate=LEARNING_RATE, progress=False)
     history = trainer.fit(x, y, steps=40)
     expected = keras_fit(regression_model(), x, y, 40)
     assert np.all(np.isfinite(history["loss"]))
     for got, want in zip(trainer.get_weights(), expected):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    column = AsyncTrainer(regression_model(), squared_error, devices[:1], learning_rate=RATE,
-                          progress=False)
+    column = AsyncTrainer(regression_model(), squared_error, devices[:1],
+                          learning_rate=LEARNING_RATE, progress=False)
     column.fit(x, y[:, None], steps=40)
     for got, want in zip(trainer.get_weights(), column.get_weights()):
         np.testing.assert_array_equal(got, want)
@@ -479,10 +483,11 @@ def test_targets_of_shape_n_train_as_keras_fit_with_mse(devices):
 def test_loss_takes_strings_keras_losses_and_callables(devices, loss):
     """The loss forms SyncTrainer takes (strings, Keras loss objects, callables) all train alike."""
     x, y = regression_data()
-    trainer = AsyncTrainer(regression_model(), loss, devices[:2], learning_rate=RATE, progress=False)
+    trainer = AsyncTrainer(regression_model(), loss, devices[:2], learning_rate=LEARNING_RATE,
+                           progress=False)
     trainer.fit(x, y, steps=20)
-    reference = AsyncTrainer(regression_model(), squared_error, devices[:2], learning_rate=RATE,
-                             progress=False)
+    reference = AsyncTrainer(regression_model(), squared_error, devices[:2],
+                             learning_rate=LEARNING_RATE, progress=False)
     reference.fit(x, y[:, None], steps=20)
     for got, want in zip(trainer.get_weights(), reference.get_weights()):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
@@ -497,7 +502,8 @@ def test_regularization_is_in_each_workers_loss_at_the_parameters_it_read(device
     regularized = keras.Sequential([keras.Input(shape=(2,)), keras.layers.Dense(
         1, kernel_regularizer=keras.regularizers.L2(penalty))])
     regularized.set_weights(model.get_weights())
-    trainer = AsyncTrainer(regularized, "mse", devices[:2], learning_rate=RATE, progress=False)
+    trainer = AsyncTrainer(regularized, "mse", devices[:2], learning_rate=LEARNING_RATE,
+                           progress=False)
     history = trainer.fit(x, y, steps=6)
     # By hand, as in test_asynchronous.py: w[k+1] = w[k] - lr * g(w[read]), where
     # g now includes the penalty's gradient 2 * penalty * w at the read version.
@@ -510,7 +516,7 @@ def test_regularization_is_in_each_workers_loss_at_the_parameters_it_read(device
         dw = dw + 2 * penalty * w_read
         losses.append(np.mean((shards[k % 2][0] @ w_read + b_read - shards[k % 2][1]) ** 2)
                       + penalty * np.sum(w_read ** 2))
-        versions.append((w - RATE * dw, b - RATE * db))
+        versions.append((w - LEARNING_RATE * dw, b - LEARNING_RATE * db))
     np.testing.assert_allclose(trainer.get_weights()[0], versions[-1][0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(trainer.get_weights()[1], versions[-1][1], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(history["loss"], losses, rtol=1e-5)
@@ -526,7 +532,8 @@ def test_dropout_is_active_and_each_worker_drops_its_own_units(devices):
         return regression_model(keras.layers.Dense(16, activation="relu"),
                                 keras.layers.Dropout(0.5))
 
-    trainer = AsyncTrainer(dropout_model(), "mse", devices[:2], learning_rate=RATE, progress=False)
+    trainer = AsyncTrainer(dropout_model(), "mse", devices[:2], learning_rate=LEARNING_RATE,
+                           progress=False)
     history = trainer.fit(x, y, steps=2)
     at_start = float(keras.losses.mean_squared_error(y[:, None], dropout_model()(x)).numpy().mean())
     # Both updates were computed at version 0, on the same examples: without
@@ -535,7 +542,8 @@ def test_dropout_is_active_and_each_worker_drops_its_own_units(devices):
     assert history["loss"][0] != pytest.approx(at_start, rel=1e-4)
     assert history["loss"][0] != pytest.approx(history["loss"][1], rel=1e-4)
     # Scheduled runs repeat exactly, dropout masks included; a later fit draws new masks.
-    again = AsyncTrainer(dropout_model(), "mse", devices[:2], learning_rate=RATE, progress=False)
+    again = AsyncTrainer(dropout_model(), "mse", devices[:2], learning_rate=LEARNING_RATE,
+                         progress=False)
     np.testing.assert_array_equal(again.fit(x, y, steps=2)["loss"], history["loss"])
     assert not np.array_equal(again.fit(x, y, steps=2)["loss"][:1], history["loss"][:1])
     # The trained model still predicts in inference mode: no dropout there.
@@ -547,7 +555,7 @@ def test_batch_normalization_trains_on_batch_statistics_and_keeps_them(devices):
     x, y = regression_data()
     x = x + 3.0  # features with mean 3: the moving mean must move away from 0
     model = regression_model(keras.layers.BatchNormalization(momentum=0.5))
-    trainer = AsyncTrainer(model, "mse", devices[:2], learning_rate=RATE, progress=False)
+    trainer = AsyncTrainer(model, "mse", devices[:2], learning_rate=LEARNING_RATE, progress=False)
     trainer.fit(x, y, steps=16)
     moving_mean = model.layers[0].moving_mean.numpy()
     np.testing.assert_allclose(moving_mean, x.mean(axis=0), atol=0.3)
@@ -558,10 +566,12 @@ def test_lists_integers_and_float64_are_cast_to_the_models_dtypes(devices):
     rng = np.random.default_rng(2)
     x = rng.integers(-3, 4, size=(24, 3))
     y = x @ np.array([1, -2, 1]) + 1  # integers
-    reference = AsyncTrainer(regression_model(), "mse", devices[:2], learning_rate=0.01, progress=False)
+    reference = AsyncTrainer(regression_model(), "mse", devices[:2], learning_rate=0.01,
+                             progress=False)
     reference.fit(x.astype(np.float32), y.astype(np.float32), steps=10)
     for features, targets in [(x.tolist(), y.tolist()), (x, y), (x.astype(np.float64), y * 1.0)]:
-        trainer = AsyncTrainer(regression_model(), "mse", devices[:2], learning_rate=0.01, progress=False)
+        trainer = AsyncTrainer(regression_model(), "mse", devices[:2], learning_rate=0.01,
+                               progress=False)
         trainer.fit(features, targets, steps=10)
         for got, want in zip(trainer.get_weights(), reference.get_weights()):
             np.testing.assert_array_equal(got, want)
@@ -573,7 +583,7 @@ def test_a_mixed_float16_model_is_refused_with_what_to_do(devices):
                               keras.layers.Dense(4, dtype="mixed_float16"),
                               keras.layers.Dense(1, dtype="float32")])
     with pytest.raises(ValueError, match="float32.*policy"):
-        AsyncTrainer(model, "mse", devices[:2], learning_rate=RATE, progress=False)
+        AsyncTrainer(model, "mse", devices[:2], learning_rate=LEARNING_RATE, progress=False)
 
 
 @pytest.mark.parametrize("mode", ["scheduled", "free-running"])
@@ -729,7 +739,8 @@ def test_the_constructor_takes_only_model_loss_and_devices_by_position(devices):
     (dict(steps=3, batchsize=4), TypeError, "batchsize"),
     (dict(), TypeError, "steps"),
     (dict(steps=3, scenario=(1.0, 1.0)), TypeError, "pargrad.Scenario"),
-    (dict(steps=3, scenario=Scenario((1.0, 1.0, 1.0))), ValueError, "one positive number per device"),
+    (dict(steps=3, scenario=Scenario((1.0, 1.0, 1.0))), ValueError,
+     "one positive number per device"),
 ])
 def test_fit_takes_steps_and_a_scenario_and_no_other_names(devices, arguments, error, message):
     """One name a thing: steps= for the length, scenario= for the devices' speeds and delays."""
