@@ -347,7 +347,10 @@ class AsyncTrainer:
             parameter.assign_sub(tf.cast(learning_rate, gradient.dtype) * gradient)
 
     def _apply(self, worker, read, loss, gradients, now):
-        """Apply one worker's update atomically and record it."""
+        """Apply one worker's update atomically and record it.
+
+        Shown in the chapter "Asynchronous training".
+        """
         run = self._run
         with self._lock:
             staleness = self.version - read.version
@@ -386,7 +389,8 @@ class AsyncTrainer:
 
         Always true without a ``staleness_bound``; with bound ``s``, true
         when the worker has applied at most ``s`` updates more (in this fit)
-        than the worker with the fewest among those still running.
+        than the worker with the fewest among those still running.  Shown in
+        the chapter "Sync vs async in the same time".
         """
         if self.staleness_bound is None:
             return True
@@ -615,7 +619,10 @@ class AsyncTrainer:
             raise error
 
     def _work(self, worker, started):
-        """The single-device training loop, run by one worker's thread."""
+        """The single-device training loop, run by one worker's thread.
+
+        Shown in the chapter "Asynchronous training".
+        """
         delays = np.random.default_rng([self._run.seed, worker, 1])
         try:
             while self._claim_update(worker):
@@ -737,7 +744,7 @@ def delay_compensated(gradients, now, read, strength):
     Hessian; DC-ASGD (Zheng et al. 2017) approximates the Hessian by the
     outer product ``g gᵀ`` and keeps its diagonal, scaled by ``λ`` =
     ``strength``, so the correction costs two products an element.  Works
-    on TensorFlow tensors and on NumPy arrays.  Taught in the chapter
+    on TensorFlow tensors and on NumPy arrays.  Shown in the chapter
     "Asynchronous training".
     """
     return [g + strength * g * g * (w - r) for g, w, r in zip(gradients, now, read)]

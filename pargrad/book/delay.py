@@ -18,7 +18,7 @@ def stable_rate_bound(staleness):
     """The largest ``η λ`` for which ``w(t+1) = w(t) − η λ w(t − τ)`` converges.
 
     ``2 sin(π / (2 (2τ + 1)))``: 2 for fresh gradients (τ = 0), 1 for τ = 1,
-    about 0.445 for τ = 3 and 0.209 for τ = 7.  Taught in the chapter
+    about 0.445 for τ = 3 and 0.209 for τ = 7.  Shown in the chapter
     "Asynchronous training".
     """
     staleness = _staleness(staleness)
