@@ -219,7 +219,7 @@ def _seeds(seeds):
     seeds = np.asarray(seeds)
     if seeds.ndim != 1 or len(seeds) == 0:
         raise ValueError(f"seeds must be a non-empty list of whole numbers, got {seeds!r}.")
-    for seed in seeds:
+    for seed in seeds.tolist():  # Python numbers: the message shows -1, not np.int64(-1)
         check_whole_number("each of seeds", seed, minimum=0)
     if len(np.unique(seeds)) != len(seeds):
         raise ValueError("seeds must differ from each other: a repeated seed counts one run twice.")
