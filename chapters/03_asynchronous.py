@@ -930,7 +930,9 @@ plt.close(figure)
 
 # %%
 UNEVEN = [1.0, 1.0, 1.0, 0.1]
-uneven_schedule = parabola_async.virtual_schedule(UNEVEN, UPDATES)
+from pargrad.scenario import virtual_schedule  # AsyncTrainer's own virtual clock, as arrays
+
+uneven_schedule = virtual_schedule(Scenario(UNEVEN), UPDATES)
 staleness = np.arange(UPDATES) - uneven_schedule["read_version"]
 slow = uneven_schedule["worker"] == 3
 print(f"mean staleness: fast workers {staleness[~slow].mean():.1f}, slow worker "
@@ -1199,7 +1201,7 @@ print("two additions of 1 give", float(counter.numpy()))
 
 # %% [markdown]
 # With real threads, the interleaving is up to the operating system, but it
-# happens all the time. `pargrad.asynchronous.lost_updates` lets two threads add
+# happens all the time. `pargrad.book.lost_updates` lets two threads add
 # 1 to a variable 2000 times each and counts what is missing. With a Keras
 # variable (the count differs from run to run):
 
@@ -1310,7 +1312,7 @@ print("tf.Variable: lost", lost_updates(tf.Variable(0.0), threads=2, increments=
 # ## Exercises
 #
 # 1. Redraw the stale-gradient figure with `STEP_TIMES_CURVATURE` 0.4, 0.5 and
-#    1.2. Then add a third worker (`devices[:3]`, `speeds=[1, 0.9, 0.8]`,
+#    1.2. Then add a third worker (`devices[:3]`, `Scenario((1, 0.9, 0.8))`,
 #    `steps=3`): from which value of $\eta a$ on does the third update
 #    overshoot? Compare with $1 - k\eta a$.
 #

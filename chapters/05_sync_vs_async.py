@@ -110,7 +110,7 @@ for name, scenario in race.SCENARIOS.items():
           f"({scenario.delay_distribution})")
 
 # %% [markdown]
-# The heavy-tailed delays are Pareto-distributed (`pargrad.asynchronous.random_delay`)
+# The heavy-tailed delays are Pareto-distributed (`pargrad.scenario.random_delay`)
 # with a mean of half a step: most steps are barely delayed, but now and then a
 # device stalls for many steps, like a machine that a colleague's job has just
 # landed on.

@@ -111,3 +111,14 @@ def test_bad_input_says_what_to_pass():
         experiments.run_experiment([quadratic_method("q", 0.4)] * 2, np.arange(20))
     with pytest.raises(ValueError, match="no rates to sweep"):
         experiments.sweep(experiments.Method("c", lambda r, s: np.ones(len(s))), [0, 1])
+
+
+def test_seeds_alpha_and_min_seeds_are_checked_in_the_librarys_voice():
+    with pytest.raises(TypeError, match="each of seeds must be a whole number >= 0 .*pass 0"):
+        experiments.sweep(quadratic_method("q", 0.4), [0.0, 1.0])
+    with pytest.raises(ValueError, match="each of seeds must be a whole number >= 0, got -1."):
+        experiments.sweep(quadratic_method("q", 0.4), [-1, 1])
+    with pytest.raises(ValueError, match="alpha must be a share strictly between 0 and 1"):
+        experiments.compare(np.zeros(20), np.ones(20), alpha=1.5)
+    with pytest.raises(ValueError, match="min_seeds must be a whole number >= 1"):
+        experiments.compare(np.zeros(20), np.ones(20), min_seeds=0)

@@ -6,7 +6,7 @@ import pytest
 
 import pargrad
 from pargrad.asynchronous import AsyncTrainer
-from pargrad.scenario import Scenario
+from pargrad.scenario import Scenario, virtual_schedule
 from pargrad.book import delay, experiments, parabola_async, replay
 
 SEEDS = np.arange(20)
@@ -31,7 +31,7 @@ def test_the_replica_replays_the_trainer(devices, speeds, jitter, aware, rate):
                            devices[:workers], learning_rate=rate, staleness_aware=aware,
                            progress=False)
     history = trainer.fit(x, y, steps=200, scenario=Scenario(speeds, jitter), seed=7)
-    schedule = parabola_async.virtual_schedule(speeds, 200, jitter=jitter, seed=7)
+    schedule = virtual_schedule(Scenario(speeds, jitter), 200, seed=7)
     np.testing.assert_array_equal(schedule["worker"], history["worker"])
     np.testing.assert_array_equal(schedule["read_version"], history["read_version"])
     np.testing.assert_allclose(schedule["time"], history["time"])
@@ -44,16 +44,9 @@ def test_the_replica_replays_the_trainer(devices, speeds, jitter, aware, rate):
     assert abs(replayed - trained) <= pargrad.rounding_tolerance("float32", 200, scale=trained)
 
 
-def test_equal_workers_read_tau_updates_back():
-    schedule = parabola_async.virtual_schedule([1.0] * 4, 40)
-    t = np.arange(40)
-    np.testing.assert_array_equal(schedule["worker"], t % 4)
-    np.testing.assert_array_equal(schedule["read_version"], np.where(t < 4, 0, t - 3))
-
-
 def test_a_schedule_a_seed_equals_running_seeds_one_by_one():
     x, y = pargrad.parabola_data(dtype="float64")
-    schedules = [parabola_async.virtual_schedule([1.0, 0.5], 60, jitter=0.5, seed=s) for s in (0, 1)]
+    schedules = [virtual_schedule(Scenario((1.0, 0.5), 0.5), 60, seed=s) for s in (0, 1)]
     both = {key: np.stack([s[key] for s in schedules], axis=1) for key in ("worker", "read_version")}
     together = replay.train_async(replay.stacked_weights([0, 1]), x, y, 2, both, 0.05)
     alone = [replay.train_async(replay.stacked_weights([s]), x, y, 2, schedules[s], 0.05)[0]
@@ -66,8 +59,8 @@ def test_bad_schedules_are_refused():
     with pytest.raises(ValueError, match="read_version"):
         replay.train_async(replay.stacked_weights([0]), x, y, 1,
                              {"worker": [0, 0], "read_version": [1, 1]}, 0.1)
-    with pytest.raises(ValueError, match="positive number per worker"):
-        parabola_async.virtual_schedule([1.0, 0.0], 10)
+    with pytest.raises(TypeError, match="updates must be a whole number"):
+        parabola_async.sequential_schedule(2, 10.0)
 
 
 # -- the chapter's conclusions, over 20 seeds ------------------------------------------------
@@ -124,7 +117,7 @@ def test_the_staleness_aware_rate_is_a_guard_not_a_gain():
 
 def test_against_the_same_mean_step_the_rule_wins_only_at_the_smaller_base_rate():
     uneven = [1.0, 1.0, 1.0, 0.1]
-    schedule = parabola_async.virtual_schedule(uneven, 400)
+    schedule = virtual_schedule(Scenario(uneven), 400)
     verdicts = []
     for base in (0.1, 0.2):
         same_mean = parabola_async.mean_rate(schedule, base, staleness_aware=True)
@@ -136,7 +129,7 @@ def test_against_the_same_mean_step_the_rule_wins_only_at_the_smaller_base_rate(
 
 
 def test_the_mean_matched_control_really_matches():
-    schedule = parabola_async.virtual_schedule([1.0, 1.0, 1.0, 0.1], 400)
+    schedule = virtual_schedule(Scenario((1.0, 1.0, 1.0, 0.1)), 400)
     staleness = np.arange(400) - schedule["read_version"]
     assert parabola_async.mean_rate(schedule, 0.1, True) == pytest.approx(
         np.mean(0.1 / (staleness + 1)), rel=1e-12)

@@ -30,6 +30,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from pargrad.checks import check_share, check_whole_number
+
 ALPHA = 0.05      # the sign test's level
 MIN_SEEDS = 20    # the fewest paired seeds a verdict may rest on
 RULE = (f"A is ahead of B when, over at least {MIN_SEEDS} paired seeds, A scores better than B "
@@ -195,6 +197,8 @@ def compare(first_scores, second_scores, first="A", second="B", alpha=ALPHA, min
     Raises ``ValueError`` with fewer than ``min_seeds`` seeds: no verdict
     rests on a handful of runs.  Taught in the chapter "Asynchronous training".
     """
+    alpha = check_share("alpha", alpha, strict=True)
+    min_seeds = check_whole_number("min_seeds", min_seeds)
     if len(np.asarray(first_scores).reshape(-1)) < min_seeds:
         raise ValueError(f"a verdict needs at least {min_seeds} paired seeds, got "
                          f"{len(np.asarray(first_scores).reshape(-1))}; run more seeds.")
@@ -213,8 +217,10 @@ def format_p(p):
 
 def _seeds(seeds):
     seeds = np.asarray(seeds)
-    if seeds.ndim != 1 or len(seeds) == 0 or seeds.dtype.kind not in "iu":
+    if seeds.ndim != 1 or len(seeds) == 0:
         raise ValueError(f"seeds must be a non-empty list of whole numbers, got {seeds!r}.")
+    for seed in seeds.tolist():  # Python numbers: the message shows -1, not np.int64(-1)
+        check_whole_number("each of seeds", seed, minimum=0)
     if len(np.unique(seeds)) != len(seeds):
         raise ValueError("seeds must differ from each other: a repeated seed counts one run twice.")
     return seeds

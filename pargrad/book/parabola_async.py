@@ -6,10 +6,11 @@ methods); :class:`pargrad.asynchronous.AsyncTrainer` makes one at a time.
 This module replays what its virtual clock does (``mode="scheduled"``) in
 float64 NumPy, vectorised over seeds:
 
-* :func:`virtual_schedule` is the order of reads and applies of the
-  trainer's scheduled mode: which worker applies the ``t``-th update and
-  which version of the parameters it read (it depends on the speeds and the
-  delays, never on the parameters);
+* :func:`pargrad.scenario.virtual_schedule` is the order of reads and
+  applies of the trainer's scheduled mode, from the trainer's own clock:
+  which worker applies the ``t``-th update and which version of the
+  parameters it read (it depends on the speeds and the delays, never on
+  the parameters); :func:`sequential_schedule` is the zero-staleness control;
 * :func:`pargrad.book.replay.train_async` applies the updates of a schedule
   to the 1-5-1 ``tanh`` network of the y = x² question, each worker
   computing its gradient on its shard ``x[worker::workers]`` at the
@@ -21,47 +22,11 @@ The chapter and ``tests/test_parabola_async.py`` check it against the
 trainer: same schedule, same losses up to float32 rounding.
 """
 
-import heapq
-
 import numpy as np
 
 from pargrad.book import replay
 from pargrad.checks import check_positive, check_whole_number
-from pargrad.scenario import random_delay
-
-
-def virtual_schedule(speeds, updates, jitter=0.0, seed=0, delay_distribution="exponential"):
-    """Who applies each update, and which version they read, on AsyncTrainer's virtual clock.
-
-    The same heap, the same tie-break (the lower worker first) and the same
-    delay draws as ``AsyncTrainer.fit(mode="scheduled")`` without a staleness
-    bound.  Returns a dict of arrays, one entry an update: ``worker``,
-    ``read_version`` and ``time``.  Taught in the chapter "Asynchronous training".
-    """
-    speeds = [float(s) for s in speeds]
-    if not speeds or min(speeds) <= 0:
-        raise ValueError(f"speeds needs one positive number per worker, got {speeds!r}.")
-    if isinstance(updates, bool) or not isinstance(updates, (int, np.integer)) or updates < 1:
-        raise ValueError(f"updates must be a whole number >= 1, got {updates!r}.")
-    rng = np.random.default_rng(seed)
-
-    def step_time(worker):
-        return (1.0 + random_delay(rng, jitter, delay_distribution)) / speeds[worker]
-
-    finishing, read = [], {}
-    for worker in range(len(speeds)):
-        read[worker] = 0
-        heapq.heappush(finishing, (step_time(worker), worker))
-    workers, versions, times = [], [], []
-    for version in range(updates):
-        now, worker = heapq.heappop(finishing)
-        workers.append(worker)
-        versions.append(read.pop(worker))
-        times.append(now)
-        read[worker] = version + 1
-        heapq.heappush(finishing, (now + step_time(worker), worker))
-    return {"worker": np.array(workers), "read_version": np.array(versions),
-            "time": np.array(times)}
+from pargrad.scenario import Scenario, virtual_schedule
 
 
 def sequential_schedule(workers, updates):
@@ -70,7 +35,8 @@ def sequential_schedule(workers, updates):
     The zero-staleness control of the chapter "Asynchronous training":
     update ``t`` uses shard ``t % workers`` and reads version ``t``.
     """
-    t = np.arange(updates)
+    workers = check_whole_number("workers", workers)
+    t = np.arange(check_whole_number("updates", updates))
     return {"worker": t % workers, "read_version": t, "time": t + 1.0}
 
 
@@ -98,7 +64,7 @@ def largest_stable_rate(weights, x, y, workers, updates=400, low=1e-3, high=2.0,
         raise ValueError(f"high must be above low ({low!r}), got {high!r}; pass a wider range.")
     workers = check_whole_number("workers", workers)
     start = replay.full_loss(weights, x, y)
-    schedule = virtual_schedule([1.0] * workers, updates)
+    schedule = virtual_schedule(Scenario.equal(workers), updates)
     seeds = len(start)
     low, high = np.full(seeds, float(low)), np.full(seeds, float(high))
     for _ in range(halvings):
@@ -124,7 +90,7 @@ def final_losses(workers, learning_rate, seeds, updates=400, speeds=None, stalen
 
     x, y = parabola_data(dtype="float64")
     schedule = (sequential_schedule(workers, updates) if sequential else
-                virtual_schedule(speeds or [1.0] * workers, updates))
+                virtual_schedule(Scenario(speeds or (1.0,) * workers), updates))
     return replay.train_async(replay.stacked_weights(seeds), x, y, workers, schedule,
                               learning_rate, staleness_aware=staleness_aware, momentum=momentum,
                               delay_compensation=delay_compensation)

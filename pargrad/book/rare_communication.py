@@ -31,6 +31,7 @@ from pargrad import cost
 from pargrad.book import parabola_async, replay
 from pargrad.book.parabola import parabola_data
 from pargrad.checks import check_choice, check_whole_number
+from pargrad.scenario import Scenario, virtual_schedule
 
 POINTS = 48          # divides evenly over 1, 2, 3, 4, 6 and 8 replicas
 REPLICAS = 4
@@ -172,7 +173,7 @@ def async_losses_in_time(rate, seeds, budget, link, step_seconds, speeds, data=N
     Each worker repeats: read the parameters, one full-shard gradient step
     (``step_seconds / speed``), push it and pull the parameters (two messages
     on ``link``).  The order of updates is
-    :func:`pargrad.book.parabola_async.virtual_schedule` (the virtual
+    :func:`pargrad.scenario.virtual_schedule` (the virtual
     clock of :class:`pargrad.AsyncTrainer`) with those per-update times; the
     updates are applied by :func:`pargrad.book.replay.train_async`, whose
     worker ``w`` reads rows ``w::workers``: the data are interleaved first so
@@ -183,7 +184,7 @@ def async_losses_in_time(rate, seeds, budget, link, step_seconds, speeds, data=N
     workers = len(speeds)
     seconds = [async_seconds_per_update(link, step_seconds, s) for s in speeds]
     updates = int(budget / min(seconds)) * workers + workers
-    schedule = parabola_async.virtual_schedule([1.0 / s for s in seconds], updates)
+    schedule = virtual_schedule(Scenario(tuple(1.0 / s for s in seconds)), updates)
     done = int(np.sum(schedule["time"] <= budget))
     if done < 1:
         raise ValueError(f"budget must fit one update of {min(seconds):.3g} s, got {budget!r} s; "

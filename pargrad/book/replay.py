@@ -125,7 +125,7 @@ def train_async(weights, x, y, workers, schedule, learning_rate, staleness_aware
 
     ``weights`` come from :func:`stacked_weights`; ``x``, ``y`` are the
     data's columns ``(n, 1)``; ``schedule`` from
-    :func:`pargrad.book.parabola_async.virtual_schedule` or
+    :func:`pargrad.scenario.virtual_schedule` or
     :func:`pargrad.book.parabola_async.sequential_schedule` (arrays of one
     entry an update, or of shape ``(updates, seeds)`` for a schedule a seed).
     Update ``t`` is worker ``schedule["worker"][t]``'s gradient on its shard
@@ -149,7 +149,7 @@ def train_async(weights, x, y, workers, schedule, learning_rate, staleness_aware
                               worker_of.shape)
     if np.any(read_of > np.arange(len(worker_of))[:, np.newaxis]) or np.any(read_of < 0):
         raise ValueError("a schedule's read_version must lie between 0 and the update's index; "
-                         "pass a schedule from parabola_async.virtual_schedule.")
+                         "pass a schedule from pargrad.scenario.virtual_schedule.")
     base_rate = np.broadcast_to(np.asarray(learning_rate, np.float64), (seeds,))
     compensation = (None if delay_compensation is None else
                     np.broadcast_to(np.asarray(delay_compensation, np.float64), (seeds,)))
