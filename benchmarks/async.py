@@ -67,7 +67,8 @@ from _common import describe_machine, result_line, verdict  # noqa: E402
 from pargrad.asynchronous import AsyncTrainer  # noqa: E402
 from pargrad.scenario import Scenario  # noqa: E402
 from pargrad.book.instruments import InstrumentedSyncTrainer  # noqa: E402
-from pargrad.sync import SyncTrainer, sync_strategy  # noqa: E402
+from pargrad.strategies import sync_strategy  # noqa: E402
+from pargrad.sync import SyncTrainer  # noqa: E402
 
 INPUTS, HIDDEN = 512, 1024
 SLOW = 2  # the straggler's slow-down factor s (a whole number: sync computes s times a step)

@@ -55,7 +55,8 @@ from pargrad.loop import fit_with_callbacks
 from pargrad.book.instruments import InstrumentedSyncTrainer
 from pargrad.book.parabola import train_parabola
 from pargrad.allreduce import ring_all_reduce
-from pargrad.sync import SyncTrainer, sync_strategy
+from pargrad.strategies import sync_strategy
+from pargrad.sync import SyncTrainer
 
 devices = pargrad.logical_devices(5)
 keras.utils.set_random_seed(0)

@@ -60,7 +60,8 @@ import numpy as np
 import tensorflow as tf
 from pargrad.book import digits
 from pargrad.data import TrainingPosition, epoch_permutation
-from pargrad.sync import SyncTrainer, sync_strategy
+from pargrad.strategies import sync_strategy
+from pargrad.sync import SyncTrainer
 
 keras.utils.set_random_seed(0)
 tf.config.experimental.enable_op_determinism()

@@ -6,8 +6,7 @@ the ``tf.distribute`` strategy that :class:`pargrad.sync.SyncTrainer` (and
 ``MultiWorkerMirroredStrategy`` when ``TF_CONFIG`` names workers (see
 :mod:`pargrad.cluster`), else a ``MirroredStrategy`` over this process's
 logical devices (:func:`pargrad.logical_devices`);
-:func:`choose_cross_device_ops` picks its all-reduce.  ``pargrad.sync``
-re-exports all three names.
+:func:`choose_cross_device_ops` picks its all-reduce.
 """
 
 import json

@@ -75,13 +75,7 @@ from pargrad._quiet import import_tensorflow_quietly
 tf = import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
 
-from pargrad.allreduce import ring_all_reduce  # noqa: E402,F401  (re-exported)
 from pargrad.checks import check_flag, check_whole_number  # noqa: E402
-from pargrad.strategies import (  # noqa: E402,F401  (re-exported: chapters import them from here)
-    DevicesNotReadyError,
-    choose_cross_device_ops,
-    sync_strategy,
-)
 from pargrad.strategies import variables_outside_scope  # noqa: E402
 from pargrad.data import (  # noqa: E402
     EpochReader,
@@ -98,7 +92,6 @@ from pargrad.training import (  # noqa: E402
     NonFiniteLossError,
     keras_metrics,
     per_example_loss,
-    squared_error_per_example,  # noqa: F401  (re-exported: pargrad.squared_error_per_example)
 )
 
 
@@ -290,7 +283,7 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
       then stops after the update).
 
     Where training stands (the next batch, the step and epoch counts, the
-    shuffling seed) lives in variables (:class:`pargrad.training.TrainingPosition`,
+    shuffling seed) lives in variables (:class:`pargrad.data.TrainingPosition`,
     ``trainer.position``) that the trainer hands to ``tf.train.Checkpoint``::
 
         checkpoint = tf.train.Checkpoint(model=model, optimizer=trainer.optimizer,

@@ -16,7 +16,8 @@ import pytest
 import pargrad
 import tensorflow as tf
 from pargrad.asynchronous import AsyncTrainer
-from pargrad.sync import SyncTrainer, sync_strategy
+from pargrad.strategies import sync_strategy
+from pargrad.sync import SyncTrainer
 from pargrad.training import NonFiniteDataError, check_finite_data, first_non_finite_row
 
 # Runs are compared bit for bit, so with deterministic kernels (a GPU's are not by default).

@@ -11,12 +11,14 @@ import keras
 import numpy as np
 import psutil
 import pytest
+import tensorflow as tf
 
 import pargrad
 from pargrad import cost
 from pargrad.cluster import ClusterError, LocalCluster
 from pargrad.local_sgd import LocalSGDTrainer, ring_bytes
-from pargrad.sync import SyncTrainer, sync_strategy, tf
+from pargrad.strategies import sync_strategy
+from pargrad.sync import SyncTrainer
 
 from local_sgd_problem import (
     START,

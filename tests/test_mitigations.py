@@ -14,7 +14,7 @@ import pytest
 from pargrad.asynchronous import AsyncTrainer, tf
 from pargrad.scenario import Scenario, random_delay
 from pargrad.book.instruments import InstrumentedSyncTrainer, backup_worker_mask, sync_step_times
-from pargrad.sync import sync_strategy
+from pargrad.strategies import sync_strategy
 
 from linear_problem import linear_data, linear_model, mse, numpy_gradient
 

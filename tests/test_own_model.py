@@ -18,7 +18,8 @@ import pytest
 
 import pargrad
 import tensorflow as tf
-from pargrad.sync import SyncTrainer, sync_strategy
+from pargrad.strategies import sync_strategy
+from pargrad.sync import SyncTrainer
 from pargrad.training import NonFiniteLossError
 
 # Runs are compared bit for bit, so with deterministic kernels (not all of a GPU's are by default).

@@ -16,7 +16,7 @@ from pargrad.book import experiments
 from pargrad.book import rare_communication as rc
 from pargrad.cluster import LocalCluster
 from pargrad.local_sgd import LocalSGDTrainer
-from pargrad.sync import sync_strategy
+from pargrad.strategies import sync_strategy
 
 
 def largest_gap(weights, state):

@@ -14,7 +14,7 @@ import pytest
 
 from pargrad._quiet import import_tensorflow_quietly
 from pargrad.book.instruments import InstrumentedSyncTrainer
-from pargrad.sync import sync_strategy
+from pargrad.strategies import sync_strategy
 
 tf = import_tensorflow_quietly()
 

@@ -13,12 +13,9 @@ import pytest
 import pargrad
 from pargrad.book import plots
 from pargrad.cluster import LocalCluster
-from pargrad.sync import (
-    DevicesNotReadyError,
-    SyncTrainer,
-    ring_all_reduce,
-    sync_strategy,
-)
+from pargrad.allreduce import ring_all_reduce
+from pargrad.strategies import DevicesNotReadyError, sync_strategy
+from pargrad.sync import SyncTrainer
 from pargrad.book.instruments import InstrumentedSyncTrainer
 from pargrad.book.parabola import train_parabola
 

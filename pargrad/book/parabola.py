@@ -11,7 +11,8 @@ from pargrad._quiet import import_tensorflow_quietly
 tf = import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
 
-from pargrad.sync import SyncTrainer, sync_strategy  # noqa: E402
+from pargrad.strategies import sync_strategy  # noqa: E402
+from pargrad.sync import SyncTrainer  # noqa: E402
 
 LEARNING_RATE = 1e-2
 STEPS = 2000

@@ -35,7 +35,8 @@ def _probe(accumulation_steps, micro_batch, width):
     import numpy as np
 
     from pargrad.book.accumulation_memory import PeakMeter
-    from pargrad.sync import SyncTrainer, sync_strategy
+    from pargrad.strategies import sync_strategy
+    from pargrad.sync import SyncTrainer
 
     keras.utils.set_random_seed(0)
     strategy = sync_strategy(REPLICAS)
