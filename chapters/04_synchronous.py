@@ -51,7 +51,7 @@ import numpy as np
 import tensorflow as tf
 from pargrad.book import plots
 from pargrad.cluster import LocalCluster
-from pargrad.loop import fit_with_callbacks
+from pargrad.loop import fit_loop, train_epoch
 from pargrad.book.instruments import InstrumentedSyncTrainer
 from pargrad.book.parabola import train_parabola
 from pargrad.allreduce import ring_all_reduce
@@ -143,16 +143,18 @@ except ValueError as error:
 # step. In one sitting: `SyncTrainer.fit` checks the data and hands them to
 # `pargrad.data.EpochReader`, which says which batches come next (in order,
 # or the epoch's shuffled order) and keeps the position a checkpoint saves;
-# `pargrad.loop.fit_with_callbacks` calls Keras's callbacks in Keras's order
-# around the epochs; and one epoch, `SyncTrainer._train_epoch`, is a `for`
-# loop over the calls of the step, each between two batch callbacks, that
-# moves the position on and records the losses (both collapsed below):
+# `pargrad.loop.fit_loop` calls Keras's callbacks in Keras's order around
+# the epochs; and one epoch, `pargrad.loop.train_epoch`, is a `for` loop
+# over the calls of the step, each run by the trainer (`SyncTrainer.run_call`)
+# between two batch callbacks, that tells the reader what ran and records
+# the losses (both collapsed below). Every strategy trainer of the book
+# hands its calls to this one loop:
 
 # %% tags=["hide-cell"]
-pargrad.show_source(fit_with_callbacks)
+pargrad.show_source(fit_loop)
 
 # %% tags=["hide-cell"]
-pargrad.show_source(SyncTrainer._train_epoch)
+pargrad.show_source(train_epoch)
 
 # %% [markdown]
 # ## All-reduce

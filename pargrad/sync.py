@@ -19,7 +19,7 @@ adds to *show* a step (each replica's timestamps, stragglers, emulated
 devices, backup workers) is a subclass in the book's layer,
 :class:`pargrad.book.instruments.InstrumentedSyncTrainer`, which wraps those
 instruments around the same lines and sets its per-step plan in the one
-hook of the loop, :meth:`SyncTrainer._before_step`.  What a reader's own
+hook of a call, :meth:`SyncTrainer._before_step`.  What a reader's own
 model and data need before the first step (targets shaped as Keras shapes
 them, dtypes, the loss by name, clear errors) is in :mod:`pargrad.training`,
 shared with the asynchronous trainer; which batches come next, and where
@@ -38,9 +38,9 @@ A reader's map: where ``learning_rate`` goes, from the call to the update.
 2. ``trainer.fit(x, y, steps=..., batch_size=...)``: checks the data and
    casts it (:func:`pargrad.data.fit_source`), checks that ``batch_size``
    splits over replicas x ``accumulation_steps``;
-   :func:`pargrad.loop.fit_with_callbacks` runs the epochs inside Keras's
-   callback protocol, :meth:`_train_epoch` one epoch, whose calls
-   :class:`pargrad.data.EpochReader` says; per call :meth:`_run` calls
+   :func:`pargrad.loop.fit_loop` runs the epochs inside Keras's callback
+   protocol, :func:`pargrad.loop.train_epoch` one epoch, whose calls
+   :class:`pargrad.data.EpochReader` says; per call :meth:`run_call` calls
    ``self._step_function``, the ``tf.function`` of :meth:`_distributed_step`
    (or ``_steps_function``, a graph loop of it, with ``steps_per_call``).
 3. :meth:`_distributed_step`: ``strategy.run`` runs, on every replica,
@@ -64,7 +64,6 @@ the host and passed to the same step, with the batch's size as
 ``batch_size``.
 """
 
-import contextlib
 import dataclasses
 import time
 
@@ -76,18 +75,25 @@ tf = import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
 
 from pargrad.checks import check_flag, check_whole_number  # noqa: E402
-from pargrad.strategies import variables_outside_scope  # noqa: E402
+from pargrad.strategies import (  # noqa: E402
+    ReplicaEvaluation,
+    check_model_and_strategy,
+    check_optimizer_in_scope,
+    check_rate_or_optimizer,
+    gather_from_replicas,
+    host_device,
+    variables_outside_scope,
+)
 from pargrad.data import (  # noqa: E402
     EpochReader,
     Feed,
     TrainingPosition,
     dataset_source,
-    evaluation_batches,
     fit_source,
-    same_data,
+    host_rows,
     validation_source,
 )
-from pargrad.loop import StepRecords, fit_with_callbacks, progress_bar, show_progress  # noqa: E402
+from pargrad.loop import StoppedCall, fit_loop  # noqa: E402
 from pargrad.training import (  # noqa: E402
     NonFiniteLossError,
     keras_metrics,
@@ -200,7 +206,7 @@ class SyncHistory:
 NON_FINITE_MARK = "pargrad: the loss of a replica is not finite"
 
 
-class SyncTrainer(tf.__internal__.tracking.Trackable):
+class SyncTrainer(tf.Module):
     """Synchronous data-parallel training: one all-reduce and one update a step.
 
     Usage::
@@ -314,7 +320,8 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
     def __init__(self, model, strategy, loss=None, optimizer=None, learning_rate=None,
                  accumulation_steps=1, progress=True, jit_compile=False, metrics=None,
                  stop_on_non_finite=True, sample_weight=None):
-        _check_model(model, strategy)
+        super().__init__(name="sync_trainer")
+        check_model_and_strategy("SyncTrainer", model, strategy)
         self.accumulation_steps = check_whole_number(
             "accumulation_steps", accumulation_steps, advice="Pass 1 for no accumulation.")
         self.stop_on_non_finite = check_flag("stop_on_non_finite", stop_on_non_finite)
@@ -339,17 +346,14 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         self.optimizer = self._make_optimizer(optimizer, learning_rate)
         # Where training stands, saved by tf.train.Checkpoint(..., trainer=self).
         self.position = TrainingPosition()
-        self._track_trackable(self.position, name="position")
-        # The host of this process's replicas, where the data are kept, how
-        # batches must look, and what the last fit read (to tell whether the
-        # next one continues it).
-        self._host = tf.DeviceSpec.from_string(strategy.extended.worker_devices[0]).replace(
-            device_type="CPU", device_index=0).to_string()
+        # The host of this process's replicas, where the data are kept, and how
+        # batches must look.
+        self._host = host_device(strategy)
         hint = ("To train on regardless, pass stop_on_non_finite=False to SyncTrainer."
                 if self.stop_on_non_finite else None)
         self._feed = Feed.for_model(model, host=self._host, replicas=self.replicas,
                                     accumulation_steps=self.accumulation_steps, finite_hint=hint)
-        self._last_data = None
+        self._evaluation = ReplicaEvaluation(strategy, model, self.loss, self.metrics, self._feed)
         self._compile_step()
 
     def _make_optimizer(self, optimizer, learning_rate):
@@ -360,15 +364,11 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         Keras's ``compile`` does; an uncompiled model gets it as
         ``model.optimizer``, for the callbacks that read it.
         """
-        if optimizer is not None and learning_rate is not None:
-            raise ValueError(
-                "pass the learning rate to the optimizer, not to SyncTrainer: "
-                f"keras.optimizers.{type(optimizer).__name__}(learning_rate={learning_rate!r}), "
-                "created inside strategy.scope().")
+        check_rate_or_optimizer("SyncTrainer", optimizer, learning_rate)
         with self.strategy.scope():
             if optimizer is None:
                 optimizer = keras.optimizers.SGD(1e-2 if learning_rate is None else learning_rate)
-            _check_optimizer(optimizer, self.strategy)
+            check_optimizer_in_scope("optimizer", optimizer, self.strategy)
             if (getattr(self.model.dtype_policy, "name", None) == "mixed_float16"
                     and not isinstance(optimizer, keras.optimizers.LossScaleOptimizer)):
                 # As Keras's compile does: float16 gradients underflow without it.
@@ -405,7 +405,6 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
             self._replica_gradients = self._weighted_replica_gradients
         self._step_function = tf.function(self._distributed_step, autograph=False)
         self._steps_function = tf.function(self._distributed_steps, autograph=False)
-        self._evaluate_function = tf.function(self._distributed_evaluation, autograph=False)
 
     @property
     def replicas(self):
@@ -490,11 +489,7 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         """
         if not self.stop_on_non_finite:
             return grads
-        context = tf.distribute.get_replica_context()
-        mine = tf.equal(tf.range(self.replicas), context.replica_id_in_sync_group)
-        losses = context.all_reduce(
-            tf.distribute.ReduceOp.SUM,
-            tf.where(mine, tf.cast(loss, tf.float64), tf.zeros([self.replicas], tf.float64)))
+        losses = gather_from_replicas(tf.cast(loss, tf.float64), self.replicas)
         noted = [self._seen_losses.assign(losses), self._seen_steps.assign_add(1)]
         with tf.control_dependencies(noted):
             check = tf.debugging.Assert(tf.reduce_all(tf.math.is_finite(losses)),
@@ -587,9 +582,7 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         replica = tf.distribute.get_replica_context().replica_id_in_sync_group
         per_replica = global_batch_size // self.replicas
         start = tf.cast(position, tf.int32) + tf.cast(replica, tf.int32) * per_replica
-        with tf.device(self._host):
-            rows = (start + tf.range(per_replica)) % tf.shape(x)[0]
-            xb, yb = tf.gather(x, rows), tf.gather(y, rows)
+        xb, yb = host_rows(x, y, start, per_replica, self._host)   # on the host
         k = self.accumulation_steps
         if k > 1:
             xb = tf.reshape(xb, [k, -1] + list(x.shape[1:]))
@@ -621,27 +614,6 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
             (tf.constant(0), {name: tf.TensorArray(tf.float64, size=steps)
                               for name in self.step_outputs}))
         return {name: row.stack() for name, row in rows.items()}
-
-    def _distributed_evaluation(self, x, y):
-        """The summed per-example loss of ``(x, y)`` over all replicas (metrics updated).
-
-        Evaluation needs no equal shards: replica ``r`` of ``R`` takes rows
-        ``n r / R`` to ``n (r + 1) / R`` (possibly none), in inference mode.
-        """
-        def replica_evaluation():
-            replica = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group,
-                              tf.int32)
-            n = tf.shape(x)[0]
-            low, high = n * replica // self.replicas, n * (replica + 1) // self.replicas
-            with tf.device(self._host):
-                xb, yb = x[low:high], y[low:high]
-            xb, yb = tf.identity(xb), tf.identity(yb)
-            prediction = self.model(xb, training=False)
-            self._update_metrics(yb, prediction)
-            return tf.reduce_sum(tf.cast(self.loss(yb, prediction), tf.float64))
-
-        losses = self.strategy.run(replica_evaluation)
-        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
 
     # -- the loop --------------------------------------------------------------
 
@@ -700,7 +672,7 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         callbacks' logs, in batches of ``validation_batch_size`` (default 1024).
 
         ``callbacks``: Keras callbacks, called in Keras's order
-        (:func:`pargrad.loop.fit_with_callbacks`): ``on_train_begin/end``,
+        (:func:`pargrad.loop.fit_loop`): ``on_train_begin/end``,
         ``on_epoch_begin/end`` (logs with ``loss``, metrics, ``val_*``) and
         ``on_train_batch_begin/end`` (the batch's index in the epoch; logs
         with the epoch's running ``loss`` and metrics); setting
@@ -724,55 +696,21 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         source = fit_source(x, y, batch_size, by_epoch=by_epoch, shuffle=shuffle,
                             model=self.model, feed=self._feed)
         validation = validation_source(validation_data, validation_batch_size, self.model)
-        if shuffle:
-            self.position.draw_seed(seed)
         reader = EpochReader(source, self.position, self._feed, steps_per_call=steps_per_call,
-                             steps=steps, shuffle=shuffle)
-        self._continue_or_restart(source.key(by_epoch))
-        records = StepRecords()
+                             steps=steps, shuffle=shuffle, seed=seed)
         show = self.progress if progress is None else progress
-        bar = progress_bar(steps or (source.steps() and source.steps() * epochs), show,
-                           f"sync x{self.replicas}")
-        try:
-            keras_history = fit_with_callbacks(
-                self.model, callbacks, epochs=epochs or 1, steps=steps or source.steps(),
-                initial_epoch=int(self.position.epoch.numpy()),
-                train_epoch=lambda hooks: self._train_epoch(hooks, reader, records, bar,
-                                                            validation))
-        finally:
-            if bar is not None:
-                bar.close()
+        records, keras_history = fit_loop(self, reader, epochs=epochs or 1, callbacks=callbacks,
+                                          validation=validation,
+                                          progress=f"sync x{self.replicas}" if show else None)
         return self._history(records, keras_history, source)
 
-    def _train_epoch(self, hooks, reader, records, bar, validation):
-        """One epoch (or a fit's steps): its calls between the batch callbacks; its logs."""
-        for metric in self.metrics:
-            metric.reset_state()
-        losses = []
-        index = int(self.position.epoch_step.numpy()) if reader.by_epoch else 0
-        with contextlib.closing(reader.calls()) as calls:
-            for call in calls:
-                hooks.on_train_batch_begin(index)
-                outputs, starts, step_times = self._run(call, records.steps, reader.by_epoch)
-                call.advance(self.position, call.steps)
-                self.position.finish_steps(call.steps, reader.by_epoch)
-                records.add({**outputs, "batch_size": [call.batch_size] * call.steps},
-                            starts, step_times)
-                losses.extend(outputs["loss"].tolist())
-                show_progress(bar, call.steps, losses[-1])
-                index += call.steps
-                hooks.on_train_batch_end(index - 1, self._logs(losses))
-                if self.model.stop_training:
-                    break
-        logs = self._logs(losses)
-        if validation is not None:
-            logs.update(self._evaluate(validation, prefix="val_"))
-        if reader.by_epoch and not self.model.stop_training:
-            self.position.finish_epoch()
-        return logs
+    def run_call(self, call, done):
+        """Run one :class:`pargrad.data.Call` (``done`` steps into the fit); return its
+        outputs (a row a step), the steps' starts and lengths.
 
-    def _run(self, call, done, by_epoch):
-        """Run one :class:`pargrad.data.Call`; return its outputs (a row a step), starts, times."""
+        What :func:`pargrad.loop.fit_loop` asks of a trainer; a step whose loss is
+        not finite raises :class:`pargrad.loop.StoppedCall` with the steps before it.
+        """
         self._before_step(done)
         seen = int(self._seen_steps.numpy()) if self.stop_on_non_finite else 0
         start = time.time()
@@ -787,7 +725,8 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         except tf.errors.InvalidArgumentError as error:
             if NON_FINITE_MARK not in str(error):
                 raise
-            self._raise_non_finite(seen, call, by_epoch)
+            raise StoppedCall(int(self._seen_steps.numpy()) - seen - 1,
+                              self._non_finite_error) from None
         outputs = {name: value.numpy() for name, value in outputs.items()}
         ends = self._step_ends(outputs, start)
         starts = np.concatenate([[start], ends[:-1]])
@@ -798,31 +737,13 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         n = len(outputs["loss"])
         return start + (time.time() - start) * np.arange(1, n + 1) / n
 
-    def _raise_non_finite(self, seen, call, by_epoch):
-        """After a step stopped on a non-finite loss: keep the position right, then raise."""
-        completed = int(self._seen_steps.numpy()) - seen - 1   # steps of the call before it
-        call.advance(self.position, completed)
-        self.position.finish_steps(completed, by_epoch)
+    def _non_finite_error(self, step):
+        """The error of step ``step``, which stopped on a replica's non-finite loss."""
         losses = self._seen_losses.numpy()
         replica = int(np.flatnonzero(~np.isfinite(losses))[0])
-        raise NonFiniteLossError(
-            int(self.position.step.numpy()), f"replica {replica}", losses[replica],
-            "To train on regardless, pass stop_on_non_finite=False to SyncTrainer.") from None
-
-    def _logs(self, losses):
-        """A batch's or an epoch's logs: the mean loss so far and the metrics, as Keras's."""
-        logs = {"loss": float(np.mean(losses)) if losses else float("nan")}
-        logs.update({metric.name: float(metric.result()) for metric in self.metrics})
-        return logs
-
-    def _continue_or_restart(self, key):
-        """The same data (and batch size) as the last fit continue where it ended; other
-        data start from their first batch (a new or restored trainer continues from its
-        position)."""
-        if self._last_data is not None and not same_data(self._last_data, key):
-            self.position.position.assign(0)
-            self.position.epoch_step.assign(0)
-        self._last_data = key
+        return NonFiniteLossError(
+            step, f"replica {replica}", losses[replica],
+            "To train on regardless, pass stop_on_non_finite=False to SyncTrainer.")
 
     def _history(self, records, keras_history, source):
         """The :class:`SyncHistory` of a fit: its step records and Keras's History."""
@@ -858,69 +779,17 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
             source = dataset_source(x, y, batch_size)
         else:
             source = validation_source((x, y), batch_size, self.model)
-        return self._evaluate(source)
+        return self.evaluate_source(source)
 
-    def _evaluate(self, source, prefix=""):
+    def evaluate_source(self, source, prefix=""):
         """``{prefix + "loss": ..., prefix + metric: ...}`` of a checked source."""
-        for metric in self.metrics:
-            metric.reset_state()
-        total, count = 0.0, 0
-        with contextlib.closing(evaluation_batches(source, self._feed)) as batches:
-            for x, y in batches:
-                total += float(self._evaluate_function(x, y))
-                count += int(x.shape[0])
-        if count == 0:
-            raise ValueError("The evaluation data hold no examples; pass at least one.")
-        logs = {f"{prefix}loss": total / count + sum(float(p) for p in self.model.losses)}
-        logs.update({f"{prefix}{metric.name}": float(metric.result()) for metric in self.metrics})
-        return logs
+        return self._evaluation(source, prefix)
 
     def _before_step(self, step):
         """Called before each call of the step function; nothing to do in the core.
 
         (The book's instrumented trainer sets its backup-worker plan here.)
         """
-
-
-def _check_model(model, strategy):
-    """Raise a clear error unless ``model`` is a built Keras model of ``strategy``'s scope."""
-    if not isinstance(strategy, tf.distribute.Strategy):
-        raise TypeError(
-            f"SyncTrainer needs a tf.distribute strategy, got {strategy!r}; "
-            "make one with pargrad.sync_strategy(replicas)."
-        )
-    if not isinstance(model, keras.Model):
-        raise TypeError(f"SyncTrainer needs a Keras model, got {type(model).__name__}; "
-                        "pass a keras.Model (Sequential, functional or subclassed).")
-    if not model.trainable_variables:
-        raise ValueError(
-            "The model has no trainable variables yet; build it (give it a "
-            "keras.Input) inside `with strategy.scope():`."
-        )
-    outside = variables_outside_scope(strategy, model.trainable_variables)
-    if outside:
-        raise ValueError(
-            f"The model's variables {outside} were created outside this "
-            "strategy's scope, so they are not mirrored on its replicas. "
-            "Build the model inside `with strategy.scope():` and pass that "
-            "model."
-        )
-
-
-def _check_optimizer(optimizer, strategy):
-    """Raise a clear error unless ``optimizer`` is a Keras optimizer of ``strategy``'s scope."""
-    if not isinstance(optimizer, keras.optimizers.Optimizer):
-        raise TypeError(
-            f"optimizer must be a Keras optimizer instance, got {optimizer!r}; pass "
-            "for example keras.optimizers.Adam(1e-3), created inside strategy.scope()."
-        )
-    inner = getattr(optimizer, "inner_optimizer", optimizer)
-    if getattr(inner, "_distribution_strategy", strategy) is not strategy:
-        raise ValueError(
-            "The optimizer was created outside this strategy's scope; "
-            "create it inside `with strategy.scope():` or leave "
-            "optimizer=None for plain gradient descent."
-        )
 
 
 def _fit_length(steps, epochs):

@@ -32,8 +32,7 @@ def read(reader):
     with contextlib.closing(reader.calls()) as calls:
         for call in calls:
             out.append((call.first_row, call.batch_size, call.steps, call.x.numpy()[:, 0]))
-            call.advance(reader.position, call.steps)
-            reader.position.finish_steps(call.steps, reader.by_epoch)
+            reader.advance(call, call.steps)
     return out
 
 
