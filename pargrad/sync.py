@@ -202,8 +202,10 @@ class SyncHistory:
 # The trainer
 # ----------------------------------------------------------------------------
 
-# The text of the assertion that stops a step whose loss is not finite.
+# The texts of the assertions that stop a step: a loss that is not finite, a
+# global batch whose sample weights are not positive in sum (or hold a negative one).
 NON_FINITE_MARK = "pargrad: the loss of a replica is not finite"
+WEIGHT_MARK = "pargrad: the total weight of the global batch is not positive"
 
 
 class SyncTrainer(tf.Module):
@@ -380,6 +382,8 @@ class SyncTrainer(tf.Module):
                            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
             self._seen_losses = tf.Variable(tf.zeros([self.replicas], tf.float64), **on_read)
             self._seen_steps = tf.Variable(tf.constant(0, tf.int64), **on_read)
+            self._seen_weight = tf.Variable(tf.constant(0, tf.float64), **on_read)
+            self._weighed_steps = tf.Variable(tf.constant(0, tf.int64), **on_read)
         if getattr(self.model, "optimizer", None) is None:
             # As after Keras's compile: callbacks read model.optimizer (TensorBoard).
             self.model.optimizer = optimizer
@@ -504,13 +508,17 @@ class SyncTrainer(tf.Module):
         of that one number (per update) gives the total weight ``W`` of the
         global batch, by which every replica divides its weighted loss sum.
         """
-        local = tf.add_n([tf.reduce_sum(tf.cast(self.sample_weight(xb, yb), tf.float64))
-                          for xb, yb in self._micro_batches(x, y)])
+        weights = [tf.cast(self.sample_weight(xb, yb), tf.float64)
+                   for xb, yb in self._micro_batches(x, y)]
+        local = tf.add_n([tf.reduce_sum(w) for w in weights])
+        # A negative weight spoils the sum (NaN), so that every replica stops at the check.
+        negative = tf.reduce_any([tf.reduce_any(w < 0) for w in weights])
+        local = tf.where(negative, tf.constant(np.nan, tf.float64), local)
         context = tf.distribute.get_replica_context()
         total = context.all_reduce(tf.distribute.ReduceOp.SUM, local)
-        check = tf.debugging.assert_positive(
-            total, message="sample_weight: the whole global batch has weight 0 (only padding?); "
-                           "pass batches with at least one weighted value")
+        noted = [self._seen_weight.assign(total), self._weighed_steps.assign_add(1)]
+        with tf.control_dependencies(noted):
+            check = tf.debugging.Assert(total > 0, [WEIGHT_MARK])   # False for NaN too
         with tf.control_dependencies([check]):
             total = tf.identity(total)
         return self._shard_gradients(x, y, total)
@@ -712,7 +720,7 @@ class SyncTrainer(tf.Module):
         not finite raises :class:`pargrad.loop.StoppedCall` with the steps before it.
         """
         self._before_step(done)
-        seen = int(self._seen_steps.numpy()) if self.stop_on_non_finite else 0
+        seen = self._counts()
         start = time.time()
         try:
             position = tf.constant(call.first_row, tf.int32)
@@ -723,10 +731,10 @@ class SyncTrainer(tf.Module):
             outputs = self._steps_function(call.x, call.y, position, call.batch_size,
                                            tf.constant(call.steps))
         except tf.errors.InvalidArgumentError as error:
-            if NON_FINITE_MARK not in str(error):
+            stop = self._stopped(str(error), seen)
+            if stop is None:
                 raise
-            raise StoppedCall(int(self._seen_steps.numpy()) - seen - 1,
-                              self._non_finite_error) from None
+            raise stop from None
         outputs = {name: value.numpy() for name, value in outputs.items()}
         ends = self._step_ends(outputs, start)
         starts = np.concatenate([[start], ends[:-1]])
@@ -736,6 +744,31 @@ class SyncTrainer(tf.Module):
         """When each step of a call ended: the call's time shared out evenly."""
         n = len(outputs["loss"])
         return start + (time.time() - start) * np.arange(1, n + 1) / n
+
+    def _counts(self):
+        """Steps that reached the finite-loss check, and the weight check, so far."""
+        return int(self._seen_steps.numpy()), int(self._weighed_steps.numpy())
+
+    def _stopped(self, message, seen):
+        """The :class:`pargrad.loop.StoppedCall` of a step stopped by one of the trainer's
+        checks (the steps of the call before it completed), or None for another error."""
+        if WEIGHT_MARK in message:
+            return StoppedCall(self._counts()[1] - seen[1] - 1, self._weight_error)
+        if NON_FINITE_MARK in message:
+            return StoppedCall(self._counts()[0] - seen[0] - 1, self._non_finite_error)
+        return None
+
+    def _weight_error(self, step):
+        """The error of step ``step``, whose global batch's weights were refused."""
+        if np.isnan(self._seen_weight.numpy()):
+            return ValueError(
+                f"sample_weight must be >= 0 (a mask of 0s and 1s, or weights), but the global "
+                f"batch of step {step} holds a negative (or NaN) weight; nothing was applied. "
+                "Return weights >= 0 from sample_weight(x, y).")
+        return ValueError(
+            f"sample_weight: the global batch of step {step} has total weight 0 (only "
+            "padding?), so its weighted mean is undefined; nothing was applied. Pass batches "
+            "with at least one weighted value.")
 
     def _non_finite_error(self, step):
         """The error of step ``step``, which stopped on a replica's non-finite loss."""

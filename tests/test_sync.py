@@ -301,6 +301,46 @@ def test_bad_options_are_refused(options, message):
         trainer_for(2, **options)
 
 
+def weighted_data(zero_batch=None, negative_row=None):
+    """16 rows in batches of 4; the weight of a row is its x[:, 0] (1, or 0 in ``zero_batch``)."""
+    rng = np.random.default_rng(1)
+    x = np.concatenate([np.ones((16, 1)), rng.standard_normal((16, 1))], 1).astype(np.float32)
+    if zero_batch is not None:
+        x[4 * zero_batch:4 * zero_batch + 4, 0] = 0.0
+    if negative_row is not None:
+        x[negative_row, 0] = -1.0
+    return x, rng.standard_normal((16, 1)).astype(np.float32)
+
+
+def weighted_trainer():
+    return trainer_for(2, model_fn=lambda: keras.Sequential([keras.Input((2,)),
+                                                             keras.layers.Dense(1)]),
+                       sample_weight=lambda x, y: x[:, 0])
+
+
+@pytest.mark.parametrize("steps_per_call", [1, 3])
+def test_a_global_batch_of_weight_zero_is_a_clear_error_naming_its_step(steps_per_call):
+    x, y = weighted_data(zero_batch=2)
+    trainer = weighted_trainer()
+    with pytest.raises(ValueError, match=r"global batch of step 2 has total weight 0") as error:
+        trainer.fit(x, y, steps=4, batch_size=4, steps_per_call=steps_per_call)
+    assert "pargrad:" not in str(error.value)                  # not the graph's message
+    assert trainer.position.numbers()["step"] == 2             # the two steps before it count
+    assert trainer.position.numbers()["position"] == 8
+
+
+def test_negative_sample_weights_are_refused_as_gradient_accumulator_refuses_them():
+    x, y = weighted_data(negative_row=5)
+    trainer = weighted_trainer()
+    before = trainer.model.get_weights()
+    with pytest.raises(ValueError, match=r"sample_weight must be >= 0 \(a mask of 0s and 1s, "
+                                         r"or weights\).*step 1 holds a negative"):
+        trainer.fit(x, y, steps=2, batch_size=4)
+    assert trainer.position.numbers()["step"] == 1
+    trainer.fit(x[:4], y[:4], steps=1)                           # a good batch still trains
+    assert max_gap(trainer.model.get_weights(), before) > 0
+
+
 def test_no_strategy_is_refused():
     with pytest.raises(TypeError, match="sync_strategy"):
         SyncTrainer(pargrad.parabola_model(), strategy=None)
