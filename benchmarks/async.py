@@ -14,7 +14,7 @@ Prints, in one run, on two logical devices:
    both sides: the asynchronous worker works as long again after computing
    (``pargrad.asynchronous.hold_core``); the synchronous straggler computes
    its gradients twice a step and applies the first
-   (``InstrumentedSyncTrainer(stragglers={1: 2})``, in the step's graph,
+   (``InstrumentedSyncTrainer(scenario=Scenario((1, 1 / 2)))``, in the step's graph,
    compiled by XLA like the rest):
    asynchronous over synchronous examples per second, printed beside its
    limit.  With N equal devices of which one is s times slower, the
@@ -127,7 +127,9 @@ class Sync:
         trainer_class = InstrumentedSyncTrainer if stragglers else SyncTrainer  # no timestamps
         self.trainer = trainer_class(model, strategy, learning_rate=1e-3, progress=False,
                                      jit_compile=jit_compile,
-                                     **({"stragglers": stragglers} if stragglers else {}))
+                                     **({"scenario": Scenario(tuple(
+                                         1 / stragglers.get(r, 1) for r in range(replicas)))}
+                                        if stragglers else {}))
         self._fit(2 * steps_per_call)
         started = time.perf_counter()
         self._fit(steps_per_call)

@@ -52,6 +52,7 @@ import tensorflow as tf
 from pargrad.book import plots
 from pargrad.cluster import LocalCluster
 from pargrad.loop import fit_loop, train_epoch
+from pargrad.scenario import Scenario
 from pargrad.book.instruments import InstrumentedSyncTrainer
 from pargrad.book.parabola import train_parabola
 from pargrad.allreduce import ring_all_reduce
@@ -401,7 +402,7 @@ fig.tight_layout()
 # contributed its gradient. To see it we need a model whose computation is
 # visible next to the overheads, a small multilayer perceptron on random
 # data, and two replicas with 256 examples each. A {term}`straggler` is a
-# device slower than the others; `stragglers={1: 3}` makes replica 1 three times slower: after
+# device slower than the others; `scenario=Scenario((1, 1 / 3))` (the replicas' speeds) makes replica 1 three times slower: after
 # computing its gradient it computes it twice more, inside the step, and
 # applies the first, like a device that needs three times as long for the
 # same work. Busy work rather than a sleep: a slow device does not lend its
@@ -422,7 +423,7 @@ features = rng.standard_normal((4096, 64)).astype(np.float32)
 targets = rng.standard_normal((4096, 1)).astype(np.float32)
 
 
-def perceptron_trainer(replicas, stragglers=None):
+def perceptron_trainer(replicas, speeds=None):
     """A 64-256-256-1 perceptron under SyncTrainer on ``replicas`` devices."""
     strategy = sync_strategy(replicas)
     with strategy.scope():
@@ -433,7 +434,8 @@ def perceptron_trainer(replicas, stragglers=None):
             keras.layers.Dense(256, activation="relu"),
             keras.layers.Dense(1),
         ])
-    return InstrumentedSyncTrainer(model, strategy, stragglers=stragglers, record_times=True,
+    scenario = None if speeds is None else Scenario(speeds)
+    return InstrumentedSyncTrainer(model, strategy, scenario=scenario, record_times=True,
                                    progress=False)
 
 
@@ -443,7 +445,7 @@ def measure(trainer, steps=20):
     return trainer.fit(features, targets, steps=steps, batch_size=batch)
 
 
-trainers = {factor: perceptron_trainer(2, {1: factor}) for factor in (1, 3, 6)}
+trainers = {factor: perceptron_trainer(2, (1, 1 / factor)) for factor in (1, 3, 6)}
 histories = {f"straggler x{factor}": measure(trainer) for factor, trainer in trainers.items()}
 
 # %% [markdown]
@@ -455,7 +457,7 @@ histories = {f"straggler x{factor}": measure(trainer) for factor, trainer in tra
 # so the cell checks a range around 3; the weights must be equal bit for bit.
 
 # %% tags=["nbval-ignore-output"]
-alone = {factor: perceptron_trainer(1, {0: factor}) for factor in (1, 3)}
+alone = {factor: perceptron_trainer(1, (1 / factor,)) for factor in (1, 3)}
 compute = {factor: [] for factor in alone}
 for trainer in alone.values():
     trainer.fit(features, targets, steps=2, batch_size=256)           # trace first
@@ -818,7 +820,7 @@ print("tf.train.SyncReplicasOptimizer:          ", hasattr(tf.train, "SyncReplic
 # 4. Make two replicas stragglers instead of one, with factors 2 and 4. Which
 #    one sets the step time? Draw the timeline.
 #
-#    *Hint:* `perceptron_trainer(3, {1: 2, 2: 4})`, then `measure` and
+#    *Hint:* `perceptron_trainer(3, (1, 1 / 2, 1 / 4))`, then `measure` and
 #    `plots.device_timeline`.
 # 5. Start a `LocalCluster` of two workers and kill one of them with
 #    `os.kill(cluster.pids[1], signal.SIGKILL)` while it trains. What does

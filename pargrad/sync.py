@@ -116,51 +116,19 @@ class SyncHistory:
     epochs' indices and ``params`` what the callbacks were told
     (``epochs``, ``steps``).  A fit with ``steps=`` is one epoch.
 
-    Per step, the arrays below, one row a step.  Times are seconds on the
-    wall clock of this process (``time.time()`` and ``tf.timestamp()`` read
-    the same clock).  For each local replica ``r`` and step ``i``:
-
-    * ``compute_start[i, r]``: the replica's input is on its device; its
-      forward pass waits for this timestamp (without that tie the runtime
-      may run the timestamp after the pass; on a busy machine the replica
-      may still queue for a core, which then counts as compute);
-    * ``compute_end[i, r]``: its gradients are computed (for a straggler:
-      after its extra delay);
-    * ``update_end[i, r]``: the all-reduced update has been applied to its
-      copy of the parameters.
-
-    ``launch = compute_start - start`` is the time before the replica began,
-    ``compute = compute_end - compute_start`` the time it worked,
-    ``wait = update_end - compute_end`` the time it spent in the all-reduce:
-    waiting for the slowest replica, the communication itself, and the
-    (small) update.  ``launch + compute + wait <= step_time``; with
-    ``steps_per_call=1`` the step is timed in Python, so the rest is
-    fetching the results, and with more steps a call, the step ends with
-    the last replica's update and the three add up to ``step_time`` for
-    that replica.
-    Only :class:`pargrad.book.instruments.InstrumentedSyncTrainer` records
-    them; the core :class:`SyncTrainer` leaves them NaN.  Under
-    ``MultiWorkerMirroredStrategy`` only this process's replicas are recorded.
-
-    When ``fit`` was given ``replica_times`` (the virtual clock, backup
-    workers): ``used[i, r]`` tells whether replica ``r``'s gradient counted in
-    step ``i``, and ``virtual_step_time[i]`` is the step's length on that
-    clock (:func:`pargrad.book.instruments.sync_step_times`); otherwise both
-    are None.  ``stragglers`` is ``{replica: factor}`` of a run with stragglers.
+    Per step, one entry a step: ``loss`` (the global batch's), ``start``
+    and ``step_time`` (seconds on this process's wall clock; with
+    ``steps_per_call`` > 1 each step of a call gets the call's mean).  The
+    book's instrumented trainer records more per replica (its subclass
+    :class:`pargrad.book.instruments.InstrumentedSyncHistory`).
     """
 
     loss: np.ndarray
     start: np.ndarray
     step_time: np.ndarray
-    compute_start: np.ndarray
-    compute_end: np.ndarray
-    update_end: np.ndarray
     replicas: int
     accumulation_steps: int
     micro_batch_size: int
-    stragglers: dict = dataclasses.field(default_factory=dict)
-    used: np.ndarray = None
-    virtual_step_time: np.ndarray = None
     history: dict = dataclasses.field(default_factory=dict)
     epoch: list = dataclasses.field(default_factory=list)
     params: dict = dataclasses.field(default_factory=dict)
@@ -169,25 +137,6 @@ class SyncHistory:
     def effective_batch_size(self):
         """Examples per update: micro-batch x accumulation steps x replicas."""
         return self.micro_batch_size * self.accumulation_steps * self.replicas
-
-    @property
-    def launch(self):
-        """Seconds from the step's start until each replica began computing.
-
-        It covers launching the step and handing each replica its input; on
-        few cores the replicas also queue for a core here.
-        """
-        return self.compute_start - self.start[:, None]
-
-    @property
-    def compute(self):
-        """Seconds each replica computed, shape (steps, local replicas)."""
-        return self.compute_end - self.compute_start
-
-    @property
-    def wait(self):
-        """Seconds each replica spent in the all-reduce and update."""
-        return self.update_end - self.compute_end
 
     @property
     def steps_per_second(self):
@@ -430,7 +379,7 @@ class SyncTrainer(tf.Module):
     # -- one step --------------------------------------------------------------
 
     def _replica_step(self, x, y, global_batch_size):
-        """One replica's part of a step (runs in replica context); returns its loss.
+        """One replica's part of a step (runs in replica context); returns ``{"loss": its loss}``.
 
         ``x, y`` are this replica's shard.  Its loss is its examples' losses
         summed and divided by the *global* batch size, so the sum over the
@@ -441,7 +390,7 @@ class SyncTrainer(tf.Module):
         grads = self._stop_if_not_finite(loss, grads)    # with stop_on_non_finite
         # One all-reduce (a sum over replicas) and one update, inside Keras.
         self.optimizer.apply_gradients(zip(grads, variables))
-        return loss
+        return {"loss": loss}
 
     def _local_gradients(self, x, y, global_batch_size):
         """This replica's loss and gradient sum, before any communication."""
@@ -598,14 +547,20 @@ class SyncTrainer(tf.Module):
         return tf.identity(xb), tf.identity(yb)   # on the replica's own device
 
     def _distributed_step(self, x, y, position, global_batch_size):
-        """One step on every replica; returns ``{"loss": the global batch's loss}``."""
+        """One step on every replica; returns what :meth:`_replica_step` returns, reduced.
+
+        ``"loss"``: the global batch's loss (the replicas' sum); any other
+        output: this process's replicas' values, stacked (one row a replica).
+        """
         def replica_step():
             xb, yb = self._shard(x, y, position, global_batch_size)
             return self._replica_step(xb, yb, global_batch_size)
 
-        losses = self.strategy.run(replica_step)
-        loss = self.strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
-        return {"loss": tf.cast(loss, tf.float64)}
+        outputs = self.strategy.run(replica_step)
+        loss = self.strategy.reduce(tf.distribute.ReduceOp.SUM, outputs.pop("loss"), axis=None)
+        return {"loss": tf.cast(loss, tf.float64),
+                **{name: tf.stack(self.strategy.experimental_local_results(value))
+                   for name, value in outputs.items()}}
 
     def _distributed_steps(self, x, y, position, global_batch_size, steps):
         """``steps`` synchronous steps in one call (a graph loop, no Python between).
@@ -780,16 +735,11 @@ class SyncTrainer(tf.Module):
 
     def _history(self, records, keras_history, source):
         """The :class:`SyncHistory` of a fit: its step records and Keras's History."""
-        loss = records.stacked("loss")
-        local = len(self.strategy.extended.worker_devices)
-        times = (records.stacked("times") if "times" in records.rows
-                 else np.full((len(loss), local, 3), np.nan))
         batches = records.stacked("batch_size")
         batch = source.batch_size or (int(batches[0]) if len(batches) else 0)
         return SyncHistory(
-            loss=loss, start=records.stacked("start"), step_time=records.stacked("step_time"),
-            compute_start=times[:, :, 0], compute_end=times[:, :, 1], update_end=times[:, :, 2],
-            replicas=self.replicas, accumulation_steps=self.accumulation_steps,
+            loss=records.stacked("loss"), start=records.stacked("start"),
+            step_time=records.stacked("step_time"), replicas=self.replicas, accumulation_steps=self.accumulation_steps,
             micro_batch_size=batch // (self.replicas * self.accumulation_steps),
             history=keras_history.history, epoch=keras_history.epoch,
             params=keras_history.params)
