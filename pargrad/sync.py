@@ -175,7 +175,7 @@ class SyncTrainer(tf.Module):
     replica.  The result equals a single device's step on the whole batch,
     up to the order of floating-point additions.
 
-    Arguments:
+    Arguments (keyword-only after ``strategy``):
 
     * ``model``: a built Keras model whose variables were created inside
       ``strategy.scope()``; otherwise ``ValueError``.  It runs with
@@ -268,7 +268,7 @@ class SyncTrainer(tf.Module):
     # instrumented trainer adds each replica's times).
     step_outputs = ("loss",)
 
-    def __init__(self, model, strategy, loss=None, optimizer=None, learning_rate=None,
+    def __init__(self, model, strategy, *, loss=None, optimizer=None, learning_rate=None,
                  accumulation_steps=1, progress=True, jit_compile=False, metrics=None,
                  stop_on_non_finite=True, sample_weight=None):
         super().__init__(name="sync_trainer")

@@ -415,11 +415,16 @@ class InstrumentedSyncTrainer(SyncTrainer):
         return InstrumentedSyncHistory(
             **{field.name: getattr(core, field.name) for field in dataclasses.fields(core)},
             compute_start=times[:, :, 0], compute_end=times[:, :, 1], update_end=times[:, :, 2],
-            stragglers=dict(self.stragglers))
+            stragglers={r: f for r, f in self.stragglers.items() if f > 1})
 
 
 def _stragglers(scenario, replicas):
-    """``{replica: whole slow-down factor}`` of a scenario's replicas slower than speed 1."""
+    """``{replica: whole slow-down factor}`` of every replica of a scenario ({} without one).
+
+    A replica of speed 1 gets factor 1: it runs the same straggler step
+    and repeats its pass 0 times, so the replicas' steps differ only in the
+    repeats, and a timing against speed 1 compares like with like.
+    """
     if scenario is None:
         return {}
     if not isinstance(scenario, Scenario):
@@ -436,7 +441,7 @@ def _stragglers(scenario, replicas):
                 f"gradients that many times a step): a speed 1/k, got the speed "
                 f"{scenario.speeds[replica]!r} (factor {factor:.4g}) for replica {replica}; "
                 "1 means no slow-down.")
-    return {r: int(round(f)) for r, f in factors.items() if round(f) > 1}
+    return {r: int(round(f)) for r, f in factors.items()}
 
 
 def _dense_part(gradient):
