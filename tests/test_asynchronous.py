@@ -211,7 +211,7 @@ def test_progress_bar_counts_the_updates_and_on_update_sees_each_record(devices,
     assert seen == list(range(6))
 
 
-# -- the data check and targets (moved from test_data_checks.py) ---------------------------
+# -- the data check and targets ------------------------------------------------------
 
 def small_data(n=32, seed=0):
     rng = np.random.default_rng(seed)
