@@ -7,6 +7,14 @@ the ``tf.distribute`` strategy that :class:`pargrad.sync.SyncTrainer` (and
 :mod:`pargrad.cluster`), else a ``MirroredStrategy`` over this process's
 logical devices (:func:`pargrad.logical_devices`);
 :func:`choose_cross_device_ops` picks its all-reduce.
+
+What every strategy trainer shares, so that each mistake has one check, one
+sentence and one exception type: :func:`check_model_and_strategy`,
+:func:`check_optimizer_in_scope`, :func:`check_rate_or_optimizer` (also
+for :class:`pargrad.asynchronous.AsyncTrainer`), and the pieces of a step
+on replicas: :func:`host_device` (where the data stay),
+:func:`gather_from_replicas` (every replica's loss, for the finite-loss
+check) and :class:`ReplicaEvaluation` (``evaluate`` and validation).
 """
 
 import contextlib
