@@ -129,18 +129,20 @@ class LocalSGDHistory:
         """The virtual clock at the end of each round: the running sum of ``round_seconds``."""
         return np.cumsum(self.round_seconds)
 
-    def clock_on(self, link, step_seconds=0.0, slowest=1.0):
+    def clock_on(self, link, step_seconds=0.0, scenario=None):
         """The virtual clock of this run charged on another ``link``, without running it again.
 
-        Each round costs ``H x step_seconds x slowest`` (the slowest
-        replica's factor) plus a ring all-reduce of the parameters on
+        Each round costs ``H x step_seconds /`` the slowest speed of
+        ``scenario`` (a :class:`pargrad.scenario.Scenario`, one speed a
+        replica; None: all 1) plus a ring all-reduce of the parameters on
         ``link``; returns the running sum at the end of each round, so one
         run can be drawn against a fast and a slow network.
         """
         if not isinstance(link, cost.Link):
             raise TypeError(f"link must be a pargrad.cost.Link, got {link!r}.")
         step_seconds = _checked_step_seconds(step_seconds, zero=True) or 0.0   # None: no compute
-        compute = self.local_steps * step_seconds * float(slowest)
+        speeds = _checked_scenario(scenario, self.replicas).speeds
+        compute = self.local_steps * step_seconds / min(speeds)
         communication = cost.ring_all_reduce_time(self.parameter_bytes, self.replicas, link)
         return (compute + communication) * np.arange(1, len(self.loss) + 1)
 
