@@ -51,11 +51,13 @@ import numpy as np
 import tensorflow as tf
 from pargrad.book import plots
 from pargrad.cluster import LocalCluster
-from pargrad.loop import fit_with_callbacks
+from pargrad.loop import fit_loop, train_epoch
+from pargrad.scenario import Scenario
 from pargrad.book.instruments import InstrumentedSyncTrainer
 from pargrad.book.parabola import train_parabola
 from pargrad.allreduce import ring_all_reduce
-from pargrad.sync import SyncTrainer, sync_strategy
+from pargrad.strategies import sync_strategy
+from pargrad.sync import SyncTrainer
 
 devices = pargrad.logical_devices(5)
 keras.utils.set_random_seed(0)
@@ -236,16 +238,18 @@ except ValueError as error:
 # step. In one sitting: `SyncTrainer.fit` checks the data and hands them to
 # `pargrad.data.EpochReader`, which says which batches come next (in order,
 # or the epoch's shuffled order) and keeps the position a checkpoint saves;
-# `pargrad.loop.fit_with_callbacks` calls Keras's callbacks in Keras's order
-# around the epochs; and one epoch, `SyncTrainer._train_epoch`, is a `for`
-# loop over the calls of the step, each between two batch callbacks, that
-# moves the position on and records the losses (both collapsed below):
+# `pargrad.loop.fit_loop` calls Keras's callbacks in Keras's order around
+# the epochs; and one epoch, `pargrad.loop.train_epoch`, is a `for` loop
+# over the calls of the step, each run by the trainer (`SyncTrainer.run_call`)
+# between two batch callbacks, that tells the reader what ran and records
+# the losses (both collapsed below). Every strategy trainer of the book
+# hands its calls to this one loop:
 
 # %% tags=["hide-cell"]
-pargrad.show_source(fit_with_callbacks)
+pargrad.show_source(fit_loop)
 
 # %% tags=["hide-cell"]
-pargrad.show_source(SyncTrainer._train_epoch)
+pargrad.show_source(train_epoch)
 
 # %% [markdown]
 # ## All-reduce
@@ -492,7 +496,7 @@ fig.tight_layout()
 # contributed its gradient. To see it we need a model whose computation is
 # visible next to the overheads, a small multilayer perceptron on random
 # data, and two replicas with 256 examples each. A {term}`straggler` is a
-# device slower than the others; `stragglers={1: 3}` makes replica 1 three times slower: after
+# device slower than the others; `scenario=Scenario((1, 1 / 3))` (the replicas' speeds) makes replica 1 three times slower: after
 # computing its gradient it computes it twice more, inside the step, and
 # applies the first, like a device that needs three times as long for the
 # same work. Busy work rather than a sleep: a slow device does not lend its
@@ -513,7 +517,7 @@ features = rng.standard_normal((4096, 64)).astype(np.float32)
 targets = rng.standard_normal((4096, 1)).astype(np.float32)
 
 
-def perceptron_trainer(replicas, stragglers=None):
+def perceptron_trainer(replicas, speeds=None):
     """A 64-256-256-1 perceptron under SyncTrainer on ``replicas`` devices."""
     strategy = sync_strategy(replicas)
     with strategy.scope():
@@ -524,7 +528,8 @@ def perceptron_trainer(replicas, stragglers=None):
             keras.layers.Dense(256, activation="relu"),
             keras.layers.Dense(1),
         ])
-    return InstrumentedSyncTrainer(model, strategy, stragglers=stragglers, record_times=True,
+    scenario = None if speeds is None else Scenario(speeds)
+    return InstrumentedSyncTrainer(model, strategy, scenario=scenario, record_times=True,
                                    progress=False)
 
 
@@ -534,7 +539,7 @@ def measure(trainer, steps=20):
     return trainer.fit(features, targets, steps=steps, batch_size=batch)
 
 
-trainers = {factor: perceptron_trainer(2, {1: factor}) for factor in (1, 3, 6)}
+trainers = {factor: perceptron_trainer(2, (1, 1 / factor)) for factor in (1, 3, 6)}
 histories = {f"straggler x{factor}": measure(trainer) for factor, trainer in trainers.items()}
 
 # %% [markdown]
@@ -546,7 +551,7 @@ histories = {f"straggler x{factor}": measure(trainer) for factor, trainer in tra
 # so the cell checks a range around 3; the weights must be equal bit for bit.
 
 # %% tags=["nbval-ignore-output"]
-alone = {factor: perceptron_trainer(1, {0: factor}) for factor in (1, 3)}
+alone = {factor: perceptron_trainer(1, (1 / factor,)) for factor in (1, 3)}
 compute = {factor: [] for factor in alone}
 for trainer in alone.values():
     trainer.fit(features, targets, steps=2, batch_size=256)           # trace first
@@ -909,7 +914,7 @@ print("tf.train.SyncReplicasOptimizer:          ", hasattr(tf.train, "SyncReplic
 # 4. Make two replicas stragglers instead of one, with factors 2 and 4. Which
 #    one sets the step time? Draw the timeline.
 #
-#    *Hint:* `perceptron_trainer(3, {1: 2, 2: 4})`, then `measure` and
+#    *Hint:* `perceptron_trainer(3, (1, 1 / 2, 1 / 4))`, then `measure` and
 #    `plots.device_timeline`.
 # 5. Start a `LocalCluster` of two workers and kill one of them with
 #    `os.kill(cluster.pids[1], signal.SIGKILL)` while it trains. What does

@@ -58,7 +58,7 @@ from pargrad.book import digits, glue, plots, race
 from pargrad.asynchronous import AsyncTrainer
 from pargrad.scenario import Scenario
 from pargrad.book.instruments import InstrumentedSyncTrainer, backup_worker_mask, sync_step_times
-from pargrad.sync import sync_strategy
+from pargrad.strategies import sync_strategy
 
 devices = pargrad.logical_devices(4)
 keras.utils.set_random_seed(0)

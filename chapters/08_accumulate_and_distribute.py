@@ -44,7 +44,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import tensorflow as tf
 from pargrad.book import digits
-from pargrad.sync import SyncTrainer, sync_strategy
+from pargrad.strategies import sync_strategy
+from pargrad.sync import SyncTrainer
 
 # %% [markdown]
 # ## The effective batch

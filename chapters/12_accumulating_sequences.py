@@ -63,7 +63,8 @@ from pargrad.book.sequences import (
     squared_error_per_token,
     token_mask,
 )
-from pargrad.sync import SyncTrainer, sync_strategy
+from pargrad.strategies import sync_strategy
+from pargrad.sync import SyncTrainer
 
 # %% [markdown]
 # ## Sequences of unequal lengths

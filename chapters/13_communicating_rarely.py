@@ -96,7 +96,7 @@ pargrad.book.show_lines(LocalSGDTrainer._average_and_apply, "def average(change)
 # then stay those of the round's start):
 
 # %%
-pargrad.book.show_lines(LocalSGDTrainer._round, "begin = time.perf_counter()",
+pargrad.book.show_lines(LocalSGDTrainer.run_call, "begin = time.perf_counter()",
                         "self._average_function")
 
 # %% [markdown]
@@ -130,7 +130,7 @@ for outer in replay.OUTERS:
 # charges a finished run on any other link without running it again.
 #
 # ```{note}
-# The trainer's `slowdown` and `step_seconds` move only this *virtual*
+# The trainer's `scenario` (the replicas' speeds) and `step_seconds` move only this *virtual*
 # clock: a "slow" replica is not slowed down on the wall clock (no sleep, no
 # core held), so the runs and their results do not depend on it. Every time
 # on this page is modelled time, never a wall-clock measurement.
@@ -738,7 +738,7 @@ print(f"all-reduce in int8: {int8:.3g} s; H for 90% compute: {int(np.ceil(9 * in
 # steps it took (or dividing each by its steps, so that every replica
 # contributes an average step) restores equal weight to every example. The
 # trainer today makes every replica take `H` steps and charges the round to
-# the slowest on the virtual clock (`slowdown`); this variant is not built.
+# the slowest on the virtual clock (its `scenario`); this variant is not built.
 # ```
 #
 # ```{dropdown} Solution to exercise 4

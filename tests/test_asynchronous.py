@@ -20,7 +20,7 @@ from pargrad.book.lost_updates import lost_updates
 from pargrad.book.parabola import parabola_data, parabola_model, squared_error
 from pargrad.numerics import rounding_tolerance
 from pargrad.scenario import SCHEDULE_KEYS, Scenario, virtual_schedule
-from pargrad.training import NonFiniteLossError
+from pargrad.training import NonFiniteDataError, NonFiniteLossError
 
 from linear_problem import linear_data, linear_model, mse, numpy_gradient
 
@@ -810,3 +810,56 @@ def test_progress_bar_counts_the_updates_and_on_update_sees_each_record(devices,
     assert "6/6" in capsys.readouterr().err
     assert seen == list(range(6))
 
+
+# -- the data check and targets ------------------------------------------------------
+
+def small_data(n=32, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, 3)).astype(np.float32)
+    y = rng.integers(0, 4, size=(n, 1))
+    return x, y
+
+
+def small_async_trainer(devices, loss=None, **options):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    return AsyncTrainer(model, loss, devices[:2], learning_rate=0.05, progress=False, **options)
+
+
+def mean_squared(y, prediction):
+    """A reader's own loss that does no casting of its own."""
+    return tf.reduce_mean(tf.square(y - prediction))
+
+
+@pytest.mark.usefixtures("deterministic_ops")
+def test_async_refuses_non_finite_arrays_naming_the_row(devices):
+    x, y = small_data()
+    x[9, 0] = -np.inf
+    trainer = small_async_trainer(devices)
+    before = [w.copy() for w in trainer.model.get_weights()]
+    with pytest.raises(NonFiniteDataError, match=r"-inf at row 9 of x(.|\n)*stop_on_non_finite=False"):
+        trainer.fit(x, y.astype(np.float32), steps=4)
+    for old, new in zip(before, trainer.model.get_weights()):
+        np.testing.assert_array_equal(old, new)
+    history = small_async_trainer(devices, stop_on_non_finite=False).fit(
+        np.nan_to_num(x, neginf=0.0), y.astype(np.float32), steps=4)
+    assert len(history["loss"]) == 4
+
+
+@pytest.mark.usefixtures("deterministic_ops")
+@pytest.mark.parametrize("loss", [None, mean_squared], ids=["default", "own function"])
+def test_async_trains_on_integer_targets_as_on_floats(devices, loss):
+    x, y = small_data()
+    as_int = small_async_trainer(devices, loss).fit(x, y.astype(np.int64), steps=6, batch_size=8)
+    as_float = small_async_trainer(devices, loss).fit(x, y.astype(np.float32), steps=6, batch_size=8)
+    np.testing.assert_array_equal(as_int["loss"], as_float["loss"])
+
+
+@pytest.mark.usefixtures("deterministic_ops")
+def test_class_indices_stay_integers_for_a_sparse_loss(devices):
+    x, y = small_data()
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4)])
+    history = AsyncTrainer(model, "sparse_categorical_crossentropy", devices[:2],
+                           learning_rate=0.05, progress=False).fit(x, y, steps=3)
+    assert np.isfinite(history["loss"]).all()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pargrad.book.instruments import InstrumentedSyncTrainer, backup_worker_mask, sync_step_times
-from pargrad.sync import sync_strategy
+from pargrad.strategies import sync_strategy
 
 from linear_problem import linear_data, linear_model, numpy_gradient
 

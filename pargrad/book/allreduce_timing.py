@@ -109,7 +109,7 @@ def time_all_reduce_in_worker(sizes=DEFAULT_SIZES, repeats=3, packing_tensors=0,
     ``{"seconds": [...], "replicas": R, "packing": {...} or None}``.
     Taught in the chapter "What communication costs".
     """
-    from pargrad.sync import sync_strategy
+    from pargrad.strategies import sync_strategy
 
     strategy = sync_strategy()  # TF_CONFIG names the workers: MultiWorkerMirroredStrategy
     seconds = time_all_reduce(strategy, sizes, repeats)

@@ -190,7 +190,8 @@ def _replica_probe(accumulation_steps, micro_batch, width):
     import keras
     import numpy as np
 
-    from pargrad.sync import SyncTrainer, sync_strategy
+    from pargrad.strategies import sync_strategy
+    from pargrad.sync import SyncTrainer
 
     keras.utils.set_random_seed(0)
     strategy = sync_strategy(REPLICAS)

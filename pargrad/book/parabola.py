@@ -12,7 +12,8 @@ tf = import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
 
 from pargrad.checks import check_whole_number  # noqa: E402
-from pargrad.sync import SyncTrainer, sync_strategy  # noqa: E402
+from pargrad.strategies import sync_strategy  # noqa: E402
+from pargrad.sync import SyncTrainer  # noqa: E402
 
 LEARNING_RATE = 1e-2
 STEPS = 2000

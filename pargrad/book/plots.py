@@ -378,12 +378,13 @@ def ring_all_reduce_steps(states, sent, counts, title="Ring all-reduce, step by 
 def device_timeline(history, steps=range(4), ax=None, title="What each replica did, step by step"):
     """Per replica: launch, compute and waiting (all-reduce) bars for a few steps.
 
-    ``history``: a :class:`pargrad.SyncHistory`; times are shown in ms from
-    the start of the first step drawn; dotted lines end the steps.
-    (Chapter "Synchronous training".)
+    ``history``: a :class:`pargrad.book.instruments.InstrumentedSyncHistory`;
+    times are shown in ms from the start of the first step drawn; dotted
+    lines end the steps.  (Chapter "Synchronous training".)
     """
     steps = list(steps)
-    if np.isnan(history.compute_start[steps]).any():
+    times = getattr(history, "compute_start", None)     # the core SyncHistory has none
+    if times is None or np.isnan(times[steps]).any():
         raise ValueError(
             "This history has no per-replica times; train with "
             "pargrad.InstrumentedSyncTrainer(..., record_times=True) to draw its timeline."

@@ -217,7 +217,7 @@ _TRAINERS = {}
 
 def _race_sync(options, scenario, seed, budget, every, mode, step_seconds, devices, data, hidden):
     from pargrad.book.instruments import InstrumentedSyncTrainer, sync_step_times
-    from pargrad.sync import sync_strategy
+    from pargrad.strategies import sync_strategy
 
     replicas = len(devices)
     if replicas not in _STRATEGIES:  # one strategy per size, reused by every race

@@ -365,4 +365,4 @@ def train_phase(rounds, local_steps, learning_rate, weights=None, velocity=None,
     x, y = problem_data()
     trainer.fit(x, y, rounds=rounds, batch_size=len(x))
     return {"weights": model.get_weights(), "velocity": [np.asarray(v.numpy()) for v in momentums],
-            "replicas": trainer.replicas, "loss": trainer.evaluate(x, y)}
+            "replicas": trainer.replicas, "loss": trainer.evaluate(x, y)["loss"]}
