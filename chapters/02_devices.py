@@ -36,6 +36,7 @@ import time
 
 import pargrad
 import tensorflow as tf
+from pargrad.book import show_source
 
 # %% [markdown]
 # ## Physical devices
@@ -67,7 +68,7 @@ devices
 # Here is its code:
 
 # %%
-pargrad.show_source(pargrad.logical_devices)
+show_source(pargrad.logical_devices)
 
 # %% [markdown]
 # ## Where an operation runs

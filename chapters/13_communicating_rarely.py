@@ -61,6 +61,7 @@ import psutil
 from pargrad import cost
 from pargrad.book import experiments, glue
 from pargrad.book import rare_communication as rc
+from pargrad.book.parabola import parabola_model
 from pargrad.cluster import LocalCluster
 from pargrad.local_sgd import LocalSGDTrainer
 
@@ -200,7 +201,7 @@ def trainer_run(steps, rate, outer=rc.NESTEROV, seed=0):
     """LocalSGDTrainer on the chapter's problem: 4 replicas, full batch, UPDATES local steps."""
     strategy = pargrad.sync_strategy(rc.REPLICAS)
     with strategy.scope():
-        model = pargrad.parabola_model(seed=seed, hidden=rc.HIDDEN, dtype="float64")
+        model = parabola_model(seed=seed, hidden=rc.HIDDEN, dtype="float64")
         outer_step = rc.outer_optimizer(outer)
     trainer = LocalSGDTrainer(model, strategy, steps, learning_rate=rate,
                               outer_optimizer=outer_step)

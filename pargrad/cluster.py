@@ -78,7 +78,7 @@ class LocalCluster:
     for example to split the devices differently).  Use it as a context
     manager::
 
-        with pargrad.LocalCluster(pargrad.train_parabola, workers=2) as cluster:
+        with pargrad.LocalCluster(train_parabola, workers=2) as cluster:  # pargrad.book.parabola
             results = cluster.wait()        # one return value per worker
         print(cluster.log())                # every line, prefixed by its role
 

@@ -8,7 +8,8 @@ import keras
 import tensorflow as tf
 from pargrad.accumulate import GradientAccumulator
 from pargrad.book.accumulation_memory import peak_memory
-from pargrad.book.parabola import initial_weights, parabola_data, parabola_forward, squared_error
+from pargrad.book.parabola import (initial_weights, parabola_data, parabola_forward, parabola_model,
+                                    squared_error)
 
 TOLERANCE = 1e-6
 
@@ -196,7 +197,7 @@ def test_under_mirrored_strategy_one_sum_per_update_equals_the_big_batch(devices
     strategy = tf.distribute.MirroredStrategy(devices)
     x, y = parabola_data()
     with strategy.scope():
-        model = pargrad.parabola_model(seed=1)
+        model = parabola_model(seed=1)
         optimizer = keras.optimizers.Adam(0.05)
         accumulator = GradientAccumulator(model.trainable_variables, 5, optimizer)
 
@@ -220,7 +221,7 @@ def test_under_mirrored_strategy_one_sum_per_update_equals_the_big_batch(devices
     with strategy.scope(), pytest.raises(RuntimeError, match="inside strategy.run"):
         accumulator.accumulate([tf.zeros(v.shape) for v in model.trainable_variables], 1)
 
-    reference = pargrad.parabola_model(seed=1)
+    reference = parabola_model(seed=1)
     reference_optimizer = keras.optimizers.Adam(0.05)
     for _ in range(2):
         with tf.GradientTape() as tape:

@@ -8,6 +8,7 @@ import pytest
 
 import pargrad
 from pargrad.asynchronous import AsyncTrainer, tf
+from pargrad.book.parabola import squared_error
 from pargrad.scenario import Scenario
 from pargrad.training import NonFiniteLossError
 
@@ -46,16 +47,16 @@ def keras_fit(model, x, y, steps, optimizer=None):
 # -- targets of shape (N,), and the loss in every form Keras takes ----
 
 def test_targets_of_shape_n_train_as_keras_fit_with_mse(devices):
-    """y of shape (N,) with pargrad.squared_error (the docstring's example) = Keras mse."""
+    """y of shape (N,) with pargrad.book.parabola.squared_error (the docstring's example) = Keras mse."""
     x, y = regression_data()
-    trainer = AsyncTrainer(regression_model(), pargrad.squared_error, devices[:1], RATE,
+    trainer = AsyncTrainer(regression_model(), squared_error, devices[:1], RATE,
                            progress=False)
     history = trainer.fit(x, y, steps=40)
     expected = keras_fit(regression_model(), x, y, 40)
     assert np.all(np.isfinite(history["loss"]))
     for got, want in zip(trainer.get_weights(), expected):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    column = AsyncTrainer(regression_model(), pargrad.squared_error, devices[:1], RATE,
+    column = AsyncTrainer(regression_model(), squared_error, devices[:1], RATE,
                           progress=False)
     column.fit(x, y[:, None], steps=40)
     for got, want in zip(trainer.get_weights(), column.get_weights()):
@@ -64,7 +65,7 @@ def test_targets_of_shape_n_train_as_keras_fit_with_mse(devices):
 
 @pytest.mark.parametrize("loss", [
     "mse", "mean_squared_error", keras.losses.MeanSquaredError(), keras.losses.mean_squared_error,
-    pargrad.squared_error, lambda y, p: tf.square(y - p)[:, 0],  # per example, reduced by the trainer
+    squared_error, lambda y, p: tf.square(y - p)[:, 0],  # per example, reduced by the trainer
 ], ids=["mse", "mean_squared_error", "MeanSquaredError()", "function", "squared_error",
         "per-example lambda"])
 def test_loss_takes_strings_keras_losses_and_callables(devices, loss):
@@ -72,7 +73,7 @@ def test_loss_takes_strings_keras_losses_and_callables(devices, loss):
     x, y = regression_data()
     trainer = AsyncTrainer(regression_model(), loss, devices[:2], RATE, progress=False)
     trainer.fit(x, y, steps=20)
-    reference = AsyncTrainer(regression_model(), pargrad.squared_error, devices[:2], RATE,
+    reference = AsyncTrainer(regression_model(), squared_error, devices[:2], RATE,
                              progress=False)
     reference.fit(x, y[:, None], steps=20)
     for got, want in zip(trainer.get_weights(), reference.get_weights()):

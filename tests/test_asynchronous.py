@@ -11,6 +11,7 @@ import pargrad
 from pargrad.asynchronous import AsyncTrainer, tf
 from pargrad.scenario import Scenario
 from pargrad.book.lost_updates import lost_updates
+from pargrad.book.parabola import parabola_data, parabola_model, squared_error
 
 from linear_problem import linear_data, linear_model, mse, numpy_gradient
 
@@ -65,8 +66,8 @@ def test_two_scheduled_workers_apply_the_stale_updates_computed_by_hand(devices,
 
 @pytest.mark.parametrize("mode", ["scheduled", "free-running"])
 def test_every_requested_update_is_applied_and_counted(devices, mode):
-    x, y = pargrad.parabola_data()
-    trainer = AsyncTrainer(pargrad.parabola_model(), pargrad.squared_error, devices,
+    x, y = parabola_data()
+    trainer = AsyncTrainer(parabola_model(), squared_error, devices,
                            learning_rate=0.01, progress=False)
     history = trainer.fit(x, y, steps=37, batch_size=4, mode=mode,
                           scenario=Scenario((1.0,) * len(devices), jitter=0.5))
@@ -85,8 +86,8 @@ def test_every_requested_update_is_applied_and_counted(devices, mode):
 
 
 def test_equal_speeds_give_staleness_workers_minus_one_and_a_slow_worker_more(devices):
-    x, y = pargrad.parabola_data()
-    trainer = AsyncTrainer(pargrad.parabola_model(), pargrad.squared_error, devices,
+    x, y = parabola_data()
+    trainer = AsyncTrainer(parabola_model(), squared_error, devices,
                            learning_rate=0.01, progress=False)
     history = trainer.fit(x, y, steps=40)
     assert history["staleness"][4:].tolist() == [3] * 36
@@ -99,8 +100,8 @@ def test_equal_speeds_give_staleness_workers_minus_one_and_a_slow_worker_more(de
 
 
 def test_staleness_aware_learning_rate_divides_by_staleness_plus_one(devices):
-    x, y = pargrad.parabola_data()
-    trainer = AsyncTrainer(pargrad.parabola_model(), pargrad.squared_error, devices,
+    x, y = parabola_data()
+    trainer = AsyncTrainer(parabola_model(), squared_error, devices,
                            learning_rate=0.1, staleness_aware=True, progress=False)
     history = trainer.fit(x, y, steps=20, scenario=Scenario((1.0,) * len(devices), jitter=1.0))
     np.testing.assert_allclose(history["learning_rate"], 0.1 / (history["staleness"] + 1))
@@ -109,10 +110,10 @@ def test_staleness_aware_learning_rate_divides_by_staleness_plus_one(devices):
 
 @pytest.mark.claim
 def test_scheduled_runs_repeat_exactly(devices):
-    x, y = pargrad.parabola_data()
+    x, y = parabola_data()
 
     def run():
-        trainer = AsyncTrainer(pargrad.parabola_model(), pargrad.squared_error, devices,
+        trainer = AsyncTrainer(parabola_model(), squared_error, devices,
                                learning_rate=0.02, progress=False)
         history = trainer.fit(x, y, steps=30, batch_size=5,
                               scenario=Scenario((1, 0.7, 1, 0.5), jitter=0.5), seed=3)
@@ -134,8 +135,8 @@ def test_scheduled_runs_repeat_exactly(devices):
 
 
 def test_a_failing_worker_ends_fit_promptly_and_leaves_no_thread(devices):
-    x, y = pargrad.parabola_data()
-    trainer = AsyncTrainer(pargrad.parabola_model(), pargrad.squared_error, devices[:2],
+    x, y = parabola_data()
+    trainer = AsyncTrainer(parabola_model(), squared_error, devices[:2],
                            learning_rate=0.01, progress=False)
     healthy = trainer._gradient_fns[1]
     calls, failed_at = [], []
@@ -157,8 +158,8 @@ def test_a_failing_worker_ends_fit_promptly_and_leaves_no_thread(devices):
 
 
 def test_a_time_limit_stops_a_free_running_fit(devices):
-    x, y = pargrad.parabola_data()
-    trainer = AsyncTrainer(pargrad.parabola_model(), pargrad.squared_error, devices[:2],
+    x, y = parabola_data()
+    trainer = AsyncTrainer(parabola_model(), squared_error, devices[:2],
                            learning_rate=0.01, progress=False)
     trainer.fit(x, y, steps=2, mode="free-running")  # compile first
     started = time.perf_counter()

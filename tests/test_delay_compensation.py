@@ -6,7 +6,8 @@ import pytest
 
 import pargrad
 from pargrad.asynchronous import AsyncTrainer, delay_compensated
-from pargrad.book import parabola_async
+from pargrad.book import parabola_async, race
+from pargrad.book.parabola import parabola_data, parabola_model, squared_error
 from pargrad.scenario import Scenario
 
 from linear_problem import linear_data, linear_model, mse
@@ -40,16 +41,16 @@ def test_the_correction_on_a_hand_made_case_in_float64():
 ])
 def test_the_trainer_with_delay_compensation_equals_the_float64_replay(
         devices, speeds, jitter, aware, rate, strength):
-    x, y = pargrad.parabola_data()
+    x, y = parabola_data()
     workers, steps = len(speeds), 200
-    trainer = AsyncTrainer(pargrad.parabola_model(seed=3), pargrad.squared_error,
+    trainer = AsyncTrainer(parabola_model(seed=3), squared_error,
                            devices[:workers], learning_rate=rate, staleness_aware=aware,
                            delay_compensation=strength, progress=False)
     trainer.fit(x, y, steps=steps, scenario=Scenario(speeds, jitter), seed=7)
-    model = pargrad.parabola_model()
+    model = parabola_model()
     model.set_weights(trainer.get_weights())
-    trained = float(pargrad.squared_error(y, model(x)))
-    x64, y64 = pargrad.parabola_data(dtype="float64")
+    trained = float(squared_error(y, model(x)))
+    x64, y64 = parabola_data(dtype="float64")
     schedule = parabola_async.virtual_schedule(speeds, steps, jitter=jitter, seed=7)
     weights = parabola_async.stacked_weights([3])
     replayed = parabola_async.train(weights, x64, y64, workers, schedule, rate,
@@ -62,12 +63,12 @@ def test_the_trainer_with_delay_compensation_equals_the_float64_replay(
 
 
 def test_delay_compensation_through_keras_sgd_is_the_plain_path(devices):
-    x, y = pargrad.parabola_data()
+    x, y = parabola_data()
     options = dict(steps=40, scenario=Scenario((1.0, 0.5, 1.0, 0.7), jitter=0.5), seed=2)
-    plain = AsyncTrainer(pargrad.parabola_model(seed=1), pargrad.squared_error, devices,
+    plain = AsyncTrainer(parabola_model(seed=1), squared_error, devices,
                          learning_rate=0.05, delay_compensation=1.0, progress=False)
     plain.fit(x, y, **options)
-    through_sgd = AsyncTrainer(pargrad.parabola_model(seed=1), pargrad.squared_error, devices,
+    through_sgd = AsyncTrainer(parabola_model(seed=1), squared_error, devices,
                                optimizer=keras.optimizers.SGD(0.05), delay_compensation=1.0,
                                progress=False)
     through_sgd.fit(x, y, **options)
@@ -140,15 +141,15 @@ def test_a_bad_scenario_is_refused_when_it_is_made(arguments, error):
 
 
 def test_a_scenario_is_one_value_the_race_and_the_library_share():
-    assert pargrad.race.Scenario is pargrad.Scenario
+    assert race.Scenario is pargrad.Scenario
     assert Scenario([1, 0.5]) == Scenario((1.0, 0.5)) and Scenario((1.0,) * 2) == Scenario.equal(2)
 
 
 def test_delay_compensation_compiled_with_xla_follows_the_plain_tensorflow_run(devices):
-    x, y = pargrad.parabola_data()
+    x, y = parabola_data()
     weights = []
     for jit in (False, True):
-        trainer = AsyncTrainer(pargrad.parabola_model(seed=2), pargrad.squared_error, devices,
+        trainer = AsyncTrainer(parabola_model(seed=2), squared_error, devices,
                                learning_rate=0.05, delay_compensation=0.3, jit_compile=jit,
                                progress=False)
         trainer.fit(x, y, steps=60, scenario=Scenario((1.0, 1.0, 1.0, 0.1)))

@@ -18,6 +18,7 @@ import pytest
 
 import pargrad
 import tensorflow as tf
+from pargrad.book import digits
 from pargrad.sync import SyncTrainer, sync_strategy
 from pargrad.training import NonFiniteLossError
 
@@ -366,7 +367,7 @@ def digits_trainer(**options):
 
 def test_validation_and_metrics_per_epoch_like_keras():
     """history.history has loss, accuracy, val_loss and val_accuracy per epoch."""
-    x_train, y_train, x_test, y_test = pargrad.digits.digits_data(seed=0)
+    x_train, y_train, x_test, y_test = digits.digits_data(seed=0)
     t = digits_trainer()
     history = t.fit(x_train[:1344], y_train[:1344], epochs=3, batch_size=64, seed=0,
                     validation_data=(x_test, y_test))

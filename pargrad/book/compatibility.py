@@ -159,14 +159,15 @@ def run_combinations(combinations):
     same order.  Returns nothing.
     """
     import pargrad
+    from pargrad.book.parabola import fit_one_device, parabola_data
 
     strategy_name = combinations[0][1]
     if strategy_name == "MirroredStrategy":
         pargrad.logical_devices(2)
     tf = pargrad._quiet.import_tensorflow_quietly()
     strategy, coordinator = _make_strategy(tf, strategy_name)
-    x, y = pargrad.parabola_data(POINTS)
-    _, reference = pargrad.fit_one_device(x, y, steps=STEPS, learning_rate=LEARNING_RATE)
+    x, y = parabola_data(POINTS)
+    _, reference = fit_one_device(x, y, steps=STEPS, learning_rate=LEARNING_RATE)
     for api, _, k in combinations:
         combination = [api, strategy_name, k]
         _emit({"event": "start", "combination": combination})

@@ -33,7 +33,7 @@ import numpy as np
 
 from pargrad import cost
 from pargrad.book import parabola_async
-from pargrad.book.parabola import parabola_data
+from pargrad.book.parabola import parabola_data, parabola_model
 
 POINTS = 48          # divides evenly over 1, 2, 3, 4, 6 and 8 replicas
 REPLICAS = 4
@@ -427,7 +427,7 @@ def train_phase(rounds, local_steps, learning_rate, weights=None, velocity=None,
 
     strategy = pargrad.sync_strategy()
     with strategy.scope():
-        model = pargrad.parabola_model(seed=seed, hidden=HIDDEN, dtype="float64")
+        model = parabola_model(seed=seed, hidden=HIDDEN, dtype="float64")
         if weights is not None:
             model.set_weights([np.asarray(w, np.float64) for w in weights])
         outer_step = outer_optimizer(outer)
