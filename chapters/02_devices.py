@@ -194,8 +194,8 @@ except pargrad.DevicesAlreadyInitializedError as error:
 for bad in [0, 2.5]:
     try:
         pargrad.logical_devices(bad)
-    except ValueError as error:
-        print("ValueError:", error)
+    except (TypeError, ValueError) as error:
+        print(f"{type(error).__name__}:", error)
 
 # %% [markdown]
 # ## On Colab's single GPU

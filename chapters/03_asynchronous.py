@@ -1116,7 +1116,7 @@ glue("dc-guard-compensated-1", above_start[0.2]["λ = 1"])
 #   best constant rate DC-ASGD ends lower on {glue:text}`dc-vs-constant-wins`
 #   seeds and higher on {glue:text}`dc-vs-constant-losses`
 #   (p = {glue:text}`dc-vs-constant-p:.2g`): {glue:text}`dc-vs-constant`.
-#   What holds on other seeds too (`tests/test_delay_compensation_conclusions.py`
+#   What holds on other seeds too (`tests/claims/test_delay_compensation_conclusions.py`
 #   reruns it on two other sets of 20) is that DC-ASGD is not ahead of the
 #   tuned constant; which small $\lambda$ wins the sweep varies with the seeds.
 # - **Against the staleness-aware rule,** each at its best, DC-ASGD ends lower

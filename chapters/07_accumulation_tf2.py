@@ -85,9 +85,9 @@ print(inspect.getsource(GradientAccumulator.mean_gradients))
 # %% [markdown]
 # The state lives in variables, so the same object works eagerly and inside a
 # `tf.function`. A training loop over micro-batches calls `step`, which
-# accumulates and, every `steps` calls, applies and starts a new window. We
+# accumulates and, every `accumulation_steps` calls, applies and starts a new window. We
 # use the y = x² question's network and data again: 50 points, micro-batches of 10, so
-# `steps=5` makes one update from the whole data set.
+# `accumulation_steps=5` makes one update from the whole data set.
 
 # %%
 x_all, y_all = parabola_data()
@@ -130,7 +130,7 @@ OPTIMIZERS = {"SGD": lambda: keras.optimizers.SGD(0.05),
               "Adam": lambda: keras.optimizers.Adam(0.05)}
 for name, make_optimizer in OPTIMIZERS.items():
     model = parabola_model()
-    accumulator = GradientAccumulator(model.trainable_variables, steps=K,
+    accumulator = GradientAccumulator(model.trainable_variables, accumulation_steps=K,
                                       optimizer=make_optimizer())
     train_micro_batch = micro_batch_stepper(model, accumulator)
     applied = [bool(train_micro_batch(xb, yb))
@@ -149,7 +149,7 @@ for name, make_optimizer in OPTIMIZERS.items():
 
 # %%
 model = parabola_model()
-for attempt in [lambda: GradientAccumulator(model.trainable_variables, steps=0),
+for attempt in [lambda: GradientAccumulator(model.trainable_variables, accumulation_steps=0),
                 lambda: GradientAccumulator(model.trainable_variables, 2).accumulate(
                     [tf.zeros([1, 5])], 10),
                 lambda: GradientAccumulator(model.trainable_variables, 2,
@@ -604,7 +604,7 @@ fig.tight_layout()
 #
 # ## Summary
 #
-# - `pargrad.GradientAccumulator(variables, steps, optimizer)` accumulates
+# - `pargrad.GradientAccumulator(variables, accumulation_steps, optimizer)` accumulates
 #   example-weighted gradients in variables and applies their mean, eagerly
 #   or in `tf.function`; it equals the big batch to float32 rounding.
 # - Keras 3's `gradient_accumulation_steps` gives the same on one device, but

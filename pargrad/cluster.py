@@ -408,6 +408,8 @@ def serve():
     can hang (each closure the coordinator sends blocks a thread while it
     waits for variables).  The server listens on *all* interfaces, without
     authentication.  Taught in the chapter "Beyond one machine".
+
+    Shown in the chapter "Beyond one machine".
     """
     from pargrad._quiet import import_tensorflow_quietly
 

@@ -197,12 +197,17 @@ def test_every_library_module_has_a_test_file_of_its_name():
     assert not missing, f"library modules without a test file of their name: {missing}"
 
 
-def test_claim_tests_live_in_tests_claims():
-    """A test of a chapter's conclusion is a book check: tests/claims, not beside the unit tests."""
-    for path in sorted((ROOT / "tests").glob("test_*.py")):
-        assert "mark.claim" not in path.read_text(), (
-            f"{path.relative_to(ROOT)} holds claim tests: move it to tests/claims/")
-    assert sorted((ROOT / "tests" / "claims").glob("test_*.py"))
+BOOK_CHECKS = ["test_book_html.py", "test_notebooks.py", "test_prose_numbers.py"]
+
+
+def test_the_book_checks_live_in_tests_claims():
+    """Tests of a chapter's conclusions and of the pages are book checks, beside no unit test."""
+    claims = sorted(path.name for path in (ROOT / "tests" / "claims").glob("test_*.py"))
+    assert set(BOOK_CHECKS) <= set(claims), claims
+    assert any(name.endswith("_conclusions.py") for name in claims), claims
+    strays = [path.name for path in (ROOT / "tests").glob("test_*.py")
+              if path.name.endswith("_conclusions.py") or path.name in BOOK_CHECKS]
+    assert not strays, f"move these to tests/claims/: {strays}"
 
 
 # -- shown code is marked ------------------------------------------------------
@@ -233,11 +238,19 @@ def shown_targets(path):
 
 
 def chapter_namespace(path):
-    """What a chapter's import statements bind (executed, nothing else of the chapter)."""
+    """What a chapter's import statements bind (executed, nothing else of the chapter).
+
+    An optional import (inside ``try ... except ImportError``) may fail here.
+    """
     tree = ast.parse(path.read_text(), filename=str(path))
-    imports = [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
     namespace = {"__builtins__": builtins}
-    exec(compile(ast.Module(body=imports, type_ignores=[]), str(path), "exec"), namespace)  # noqa: S102
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            try:
+                exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"),  # noqa: S102
+                     namespace)
+            except ImportError:
+                pass
     return namespace
 
 
@@ -291,3 +304,14 @@ def test_every_named_chapter_exists():
              for opening in ("Taught in the chapter", "Shown in the chapter")
              for title in quoted_in(doc, opening) if title not in titles]
     assert not wrong, f"docstrings name chapters that do not exist (titles: {sorted(titles)}): {wrong}"
+
+
+# -- the one map ----------------------------------------------------------------
+
+def test_the_readme_maps_every_module():
+    """The README's tables are the package's one hand-kept map: every module is in them."""
+    readme = (ROOT / "README.md").read_text()
+    modules = [path for path in sorted(PACKAGE.rglob("*.py")) if not path.stem.startswith("_")]
+    missing = [module_name(path) for path in modules if f"`{path.stem}`" not in readme]
+    assert not missing, f"add these modules to the README's map: {missing}"
+    assert len(readme.splitlines()) <= 110, "the README is read in five minutes; keep it short"

@@ -133,6 +133,8 @@ def time_parameter_server_in_coordinator(sizes=DEFAULT_SIZES, repeats=3):
     a time, so it also holds the coordinator's round trip to the worker.
     Returns ``{"seconds": [...]}``.  Taught in the chapter "What
     communication costs".
+
+    Shown in the chapter "What communication costs".
     """
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     strategy = tf.distribute.ParameterServerStrategy(resolver)

@@ -157,6 +157,8 @@ def run_combinations(combinations):
     Prints a start line and a result line for each; the process (or, for the
     cluster strategies, every worker or the coordinator) must run them in the
     same order.  Returns nothing.
+
+    Shown in the chapter "Compatibility matrix".
     """
     import pargrad
     from pargrad.book.parabola import fit_one_device, parabola_data
@@ -226,6 +228,7 @@ def _compare(weights, reference):
 
 
 def _keras_fit(strategy, x, y, k):
+    """Shown in the chapter "Compatibility matrix"."""
     import keras
 
     from pargrad.book.parabola import parabola_model
@@ -251,6 +254,7 @@ def _sync_loop(strategy, x, y, k):
 
 
 def _parameter_server_loop(tf, strategy, coordinator, x, y, k):
+    """Shown in the chapter "Compatibility matrix"."""
     from pargrad.book.parabola import initial_weights, parabola_forward, squared_error
 
     with strategy.scope():

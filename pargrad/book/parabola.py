@@ -64,7 +64,10 @@ def initial_weights(seed=0, hidden=5, dtype="float32"):
 
 
 def add_layer(inputs, weights, biases, activation=None):
-    """One fully connected layer, as the y = x² question writes it: ``activation(x @ W + b)``."""
+    """One fully connected layer, as the y = x² question writes it: ``activation(x @ W + b)``.
+
+    Shown in the chapter "The training loop".
+    """
     outputs = tf.matmul(inputs, weights) + biases
     return outputs if activation is None else activation(outputs)
 
@@ -101,6 +104,8 @@ def fit_one_device(x, y, steps=STEPS, learning_rate=LEARNING_RATE, seed=0):
     Returns ``(losses, weights)``: the loss before each update and the final
     weights as NumPy arrays.  The weights take the dtype of ``x`` (float32
     or float64).  Taught in the chapter "The training loop".
+
+    Shown in the chapter "The training loop".
     """
     variables = [tf.Variable(value) for value in initial_weights(seed, dtype=np.asarray(x).dtype)]
     x, y = tf.constant(x), tf.constant(y)
@@ -137,6 +142,8 @@ def train_parabola(replicas=None, steps=2000, learning_rate=1e-2, seed=0, steps_
     friendly so that worker processes can hand it back.
 
     Taught in the chapter "Synchronous training".
+
+    Shown in the chapter "Synchronous training".
     """
     strategy = sync_strategy(replicas)
     with strategy.scope():

@@ -92,6 +92,8 @@ def train_parameter_server(updates=400, learning_rate=1e-2, seed=0, shards=None,
     ``shard_devices`` of each variable, and ``seconds``.
 
     Taught in the chapter "Beyond one machine".
+
+    Shown in the chapter "Beyond one machine".
     """
     from pargrad.book.parabola import initial_weights, parabola_data
 
