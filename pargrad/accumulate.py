@@ -249,9 +249,9 @@ class GradientAccumulator(tf.Module):
                 "are added up; call accumulate() inside it."
             )
         called = tf.debugging.assert_positive(self.micro_batches, message=EMPTY_WINDOW_MESSAGE)
-        with tf.control_dependencies([called]):
+        with tf.control_dependencies([called]):   # first an empty window, then padding only
             weighed = tf.debugging.assert_positive(self.examples, message=ZERO_WEIGHT_MESSAGE)
-        with tf.control_dependencies([called, weighed]):
+        with tf.control_dependencies([weighed]):
             return [total / tf.cast(self.examples, total.dtype) for total in self.sums]
 
     def apply(self):

@@ -283,6 +283,26 @@ def test_shown_code_says_where_it_is_shown(path, target):
         f'{target} is shown in {path.name}; add to its docstring: Shown in the chapter "{title}".')
 
 
+def excerpts(path):
+    """(target, first, last) of each ``show_lines`` call of a chapter, its markers as literals."""
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "show_lines":
+            markers = [ast.literal_eval(argument) for argument in node.args[1:]]
+            yield ast.unparse(node.args[0]), *markers, *[None] * (2 - len(markers))
+
+
+EXCERPTS = [(path, *excerpt) for path in CHAPTERS for excerpt in excerpts(path)]
+
+
+@pytest.mark.parametrize("path, target, first, last", EXCERPTS,
+                         ids=[f"{p.stem}:{t}:{f}" for p, t, f, _ in EXCERPTS])
+def test_the_lines_a_chapter_shows_are_still_in_the_code(path, target, first, last):
+    """An edit that removes a shown line fails here, not only when the chapter runs."""
+    from pargrad.book.display import show_lines
+
+    show_lines(eval(target, chapter_namespace(path)), first, last)  # noqa: S307
+
+
 def documented_objects():
     """(qualified name, docstring) of every pargrad module, class and function."""
     for name, path in MODULES.items():
