@@ -39,7 +39,9 @@ if "google.colab" in sys.modules:
 import numpy as np
 import pargrad
 import tensorflow as tf
-from pargrad.book import plots
+from pargrad.book import plots, show_source
+from pargrad.book.parabola import (add_layer, fit_one_device, initial_weights, parabola_data,
+                                    parabola_forward, parabola_model, squared_error)
 
 # %% [markdown]
 # ## One iteration, four steps
@@ -68,7 +70,7 @@ from pargrad.book import plots
 # enough to show every effect. The data:
 
 # %%
-x, y = pargrad.parabola_data()
+x, y = parabola_data()
 print("x:", x.shape, x.dtype, " first points:", x[:3, 0].round(4))
 print("y:", y.shape, y.dtype, " first targets:", y[:3, 0].round(4))
 
@@ -81,12 +83,12 @@ print("y:", y.shape, y.dtype, " first targets:", y[:3, 0].round(4))
 # loop below (and of the later chapters) starts from the *same* weights:
 
 # %%
-weights = pargrad.initial_weights(seed=0)
+weights = initial_weights(seed=0)
 for name, value in zip(["W1", "b1", "W2", "b2"], weights):
     print(f"{name} {str(value.shape):7} {value.ravel().round(4)}")
 
 # %%
-pargrad.show_source(pargrad.add_layer)
+show_source(add_layer)
 
 # %% [markdown]
 # ## The TF1 program: a graph, then a session
@@ -103,8 +105,8 @@ with graph.as_default():
     xs = tf.compat.v1.placeholder(tf.float32, [None, 1])
     ys = tf.compat.v1.placeholder(tf.float32, [None, 1])
     w1, b1, w2, b2 = [tf.compat.v1.Variable(value) for value in weights]
-    hidden = pargrad.add_layer(xs, w1, b1, activation=tf.nn.tanh)
-    prediction = pargrad.add_layer(hidden, w2, b2)
+    hidden = add_layer(xs, w1, b1, activation=tf.nn.tanh)
+    prediction = add_layer(hidden, w2, b2)
     loss = tf.reduce_mean(tf.reduce_sum(tf.square(ys - prediction), axis=1))
     train_step = tf.compat.v1.train.GradientDescentOptimizer(0.01).minimize(loss)
     init = tf.compat.v1.global_variables_initializer()
@@ -135,13 +137,13 @@ print(f"TF1: loss {tf1_losses[0]:.4f} at the first step, {tf1_losses[-1]:.4f} af
 # TensorFlow 2 runs operations as they are called (eager execution) and
 # records them on a `tf.GradientTape` to backpropagate. The four steps become
 # four visible lines; `tf.function` compiles the step into a graph again, for
-# speed. This is `pargrad.fit_one_device`:
+# speed. This is `pargrad.book.parabola.fit_one_device`:
 
 # %%
-pargrad.show_source(pargrad.fit_one_device)
+show_source(fit_one_device)
 
 # %%
-tf2_losses, tf2_weights = pargrad.fit_one_device(x, y, steps=2000, learning_rate=0.01, seed=0)
+tf2_losses, tf2_weights = fit_one_device(x, y, steps=2000, learning_rate=0.01, seed=0)
 print(f"TF2: loss {tf2_losses[0]:.4f} at the first step, {tf2_losses[-1]:.4f} after 2000")
 
 # %% [markdown]
@@ -172,9 +174,9 @@ fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.4))
 plots.loss_curve(tf1_losses, ax=left, label="TF1 graph + Session")
 left.plot(np.arange(1, 2001), tf2_losses, "--", label="TF2 GradientTape")
 left.legend()
-model = pargrad.parabola_model(seed=0)
+model = parabola_model(seed=0)
 model.set_weights(tf2_weights)
-plots.parabola_fit(x, y, {"before training": pargrad.parabola_model(seed=0).predict(x, verbose=0),
+plots.parabola_fit(x, y, {"before training": parabola_model(seed=0).predict(x, verbose=0),
                           "after 2000 steps": model.predict(x, verbose=0)}, ax=right)
 fig.tight_layout()
 
@@ -185,7 +187,7 @@ fig.tight_layout()
 # training exactly, and will be able to tell whether a parallel version
 # changes it.
 #
-# `pargrad.parabola_model` builds the same network as a Keras model holding the
+# `pargrad.book.parabola.parabola_model` builds the same network as a Keras model holding the
 # same initial weights; the synchronous chapter trains it on several devices.
 #
 # ## Summary
@@ -205,7 +207,7 @@ fig.tight_layout()
 # 1. Change the learning rate to 0.1 and to 0.5 in both programs. Do they still
 #    agree? What happens to the loss?
 #
-#    *Hint:* `pargrad.fit_one_device` takes `learning_rate`; wrap the TF1
+#    *Hint:* `pargrad.book.parabola.fit_one_device` takes `learning_rate`; wrap the TF1
 #    program in a function of the learning rate.
 # 2. Split the 50 points into two halves, compute the gradient of the loss on
 #    each half with `GradientTape`, and average them. Is the average equal to the
@@ -232,7 +234,7 @@ def tf1_training(learning_rate, steps=2000):
         xs = tf.compat.v1.placeholder(tf.float32, [None, 1])
         ys = tf.compat.v1.placeholder(tf.float32, [None, 1])
         variables = [tf.compat.v1.Variable(value) for value in weights]
-        loss = pargrad.squared_error(ys, pargrad.parabola_forward(xs, variables))
+        loss = squared_error(ys, parabola_forward(xs, variables))
         step = tf.compat.v1.train.GradientDescentOptimizer(learning_rate).minimize(loss)
         init = tf.compat.v1.global_variables_initializer()
     with tf.compat.v1.Session(graph=graph) as sess:
@@ -243,7 +245,7 @@ def tf1_training(learning_rate, steps=2000):
 diverged = {}
 for learning_rate in (0.1, 0.5):
     tf1_curve = tf1_training(learning_rate)
-    tf2_curve, _ = pargrad.fit_one_device(x, y, steps=2000, learning_rate=learning_rate, seed=0)
+    tf2_curve, _ = fit_one_device(x, y, steps=2000, learning_rate=learning_rate, seed=0)
     diverged[learning_rate] = not np.isfinite(tf1_curve[-1]) and not np.isfinite(tf2_curve[-1])
     agree = np.allclose(tf1_curve, tf2_curve, rtol=1e-3, atol=1e-5, equal_nan=True)
     print(f"learning rate {learning_rate}: TF1 final loss {tf1_curve[-1]:.2g}, "
@@ -263,7 +265,7 @@ variables = [tf.Variable(value) for value in weights]
 
 def gradient_of(x_part, y_part):
     with tf.GradientTape() as tape:
-        loss_value = pargrad.squared_error(y_part, pargrad.parabola_forward(x_part, variables))
+        loss_value = squared_error(y_part, parabola_forward(x_part, variables))
     return [g.numpy() for g in tape.gradient(loss_value, variables)]
 
 

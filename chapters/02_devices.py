@@ -36,6 +36,7 @@ import time
 
 import pargrad
 import tensorflow as tf
+from pargrad.book import show_source
 
 # %% [markdown]
 # ## Physical devices
@@ -67,7 +68,7 @@ devices
 # Here is its code:
 
 # %%
-pargrad.show_source(pargrad.logical_devices)
+show_source(pargrad.logical_devices)
 
 # %% [markdown]
 # ## Where an operation runs
@@ -193,8 +194,8 @@ except pargrad.DevicesAlreadyInitializedError as error:
 for bad in [0, 2.5]:
     try:
         pargrad.logical_devices(bad)
-    except ValueError as error:
-        print("ValueError:", error)
+    except (TypeError, ValueError) as error:
+        print(f"{type(error).__name__}:", error)
 
 # %% [markdown]
 # ## On Colab's single GPU

@@ -61,7 +61,8 @@ import tensorflow as tf
 from pargrad.book import plots
 from pargrad import AsyncTrainer, Scenario
 from pargrad.book.lost_updates import lost_updates
-from pargrad.book import glue, show_lines
+from pargrad.book import glue, show_lines, show_source
+from pargrad.book.parabola import parabola_data, parabola_model, squared_error
 
 devices = pargrad.logical_devices(8)
 keras.utils.set_random_seed(0)
@@ -131,7 +132,7 @@ show_lines(AsyncTrainer._work, "read = self._read(", "self._apply(")
 # the run is over.
 
 # %% tags=["hide-cell"]
-pargrad.show_source(AsyncTrainer._work)
+show_source(AsyncTrainer._work)
 
 # %% [markdown]
 # Reading and
@@ -142,7 +143,7 @@ pargrad.show_source(AsyncTrainer._work)
 # gradient using the parameters the worker read (both remedies come below):
 
 # %%
-pargrad.show_source(AsyncTrainer._apply)
+show_source(AsyncTrainer._apply)
 
 # %% [markdown]
 # ## Two ways to run: real threads and a virtual clock
@@ -160,8 +161,8 @@ pargrad.show_source(AsyncTrainer._apply)
 # the number is the staleness of that update.
 
 # %%
-x, y = pargrad.parabola_data()
-trainer = AsyncTrainer(pargrad.parabola_model(seed=0), pargrad.squared_error, devices[:3],
+x, y = parabola_data()
+trainer = AsyncTrainer(parabola_model(seed=0), squared_error, devices[:3],
                        learning_rate=0.01, progress=False)
 history = trainer.fit(x, y, steps=12, scenario=Scenario((1.0, 1.0, 0.5), jitter=0.2),
                       seed=1)
@@ -454,7 +455,7 @@ JITTER = 0.3
 glue("jitter-percent", 100 * JITTER)
 stalenesses = {}
 for workers in (1, 2, 4, 8):
-    trainer = AsyncTrainer(pargrad.parabola_model(seed=0), pargrad.squared_error,
+    trainer = AsyncTrainer(parabola_model(seed=0), squared_error,
                            devices[:workers], learning_rate=0.01, progress=False)
     run = trainer.fit(x, y, steps=400, scenario=Scenario((1.0,) * workers, JITTER), seed=0)
     stalenesses[f"{workers} worker{'s' * (workers > 1)}"] = run["staleness"]
@@ -465,7 +466,7 @@ for workers in (1, 2, 4, 8):
 # Now four workers, one of them four times slower than the others:
 
 # %%
-trainer = AsyncTrainer(pargrad.parabola_model(seed=0), pargrad.squared_error, devices[:4],
+trainer = AsyncTrainer(parabola_model(seed=0), squared_error, devices[:4],
                        learning_rate=0.01, progress=False)
 run = trainer.fit(x, y, steps=400, scenario=Scenario((1, 1, 1, 0.25), jitter=0.3), seed=0)
 slow = run["worker"] == 3
@@ -510,7 +511,7 @@ plt.close(figure)  # shown once, by the numbered figure below
 # hold whatever they are:
 
 # %% tags=["nbval-ignore-output"]
-trainer = AsyncTrainer(pargrad.parabola_model(seed=0), pargrad.squared_error, devices[:2],
+trainer = AsyncTrainer(parabola_model(seed=0), squared_error, devices[:2],
                        learning_rate=0.01, progress=False)
 free = trainer.fit(x, y, steps=300, mode="free-running")
 print("staleness histogram with 2 threads:", np.bincount(free["staleness"]))
@@ -551,7 +552,7 @@ assert free["staleness"].max() >= 1
 # %%
 def train(workers, learning_rate, staleness_aware=False, updates=400, speeds=None):
     """One asynchronous run; returns its history and its loss on all 50 points at the end."""
-    trainer = AsyncTrainer(pargrad.parabola_model(seed=0), pargrad.squared_error,
+    trainer = AsyncTrainer(parabola_model(seed=0), squared_error,
                            devices[:workers], learning_rate=learning_rate,
                            staleness_aware=staleness_aware, progress=False,
                            stop_on_non_finite=False)
@@ -562,9 +563,9 @@ def train(workers, learning_rate, staleness_aware=False, updates=400, speeds=Non
 
 def full_loss(weights):
     """The loss of the y = x² network with these weights on all 50 points."""
-    model = pargrad.parabola_model(seed=0)
+    model = parabola_model(seed=0)
     model.set_weights(weights)
-    return float(pargrad.squared_error(y, model(x)))
+    return float(squared_error(y, model(x)))
 
 
 runs, final = {}, {}
@@ -664,7 +665,7 @@ glue("alpha", experiments.ALPHA)
 # %%
 UPDATES = 400
 glue("updates", UPDATES)
-x64, y64 = pargrad.parabola_data(dtype="float64")
+x64, y64 = parabola_data(dtype="float64")
 
 
 def replica_final_loss(workers, rate, seeds=(0,), **options):
@@ -795,7 +796,7 @@ assert best_rates == sorted(best_rates, reverse=True)  # more staleness, smaller
 # %%
 from pargrad.book import delay
 
-pargrad.show_source(delay.stable_rate_bound)
+show_source(delay.stable_rate_bound)
 for tau in (0, 1, 3, 7):
     print(f"tau = {tau}: eta * lambda < {delay.stable_rate_bound(tau):.4f}")
 glue("bound-3", delay.stable_rate_bound(3))
@@ -1017,7 +1018,7 @@ glue("matched-verdict-high", matched_verdicts[0.2].verdict)
 # `AsyncTrainer(delay_compensation=λ)` implements the constant one:
 
 # %%
-pargrad.show_source(pargrad.asynchronous.delay_compensated)
+show_source(pargrad.asynchronous.delay_compensated)
 
 # %% [markdown]
 # The NumPy replay applies the same correction (`train(...,
@@ -1027,7 +1028,7 @@ pargrad.show_source(pargrad.asynchronous.delay_compensated)
 
 # %%
 DC_CHECK = dict(rate=0.05, strength=0.3)
-dc_trainer = AsyncTrainer(pargrad.parabola_model(seed=0), pargrad.squared_error, devices[:4],
+dc_trainer = AsyncTrainer(parabola_model(seed=0), squared_error, devices[:4],
                           learning_rate=DC_CHECK["rate"], delay_compensation=DC_CHECK["strength"],
                           progress=False)
 dc_trainer.fit(x, y, steps=UPDATES, scenario=Scenario(UNEVEN))
@@ -1141,7 +1142,7 @@ glue("dc-guard-compensated-1", above_start[0.2]["λ = 1"])
 #   best constant rate DC-ASGD ends lower on {glue:text}`dc-vs-constant-wins`
 #   seeds and higher on {glue:text}`dc-vs-constant-losses`
 #   (p = {glue:text}`dc-vs-constant-p:.2g`): {glue:text}`dc-vs-constant`.
-#   What holds on other seeds too (`tests/test_delay_compensation_conclusions.py`
+#   What holds on other seeds too (`tests/claims/test_delay_compensation_conclusions.py`
 #   reruns it on two other sets of 20) is that DC-ASGD is not ahead of the
 #   tuned constant; which small $\lambda$ wins the sweep varies with the seeds.
 # - **Against the staleness-aware rule,** each at its best, DC-ASGD ends lower
@@ -1185,7 +1186,7 @@ glue("dc-guard-compensated-1", above_start[0.2]["λ = 1"])
 # first. Keras 3's variables implement `assign_add` exactly that way:
 
 # %%
-pargrad.show_source(keras.Variable.assign_add)
+show_source(keras.Variable.assign_add)
 
 # %% [markdown]
 # Here is the unlucky interleaving, step by step: d0 and d1 both read the

@@ -54,7 +54,9 @@ from pargrad.cluster import LocalCluster
 from pargrad.loop import fit_loop, train_epoch
 from pargrad.scenario import Scenario
 from pargrad.book.instruments import InstrumentedSyncTrainer
-from pargrad.book.parabola import train_parabola
+from pargrad.book import show_source
+from pargrad.book.parabola import (fit_one_device, initial_weights, parabola_data, parabola_forward,
+                                    parabola_model, squared_error, train_parabola)
 from pargrad.allreduce import ring_all_reduce
 from pargrad.strategies import sync_strategy
 from pargrad.sync import SyncTrainer
@@ -187,7 +189,7 @@ print(f"2 replicas vs 1 device after 300 steps, weight gap < tolerance ({copy_to
 # (the batch starts where the previous one ended, wrapping around the data):
 
 # %%
-pargrad.show_source(SyncTrainer._shard)
+show_source(SyncTrainer._shard)
 
 # %% [markdown]
 # Then comes the part of `pargrad.SyncTrainer` that runs on every replica: its
@@ -198,7 +200,7 @@ pargrad.show_source(SyncTrainer._shard)
 # at work):
 
 # %%
-pargrad.show_source(SyncTrainer._replica_step)
+show_source(SyncTrainer._replica_step)
 
 # %% [markdown]
 # `_replica_gradients` is, with one micro-batch a replica (the chapter
@@ -210,7 +212,7 @@ pargrad.show_source(SyncTrainer._replica_step)
 # them:
 
 # %%
-pargrad.show_source(SyncTrainer._gradients)
+show_source(SyncTrainer._gradients)
 
 # %% [markdown]
 # The trainer wants the model's variables created inside the strategy's
@@ -220,13 +222,13 @@ pargrad.show_source(SyncTrainer._gradients)
 # %%
 strategy = sync_strategy(4)
 try:
-    SyncTrainer(pargrad.parabola_model(seed=0), strategy)
+    SyncTrainer(parabola_model(seed=0), strategy)
 except ValueError as error:
     print(type(error).__name__, error)
 
 with strategy.scope():
-    model = pargrad.parabola_model(seed=0)
-x, y = pargrad.parabola_data()
+    model = parabola_model(seed=0)
+x, y = parabola_data()
 try:
     SyncTrainer(model, strategy, progress=False).fit(x, y, steps=1)
 except ValueError as error:
@@ -246,10 +248,10 @@ except ValueError as error:
 # hands its calls to this one loop:
 
 # %% tags=["hide-cell"]
-pargrad.show_source(fit_loop)
+show_source(fit_loop)
 
 # %% tags=["hide-cell"]
-pargrad.show_source(train_epoch)
+show_source(train_epoch)
 
 # %% [markdown]
 # ## All-reduce
@@ -323,11 +325,11 @@ print(nccl_between_workers.implementation)
 #
 # The y = x² question asks to split its batch of 50 points over workers, compute gradients
 # in parallel, average them on a master and apply them. We run it four ways,
-# all from the same initial weights (`pargrad.initial_weights(seed=0)`), 2000
+# all from the same initial weights (`pargrad.book.parabola.initial_weights(seed=0)`), 2000
 # steps of gradient descent with learning rate 0.01, this time in float64
 # (why, in a moment):
 #
-# 1. one device, the full batch of 50 (`pargrad.fit_one_device`, chapter "The
+# 1. one device, the full batch of 50 (`pargrad.book.parabola.fit_one_device`, chapter "The
 #    training loop");
 # 2. `SyncTrainer` on 2 logical devices, 25 points each;
 # 3. `SyncTrainer` on 5 logical devices, 10 points each;
@@ -363,7 +365,7 @@ print(cluster.roles)
 # update.)
 
 # %%
-pargrad.show_source(train_parabola)
+show_source(train_parabola)
 
 # %% [markdown]
 # One detail first: Keras keeps a learning rate in float32 whatever the
@@ -372,9 +374,9 @@ pargrad.show_source(train_parabola)
 # show up in a float64 comparison).
 
 # %%
-x64, y64 = pargrad.parabola_data(dtype="float64")
+x64, y64 = parabola_data(dtype="float64")
 keras_rate = float(np.float32(0.01))
-reference_loss, reference_weights = pargrad.fit_one_device(x64, y64, steps=2000,
+reference_loss, reference_weights = fit_one_device(x64, y64, steps=2000,
                                                            learning_rate=keras_rate, seed=0)
 runs = {"1 device, batch 50": {"loss": reference_loss, "weights": reference_weights}}
 for replicas in (2, 5):
@@ -456,7 +458,7 @@ assert max(gap(run["weights"]) for run in runs.values()) < tolerance / 2
 # %% tags=["nbval-ignore-output"]
 tf.config.experimental.enable_tensor_float_32_execution(False)
 float32_tolerance = pargrad.rounding_tolerance("float32", 2000)
-_, weights32 = pargrad.fit_one_device(x, y, steps=2000, learning_rate=0.01, seed=0)
+_, weights32 = fit_one_device(x, y, steps=2000, learning_rate=0.01, seed=0)
 for replicas in (2, 5):
     result = train_parabola(replicas, steps=2000)
     gap32 = max(float(np.max(np.abs(a - b))) for a, b in zip(result["weights"], weights32))
@@ -502,14 +504,14 @@ fig.tight_layout()
 # same work. Busy work rather than a sleep: a slow device does not lend its
 # core to the others, and a sleeping straggler would (here two replicas share
 # two cores). Stragglers and the timelines below are the book's
-# instruments, not part of the lesson's step: `pargrad.InstrumentedSyncTrainer`
+# instruments, not part of the lesson's step: `pargrad.book.instruments.InstrumentedSyncTrainer`
 # wraps `tf.timestamp()` lines (when the replica started, finished its
 # gradients and had its update) and the straggler's extra passes
 # (`_straggler_work`) around the same two lines as
 # `SyncTrainer._replica_step` (collapsed below).
 
 # %% tags=["hide-cell"]
-pargrad.show_source(InstrumentedSyncTrainer._replica_step)
+show_source(InstrumentedSyncTrainer._replica_step)
 
 # %%
 rng = np.random.default_rng(0)
@@ -732,7 +734,7 @@ show_lines(tf1.multi_tower_step, "input_shards = tf.split", "train_step = optimi
 # checks its arguments; the whole source is in the collapsed cell below.
 
 # %% tags=["hide-cell"]
-pargrad.show_source(tf1.multi_tower_step)
+show_source(tf1.multi_tower_step)
 
 # %% [markdown]
 # We run the asker's program three ways: as written, on one device with the
@@ -755,11 +757,11 @@ def tf1_parabola(towers=None, steps=2000):
     with graph.as_default():
         xs = v1.placeholder(tf.float64, [50, 1])
         ys = v1.placeholder(tf.float64, [50, 1])
-        variables = [tf.Variable(w.astype(np.float64)) for w in pargrad.initial_weights(seed=0)]
+        variables = [tf.Variable(w.astype(np.float64)) for w in initial_weights(seed=0)]
         optimizer = v1.train.GradientDescentOptimizer(0.01)
 
         def tower_loss(x_shard, y_shard):
-            return pargrad.squared_error(y_shard, pargrad.parabola_forward(x_shard, variables))
+            return squared_error(y_shard, parabola_forward(x_shard, variables))
 
         if towers is None:
             train_step = optimizer.minimize(tower_loss(xs, ys))
@@ -895,8 +897,8 @@ print("tf.train.SyncReplicasOptimizer:          ", hasattr(tf.train, "SyncReplic
 #
 # 1. Train the y = x² question's network with `SyncTrainer` on 3 logical
 #    devices. What does the trainer say, and which batch sizes would work?
-#    Change `pargrad.parabola_data(n=...)` so that 3 replicas work, and check
-#    the result against `pargrad.fit_one_device` on the same data.
+#    Change `pargrad.book.parabola.parabola_data(n=...)` so that 3 replicas work, and check
+#    the result against `pargrad.book.parabola.fit_one_device` on the same data.
 #
 #    *Hint:* the global batch must split into equal shards; $50 = 2 \cdot 5^2$.
 # 2. Replace `tf.nn.compute_average_loss` in your own copy of the replica
@@ -939,14 +941,14 @@ print("tf.train.SyncReplicasOptimizer:          ", hasattr(tf.train, "SyncReplic
 # %% tags=["hide-cell"]
 strategy3 = sync_strategy(3)
 with strategy3.scope():
-    model3 = pargrad.parabola_model(seed=0)
+    model3 = parabola_model(seed=0)
 try:
     SyncTrainer(model3, strategy3, progress=False).fit(x, y, steps=1)
 except ValueError as error:
     print(type(error).__name__, error)
-x48, y48 = pargrad.parabola_data(n=48)
+x48, y48 = parabola_data(n=48)
 SyncTrainer(model3, strategy3, progress=False).fit(x48, y48, steps=200, steps_per_call=100)
-_, one_device48 = pargrad.fit_one_device(x48, y48, steps=200, learning_rate=0.01, seed=0)
+_, one_device48 = fit_one_device(x48, y48, steps=200, learning_rate=0.01, seed=0)
 gap3 = max(float(np.max(np.abs(a - b))) for a, b in zip(model3.get_weights(), one_device48))
 rounding = pargrad.rounding_tolerance("float32", 200)
 print(f"3 replicas x 16 points vs one device after 200 steps, within rounding: {gap3 < rounding}")
@@ -959,12 +961,12 @@ assert gap3 < rounding
 # it. Measured on the gradients themselves:
 
 # %% tags=["hide-cell"]
-solution_variables = [tf.Variable(w) for w in pargrad.initial_weights(seed=0)]
+solution_variables = [tf.Variable(w) for w in initial_weights(seed=0)]
 
 
 def mean_loss_gradient(x_part, y_part):
     with tf.GradientTape() as tape:
-        loss = pargrad.squared_error(y_part, pargrad.parabola_forward(x_part, solution_variables))
+        loss = squared_error(y_part, parabola_forward(x_part, solution_variables))
     return tape.gradient(loss, solution_variables)
 
 
@@ -984,10 +986,10 @@ assert abs(ratio - 5) < 1e-4
 # %% tags=["hide-cell"]
 strategy2 = sync_strategy(2)
 with strategy2.scope():
-    model2 = pargrad.parabola_model(seed=0)
+    model2 = parabola_model(seed=0)
 history2 = SyncTrainer(model2, strategy2, accumulation_steps=5, progress=False).fit(
     x, y, steps=200, steps_per_call=100)
-_, one_device50 = pargrad.fit_one_device(x, y, steps=200, learning_rate=0.01, seed=0)
+_, one_device50 = fit_one_device(x, y, steps=200, learning_rate=0.01, seed=0)
 gap2 = max(float(np.max(np.abs(a - b))) for a, b in zip(model2.get_weights(), one_device50))
 print("effective batch:", history2.effective_batch_size)
 print(f"2 replicas x 5 micro-batches vs one device after 200 steps, within rounding: "

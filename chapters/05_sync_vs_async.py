@@ -54,7 +54,7 @@ import pargrad  # first: it imports TensorFlow quietly
 import keras
 import matplotlib.pyplot as plt
 import numpy as np
-from pargrad.book import digits, glue, plots, race
+from pargrad.book import digits, glue, plots, race, show_source
 from pargrad.asynchronous import AsyncTrainer
 from pargrad.scenario import Scenario
 from pargrad.book.instruments import InstrumentedSyncTrainer, backup_worker_mask, sync_step_times
@@ -145,7 +145,7 @@ for name, scenario in race.SCENARIOS.items():
 # page.)
 
 # %%
-pargrad.show_source(backup_worker_mask)
+show_source(backup_worker_mask)
 
 # %% [markdown]
 # The book's `InstrumentedSyncTrainer(backup_workers=b)`, the synchronous
@@ -158,7 +158,7 @@ pargrad.show_source(backup_worker_mask)
 # gradient over the examples that arrived in time.
 
 # %%
-pargrad.show_source(InstrumentedSyncTrainer._set_plan)
+show_source(InstrumentedSyncTrainer._set_plan)
 
 # %% [markdown]
 # What is real and what is not: the gradients, the weighting and the
@@ -190,7 +190,7 @@ print("virtual step times:", history.virtual_step_time)
 # the one line of its loop that bounded staleness adds). The rule:
 
 # %%
-pargrad.show_source(AsyncTrainer.may_start)
+show_source(AsyncTrainer.may_start)
 
 # %% [markdown]
 # Two workers, one three times slower, bound 1: after its second update the
@@ -207,7 +207,7 @@ for key in ("worker", "read_time", "time", "staleness"):
 # %% [markdown]
 # ## The race on the virtual clock
 #
-# `pargrad.race.race(method, scenario, seed)` trains for a budget of time
+# `pargrad.book.race.race(method, scenario, seed)` trains for a budget of time
 # units, {glue:text}`budget-equal:.0f` with equal devices,
 # {glue:text}`budget-slow:.0f` with a device three times slower and
 # {glue:text}`budget-heavy:.0f` with heavy-tailed delays (long enough for

@@ -57,7 +57,8 @@ import tensorflow as tf
 from pargrad import tf1
 from pargrad.book import plots
 from pargrad.book.graph_ops import ops_run_by
-from pargrad.book import show_lines
+from pargrad.book import show_lines, show_source
+from pargrad.book.parabola import initial_weights, parabola_data, parabola_forward, squared_error
 
 v1 = tf.compat.v1
 print("TensorFlow", tf.__version__)
@@ -72,7 +73,7 @@ print("TensorFlow", tf.__version__)
 
 # %%
 LEARNING_RATE = 1e-2
-x_all, y_all = pargrad.parabola_data()
+x_all, y_all = parabola_data()
 NAMES = ["W1", "b1", "W2", "b2"]
 
 
@@ -80,8 +81,8 @@ def parabola_graph():
     """The y = x² question's network in the current graph: placeholders, variables, mean loss."""
     x = v1.placeholder(tf.float32, [None, 1], name="x")
     y = v1.placeholder(tf.float32, [None, 1], name="y")
-    variables = [tf.Variable(w, name=n) for w, n in zip(pargrad.initial_weights(), NAMES)]
-    loss = pargrad.squared_error(y, pargrad.parabola_forward(x, variables))
+    variables = [tf.Variable(w, name=n) for w, n in zip(initial_weights(), NAMES)]
+    loss = squared_error(y, parabola_forward(x, variables))
     return x, y, variables, loss
 
 
@@ -121,7 +122,7 @@ def big_batch_step(make_optimizer, updates=1):
         return session.run(variables)
 
 
-initial = pargrad.initial_weights()
+initial = initial_weights()
 sgd = lambda: v1.train.GradientDescentOptimizer(LEARNING_RATE)  # noqa: E731
 big_sgd = big_batch_step(sgd)
 print("W2 before:      ", initial[2][:, 0].round(6))
@@ -721,7 +722,7 @@ show_lines(tf1.accumulation_ops, "# Read the variables", "train_step = optimizer
 # variables; the whole source is in the collapsed cell below.
 
 # %% tags=["hide-cell"]
-pargrad.show_source(tf1.accumulation_ops)
+show_source(tf1.accumulation_ops)
 
 # %% [markdown]
 # Fetching `train_step` runs no accumulate op, whatever is fed:

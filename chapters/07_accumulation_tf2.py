@@ -59,6 +59,8 @@ import tensorflow as tf  # noqa: E402
 from pargrad.book import plots  # noqa: E402
 from pargrad.accumulate import GradientAccumulator  # noqa: E402
 from pargrad.book.memory import peak_memory  # noqa: E402
+from pargrad.book.parabola import (  # noqa: E402
+    fit_one_device, initial_weights, parabola_data, parabola_forward, parabola_model)
 
 keras.utils.set_random_seed(0)
 # This chapter compares accumulation with the big batch to float32 rounding.
@@ -148,12 +150,12 @@ print(inspect.getsource(GradientAccumulator.mean_gradients))
 # %% [markdown]
 # The state lives in variables, so the same object works eagerly and inside a
 # `tf.function`. A training loop over micro-batches calls `step`, which
-# accumulates and, every `steps` calls, applies and starts a new window. We
+# accumulates and, every `accumulation_steps` calls, applies and starts a new window. We
 # use the y = x² question's network and data again: 50 points, micro-batches of 10, so
-# `steps=5` makes one update from the whole data set.
+# `accumulation_steps=5` makes one update from the whole data set.
 
 # %%
-x_all, y_all = pargrad.parabola_data()
+x_all, y_all = parabola_data()
 K = 5
 
 
@@ -174,7 +176,7 @@ def micro_batch_stepper(model, accumulator):
     return train_micro_batch
 
 
-def big_batch_weights(make_optimizer, updates, make_model=pargrad.parabola_model):
+def big_batch_weights(make_optimizer, updates, make_model=parabola_model):
     """Weights after `updates` plain steps on all 50 points."""
     model, optimizer = make_model(), make_optimizer()
     for _ in range(updates):
@@ -192,8 +194,8 @@ def max_difference(a, b):
 OPTIMIZERS = {"SGD": lambda: keras.optimizers.SGD(0.05),
               "Adam": lambda: keras.optimizers.Adam(0.05)}
 for name, make_optimizer in OPTIMIZERS.items():
-    model = pargrad.parabola_model()
-    accumulator = GradientAccumulator(model.trainable_variables, steps=K,
+    model = parabola_model()
+    accumulator = GradientAccumulator(model.trainable_variables, accumulation_steps=K,
                                       optimizer=make_optimizer())
     train_micro_batch = micro_batch_stepper(model, accumulator)
     applied = [bool(train_micro_batch(xb, yb))
@@ -211,8 +213,8 @@ for name, make_optimizer in OPTIMIZERS.items():
 # front, with what to pass instead:
 
 # %%
-model = pargrad.parabola_model()
-for attempt in [lambda: GradientAccumulator(model.trainable_variables, steps=0),
+model = parabola_model()
+for attempt in [lambda: GradientAccumulator(model.trainable_variables, accumulation_steps=0),
                 lambda: GradientAccumulator(model.trainable_variables, 2).accumulate(
                     [tf.zeros([1, 5])], 10),
                 lambda: GradientAccumulator(model.trainable_variables, 2,
@@ -234,7 +236,7 @@ for attempt in [lambda: GradientAccumulator(model.trainable_variables, steps=0),
 # %%
 def keras_fit(batch_size, make_optimizer, accumulation_steps=None, epochs=3):
     keras.utils.set_random_seed(0)
-    model = pargrad.parabola_model()
+    model = parabola_model()
     options = {} if accumulation_steps is None else {
         "gradient_accumulation_steps": accumulation_steps}
     model.compile(optimizer=make_optimizer(**options), loss="mse")
@@ -270,7 +272,7 @@ for name, make_optimizer in KERAS_OPTIMIZERS.items():
 # %%
 strategy = tf.distribute.MirroredStrategy(devices)
 with strategy.scope():
-    model = pargrad.parabola_model()
+    model = parabola_model()
     model.compile(optimizer=keras.optimizers.SGD(0.05, gradient_accumulation_steps=K),
                   loss="mse")
 try:
@@ -294,7 +296,7 @@ except Exception as error:  # noqa: BLE001  (we report whatever Keras raises)
 
 # %%
 with strategy.scope():
-    model = pargrad.parabola_model()
+    model = parabola_model()
     accumulator = GradientAccumulator(model.trainable_variables, K, keras.optimizers.SGD(0.05))
 
 
@@ -328,7 +330,7 @@ print(f"2 replicas x 5 micro-batches vs big batch, max |difference|: {difference
 # %%
 sizes = [16, 16, 16, 2]
 pieces = np.split(np.arange(50), np.cumsum(sizes)[:-1])
-model = pargrad.parabola_model()
+model = parabola_model()
 
 
 def gradients_of(x, y):
@@ -385,7 +387,7 @@ schedule = [(x_all[i::K], y_all[i::K]) for i in range(K)] * 3  # 15 micro-batche
 
 
 def fresh_training(seed):
-    model = pargrad.parabola_model(seed=seed)
+    model = parabola_model(seed=seed)
     optimizer = keras.optimizers.Adam(0.05)
     accumulator = GradientAccumulator(model.trainable_variables, K, optimizer)
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, accumulator=accumulator)
@@ -516,7 +518,7 @@ _ = plots.peak_memory_against_batch(BATCH_SIZES, memory["whole_mb"], memory["acc
 def train_epochs(micro_batch, steps, learning_rate, epochs=200):
     """Full-data loss after each epoch, accumulating `steps` micro-batches per update."""
     keras.utils.set_random_seed(0)
-    model = pargrad.parabola_model()
+    model = parabola_model()
     accumulator = GradientAccumulator(model.trainable_variables, steps,
                                       keras.optimizers.SGD(learning_rate))
     pieces = list(zip(np.split(x_all[order], 50 // micro_batch),
@@ -577,15 +579,15 @@ def per_example_gradients(weights):
     variables = [tf.Variable(w.astype(np.float64)) for w in weights]
     x64, y64 = x_all.astype(np.float64), y_all.astype(np.float64)
     with tf.GradientTape() as tape:
-        losses = tf.reduce_sum(tf.square(pargrad.parabola_forward(x64, variables) - y64), axis=1)
+        losses = tf.reduce_sum(tf.square(parabola_forward(x64, variables) - y64), axis=1)
     return np.concatenate([tf.reshape(j, [len(x64), -1]).numpy()
                            for j in tape.jacobian(losses, variables)], axis=1)
 
 
-_, trained_weights = pargrad.fit_one_device(x_all, y_all, steps=2000, learning_rate=0.01, seed=0)
+_, trained_weights = fit_one_device(x_all, y_all, steps=2000, learning_rate=0.01, seed=0)
 NOISE_SIZES, DRAWS, N = [1, 2, 5, 10, 25], 2000, len(x_all)
 noise = {}
-for label, weights in [("initial weights", pargrad.initial_weights(seed=0)),
+for label, weights in [("initial weights", initial_weights(seed=0)),
                        ("after 2000 steps", trained_weights)]:
     per_example = per_example_gradients(weights)
     full = per_example.mean(axis=0)
@@ -667,7 +669,7 @@ fig.tight_layout()
 #
 # ## Summary
 #
-# - `pargrad.GradientAccumulator(variables, steps, optimizer)` accumulates
+# - `pargrad.GradientAccumulator(variables, accumulation_steps, optimizer)` accumulates
 #   example-weighted gradients in variables and applies their mean, eagerly
 #   or in `tf.function`; it equals the big batch to float32 rounding.
 # - Keras 3's `gradient_accumulation_steps` gives the same on one device, but
@@ -732,7 +734,7 @@ fig.tight_layout()
 # %% tags=["hide-cell"]
 def keras_fit_on(x, y, batch_size, accumulation_steps=None, epochs=3):
     keras.utils.set_random_seed(0)
-    model = pargrad.parabola_model()
+    model = parabola_model()
     options = {} if accumulation_steps is None else {
         "gradient_accumulation_steps": accumulation_steps}
     model.compile(optimizer=keras.optimizers.SGD(0.05, **options), loss="mse")
@@ -740,7 +742,7 @@ def keras_fit_on(x, y, batch_size, accumulation_steps=None, epochs=3):
     return model.get_weights()
 
 
-x48, y48 = pargrad.parabola_data(n=48)
+x48, y48 = parabola_data(n=48)
 gap48 = max_difference(keras_fit_on(x48, y48, 16, accumulation_steps=3),
                        keras_fit_on(x48, y48, 48))
 print(f"fit(batch 16, 3 accumulation steps) vs fit(batch 48), 48 points: {gap48:.6f}")
@@ -757,7 +759,7 @@ assert gap48 < 1e-6
 
 # %% tags=["hide-cell"]
 with strategy.scope():
-    model = pargrad.parabola_model()
+    model = parabola_model()
     accumulator = GradientAccumulator(model.trainable_variables, K, keras.optimizers.SGD(0.05))
 
 

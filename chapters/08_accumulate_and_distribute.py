@@ -43,7 +43,8 @@ import keras
 import matplotlib.pyplot as plt
 import numpy as np
 import tensorflow as tf
-from pargrad.book import digits
+from pargrad.book import digits, show_source
+from pargrad.book.parabola import parabola_data, parabola_model
 from pargrad.strategies import sync_strategy
 from pargrad.sync import SyncTrainer
 
@@ -78,7 +79,7 @@ from pargrad.sync import SyncTrainer
 # (`pargrad.rounding_tolerance`) on any machine.
 
 # %%
-x, y = pargrad.parabola_data(n=48, dtype="float64")
+x, y = parabola_data(n=48, dtype="float64")
 STEPS = 300
 four_replicas = sync_strategy(4)  # one strategy for every four-replica run below
 tolerance = pargrad.rounding_tolerance("float64", STEPS)
@@ -88,7 +89,7 @@ def train_parabola(replicas, accumulation_steps):
     """STEPS full-batch updates of the y = x² network; returns (history, weights, updates)."""
     strategy = four_replicas if replicas == 4 else sync_strategy(replicas)
     with strategy.scope():
-        model = pargrad.parabola_model(seed=0, dtype="float64")
+        model = parabola_model(seed=0, dtype="float64")
     trainer = SyncTrainer(model, strategy, learning_rate=0.01,
                           accumulation_steps=accumulation_steps, progress=False)
     history = trainer.fit(x, y, steps=STEPS, steps_per_call=50)
@@ -119,7 +120,7 @@ for name, (history, weights, updates) in runs.items():
 # gradients *before* anything leaves the device:
 
 # %%
-pargrad.show_source(SyncTrainer._accumulated_gradients)
+show_source(SyncTrainer._accumulated_gradients)
 
 # %% [markdown]
 # Only the sum reaches the optimizer, whose `apply_gradients` all-reduces it

@@ -62,7 +62,8 @@ import time
 
 import keras
 import numpy as np
-from pargrad.book import plots
+from pargrad.book import plots, show_source
+from pargrad.book.parabola import fit_one_device, parabola_data
 from pargrad.cluster import ClusterError, LocalCluster, tf_config
 from pargrad.book.multiworker import train_parabola_multiworker
 from pargrad.book.parameter_server import train_parameter_server
@@ -135,7 +136,7 @@ pargrad.book.show_lines(train_parabola_multiworker, "strategy = sync_strategy()"
                         "checkpoints.save(done, report)")
 
 # %% tags=["hide-cell"]
-pargrad.show_source(train_parabola_multiworker)
+show_source(train_parabola_multiworker)
 
 # %% [markdown]
 # We start a cluster of 2 workers and one of 3 at the same time (TensorFlow
@@ -152,11 +153,11 @@ pargrad.show_source(train_parabola_multiworker)
 
 # %%
 STEPS = 300
-x, y = pargrad.parabola_data(48, dtype="float64")
+x, y = parabola_data(48, dtype="float64")
 settings = {"steps": STEPS, "dtype": "float64", "deterministic": True}
 with LocalCluster(train_parabola_multiworker, workers=2, kwargs=settings, timeout=120) as two, \
         LocalCluster(train_parabola_multiworker, workers=3, kwargs=settings, timeout=120) as three:
-    one_loss, one_weights = pargrad.fit_one_device(x, y, steps=STEPS,
+    one_loss, one_weights = fit_one_device(x, y, steps=STEPS,
                                                    learning_rate=float(np.float32(0.01)))
     in_process = train_parabola_multiworker(steps=STEPS, verbose=False, dtype="float64")
     runs = {"1 device": one_weights, "1 process, 3 replicas": in_process["weights"]}
@@ -222,7 +223,7 @@ pargrad.book.show_lines(train_parameter_server, "for done in range(0, updates, r
                         "results.extend(r.fetch() for r in chunk)")
 
 # %% tags=["hide-cell"]
-pargrad.show_source(train_parameter_server)
+show_source(train_parameter_server)
 
 # %% [markdown]
 # ### Why staleness is only a proxy here
@@ -245,7 +246,7 @@ pargrad.show_source(train_parameter_server)
 # `workers + 1` threads.
 
 # %%
-pargrad.show_source(pargrad.cluster.serve)
+show_source(pargrad.cluster.serve)
 
 # %% [markdown]
 # We run 300 updates with 2 workers and 2 parameter servers. And, for the
@@ -295,7 +296,7 @@ assert staleness[~both].max() <= 1           # one worker left: hardly any overl
 # ({numref}`fig-ps-updates`):
 
 # %% mystnb={"figure": {"caption": "Parameter-server training of the y = x\u00b2 network across processes: when each worker applied an update, with the moment one worker was killed, and the loss per update against that of one device.", "name": "fig-ps-updates"}}
-reference_loss, _ = pargrad.fit_one_device(*pargrad.parabola_data(), steps=UPDATES, learning_rate=0.01)
+reference_loss, _ = fit_one_device(*parabola_data(), steps=UPDATES, learning_rate=0.01)
 fig = plots.parameter_server_updates(ps_run, kill_time=killed_wall, reference_loss=reference_loss)
 
 # %% tags=["nbval-ignore-output"]

@@ -57,7 +57,7 @@ import numpy as np
 import tensorflow as tf
 from pargrad.book import glue
 from pargrad import cost
-from pargrad.book import allreduce_timing, plots
+from pargrad.book import allreduce_timing, digits, plots, show_source
 
 devices = pargrad.logical_devices(4)
 keras.utils.set_random_seed(0)
@@ -80,7 +80,7 @@ print(devices)
 # these two numbers:
 
 # %%
-pargrad.show_source(cost.Pattern)
+show_source(cost.Pattern)
 
 # %% [markdown]
 # ## Who sends what
@@ -218,7 +218,7 @@ for bad in [lambda: cost.ring_all_reduce_time(1e6, 0, link),
 # %% [markdown]
 # ## Fitting α and β here
 #
-# Now we measure. `pargrad.allreduce_timing` times an all-reduce (sum) of
+# Now we measure. `pargrad.book.allreduce_timing` times an all-reduce (sum) of
 # one float32 tensor per replica for the payloads printed below and
 # keeps the fastest of a few repeats (the slower ones include time in which
 # the two cores ran something else). `pargrad.cost.fit_link` then fits the
@@ -289,7 +289,7 @@ for n, two, three in zip(sizes, worker_runs[2]["seconds"], worker_runs[3]["secon
 # the coordinator's round trip to the worker, so expect a larger $\alpha$.
 
 # %%
-pargrad.show_source(allreduce_timing.time_parameter_server_in_coordinator)
+show_source(allreduce_timing.time_parameter_server_in_coordinator)
 
 # %% tags=["nbval-ignore-output"]
 results = pargrad.run_cluster(
@@ -481,7 +481,7 @@ DIGITS_STEP_SECONDS = 1e-3
 glue("utilisation_percent", 100 * UTILISATION, display=False)
 glue("digits_step_ms", 1e3 * DIGITS_STEP_SECONDS, display=False)
 
-digits_parameters = pargrad.digits.digits_model(hidden=64).count_params()
+digits_parameters = digits.digits_model(hidden=64).count_params()
 models = {  # name: (parameters, bytes a gradient value, operations a step on one GPU or None)
     "digits MLP": (digits_parameters, 4, None),
     "ResNet-50, fp32 gradients": (25.6e6, 4, 64 * 3 * 2 * 3.8e9),    # 64 images a GPU
@@ -510,7 +510,7 @@ for model in models:
 # then communication, with nothing hidden:
 
 # %%
-pargrad.show_source(cost.step_time)
+show_source(cost.step_time)
 
 
 # %%
@@ -585,7 +585,7 @@ for cluster in [c for c in clusters if "IB" in c]:
 # left the link.
 
 # %%
-pargrad.show_source(cost.bucketed_step_time)
+show_source(cost.bucketed_step_time)
 
 # %%
 example_cluster = "8 boxes, A100, 1 x 100 GbE"

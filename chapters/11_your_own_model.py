@@ -58,7 +58,7 @@ import keras
 import matplotlib.pyplot as plt
 import numpy as np
 import tensorflow as tf
-from pargrad.book import digits
+from pargrad.book import digits, show_source
 from pargrad.data import TrainingPosition, epoch_permutation
 from pargrad.strategies import sync_strategy
 from pargrad.sync import SyncTrainer
@@ -277,10 +277,10 @@ assert equal
 # `fit(initial_epoch=...)` starts again at the beginning of an epoch.
 
 # %% tags=["hide-cell"]
-pargrad.show_source(TrainingPosition)
+show_source(TrainingPosition)
 
 # %%
-pargrad.show_source(epoch_permutation)
+show_source(epoch_permutation)
 third = epoch_permutation(seed=5, epoch=3, n=8)
 print("epoch 3, seed 5:", third, "; drawn again:", epoch_permutation(5, 3, 8),
       "; epoch 2:", epoch_permutation(5, 2, 8))

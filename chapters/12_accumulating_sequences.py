@@ -168,13 +168,14 @@ glue("gap_mean_of_means", f"{gap_mean_of_means:.1%}", display=False)
 show_lines(GradientAccumulator.accumulate, "if sample_weight is None:", "self.micro_batches")
 
 # %%
-show_lines(GradientAccumulator.mean_gradients, "check = tf.debugging.assert_positive", "return [total")
+show_lines(GradientAccumulator.mean_gradients, "called = tf.debugging.assert_positive", "return [total")
 
 # %% [markdown]
 # `count` is the micro-batch's size when you pass `num_examples`, and the sum
 # of the mask (its real tokens) when you pass `sample_weight`; `examples`
 # then holds the window's tokens. A micro-batch of padding only adds weight
-# 0 and, because `weighted_mean` returns 0 rather than 0/0, no NaN.
+# 0 and, because `weighted_mean` returns 0 rather than 0/0, no NaN; a whole
+# window of padding only has no mean to take, and applying it says so.
 #
 # Now three trainings of 8 updates with Adam on 128 sequences, batches of 16
 # cut into 4 micro-batches: the big batch; the accumulator weighting by

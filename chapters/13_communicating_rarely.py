@@ -62,6 +62,7 @@ from pargrad import cost
 from pargrad.book import experiments, glue
 from pargrad.book import plots, replay
 from pargrad.book import rare_communication as rc
+from pargrad.book.parabola import parabola_model
 from pargrad.cluster import LocalCluster
 from pargrad.local_sgd import LocalSGDTrainer
 
@@ -202,7 +203,7 @@ def trainer_run(steps, rate, outer=replay.NESTEROV, seed=0):
     """LocalSGDTrainer on the chapter's problem: 4 replicas, full batch, UPDATES local steps."""
     strategy = pargrad.sync_strategy(rc.REPLICAS)
     with strategy.scope():
-        model = pargrad.parabola_model(seed=seed, hidden=rc.HIDDEN, dtype="float64")
+        model = parabola_model(seed=seed, hidden=rc.HIDDEN, dtype="float64")
         outer_step = rc.outer_optimizer(outer)
     trainer = LocalSGDTrainer(model, strategy, steps, learning_rate=rate,
                               outer_optimizer=outer_step)

@@ -39,7 +39,7 @@ import pargrad  # first: it imports TensorFlow quietly
 import keras
 import tensorflow as tf
 from IPython.display import Markdown
-from pargrad.book import compatibility
+from pargrad.book import compatibility, show_source
 
 print("TensorFlow", tf.__version__, "| Keras", keras.__version__)
 
@@ -49,7 +49,7 @@ print("TensorFlow", tf.__version__, "| Keras", keras.__version__)
 # Every combination trains the y = x² question's 1-5-1 network on 48 points for
 # 5 full-batch steps of gradient descent, from the same
 # initial weights, and compares the final weights with the same steps on one
-# device (`pargrad.fit_one_device`). A combination *works* when every final
+# device (`pargrad.book.parabola.fit_one_device`). A combination *works* when every final
 # weight is within `compatibility.TOLERANCE` of one device's. The runs are
 # float32 and add in different orders, so they agree only up to rounding:
 # the tolerance is a few times `pargrad.rounding_tolerance("float32", 5)`,
@@ -63,7 +63,7 @@ print("TensorFlow", tf.__version__, "| Keras", keras.__version__)
 #   the strategy's scope, then `model.fit` on NumPy arrays:
 
 # %%
-pargrad.show_source(compatibility._keras_fit)
+show_source(compatibility._keras_fit)
 
 # %% [markdown]
 # - **custom loop**, synchronous strategies: `pargrad.SyncTrainer` of the
@@ -74,7 +74,7 @@ pargrad.show_source(compatibility._keras_fit)
 #   update:
 
 # %%
-pargrad.show_source(compatibility._parameter_server_loop)
+show_source(compatibility._parameter_server_loop)
 
 # %% [markdown]
 # Each strategy gets its own processes: one process with 2 logical CPUs for
@@ -92,7 +92,7 @@ pargrad.show_source(compatibility._parameter_server_loop)
 # make it depend on timing (see the chapter "Beyond one machine").
 
 # %%
-pargrad.show_source(compatibility.run_combinations)
+show_source(compatibility.run_combinations)
 
 # %% [markdown]
 # ## The matrix

@@ -11,7 +11,7 @@ a half-full window and training resumes where it stopped.
 
 A custom loop::
 
-    accumulator = pargrad.GradientAccumulator(model.trainable_variables, steps=4,
+    accumulator = pargrad.GradientAccumulator(model.trainable_variables, accumulation_steps=4,
                                               optimizer=keras.optimizers.SGD(0.01))
 
     @tf.function
@@ -40,6 +40,11 @@ from pargrad.checks import check_flag, check_whole_number  # noqa: E402
 EMPTY_WINDOW_MESSAGE = (
     "GradientAccumulator has nothing accumulated: call accumulate(gradients, "
     "num_examples) at least once after the last apply() or reset()"
+)
+ZERO_WEIGHT_MESSAGE = (
+    "GradientAccumulator: the window's sample_weight sums to 0 (every value of its "
+    "micro-batches is padding), so there is no mean gradient to take; call reset() to drop "
+    "the window, or accumulate a micro-batch with at least one real (weight > 0) value"
 )
 
 
@@ -84,12 +89,13 @@ class _Untracked:
 
 
 class GradientAccumulator(tf.Module):
-    """Accumulate the gradients of ``steps`` micro-batches, then apply their mean once.
+    """Accumulate the gradients of k micro-batches, then apply their mean once.
 
     ``variables``: the variables the gradients belong to (for example
     ``model.trainable_variables``), in the order the gradients come in.
-    ``accumulation_steps`` (or ``steps``, its older name, also positional):
-    micro-batches per update (used by :meth:`step` and :attr:`ready`).
+    ``accumulation_steps``: micro-batches per update (used by :meth:`step`
+    and :attr:`ready`; the word of ``SyncTrainer`` and of Keras's
+    ``gradient_accumulation_steps``).
     ``optimizer``: a Keras optimizer, needed only by
     :meth:`apply` and :meth:`step`.
 
@@ -99,7 +105,7 @@ class GradientAccumulator(tf.Module):
     by the total number of examples, the gradient of the mean loss over all
     accumulated examples; ``apply()`` applies it with the optimizer and
     resets; ``step(gradients, num_examples)`` accumulates and applies once
-    ``steps`` micro-batches are in.  All of them work eagerly and inside
+    ``accumulation_steps`` micro-batches are in.  All of them work eagerly and inside
     ``tf.function``.  The sums and counts are variables of this
     ``tf.Module``: ``tf.train.Checkpoint(accumulator=...)`` saves and restores
     them (save the model and optimizer beside it).
@@ -135,18 +141,12 @@ class GradientAccumulator(tf.Module):
     "Accumulating sequences".
     """
 
-    def __init__(self, variables, steps=None, optimizer=None, name="gradient_accumulator",
-                 stop_on_non_finite=True, *, accumulation_steps=None):
+    def __init__(self, variables, accumulation_steps, optimizer=None, *,
+                 name="gradient_accumulator", stop_on_non_finite=True):
         super().__init__(name=name)
-        if (steps is None) == (accumulation_steps is None):
-            raise TypeError(
-                "GradientAccumulator needs the micro-batches per update once: pass "
-                f"accumulation_steps=4 (or steps=4, its older name); got steps={steps!r}, "
-                f"accumulation_steps={accumulation_steps!r}.")
-        given = ("steps", steps) if accumulation_steps is None else (
-            "accumulation_steps", accumulation_steps)
-        steps = check_whole_number(*given, advice="Pass an int such as 4 (1 means no "
-                                   "accumulation).")
+        accumulation_steps = check_whole_number(
+            "accumulation_steps", accumulation_steps,
+            advice="Pass an int such as 4 (1 means no accumulation).")
         check_flag("stop_on_non_finite", stop_on_non_finite)
         self.stop_on_non_finite = stop_on_non_finite
         variables = list(variables)
@@ -161,7 +161,7 @@ class GradientAccumulator(tf.Module):
                     f"GradientAccumulator needs variables with a known shape, got {variable!r}; "
                     "pass model.trainable_variables after the model has been built."
                 )
-        self.accumulation_steps = self.steps = int(steps)   # steps: the older name
+        self.accumulation_steps = int(accumulation_steps)
         self._refs = _Untracked(variables, optimizer)
         with tf.init_scope():
             if optimizer is not None and hasattr(optimizer, "build") and not optimizer.built:
@@ -196,8 +196,8 @@ class GradientAccumulator(tf.Module):
 
     @property
     def ready(self):
-        """A boolean tensor: ``steps`` micro-batches (or more) are accumulated."""
-        return self.micro_batches >= self.steps
+        """A boolean tensor: ``accumulation_steps`` micro-batches (or more) are accumulated."""
+        return self.micro_batches >= self.accumulation_steps
 
     def accumulate(self, gradients, num_examples=None, sample_weight=None):
         """Add one micro-batch's gradients, weighted by its ``num_examples`` or its weights.
@@ -210,6 +210,8 @@ class GradientAccumulator(tf.Module):
         and 1s, per example or per token, at least 0), when the loss is
         their weighted mean (:func:`weighted_mean`); the gradients are then
         weighted by ``sum(sample_weight)``.
+
+        Shown in the chapter "Accumulating sequences".
         """
         if tf.distribute.has_strategy() and tf.distribute.in_cross_replica_context():
             raise RuntimeError(
@@ -235,7 +237,10 @@ class GradientAccumulator(tf.Module):
     def mean_gradients(self):
         """The accumulated gradients divided by the number of accumulated examples.
 
-        Raises ``tf.errors.InvalidArgumentError`` when nothing is accumulated.
+        Raises ``tf.errors.InvalidArgumentError`` when nothing is accumulated,
+        or when the window's ``sample_weight`` sums to 0 (padding only).
+
+        Shown in the chapter "Accumulating sequences".
         """
         if tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context():
             raise RuntimeError(
@@ -243,8 +248,10 @@ class GradientAccumulator(tf.Module):
                 "mean_gradients() outside strategy.run(...), where the replicas' sums "
                 "are added up; call accumulate() inside it."
             )
-        check = tf.debugging.assert_positive(self.examples, message=EMPTY_WINDOW_MESSAGE)
-        with tf.control_dependencies([check]):
+        called = tf.debugging.assert_positive(self.micro_batches, message=EMPTY_WINDOW_MESSAGE)
+        with tf.control_dependencies([called]):   # first an empty window, then padding only
+            weighed = tf.debugging.assert_positive(self.examples, message=ZERO_WEIGHT_MESSAGE)
+        with tf.control_dependencies([weighed]):
             return [total / tf.cast(self.examples, total.dtype) for total in self.sums]
 
     def apply(self):
@@ -252,7 +259,8 @@ class GradientAccumulator(tf.Module):
         if self.optimizer is None:
             raise ValueError(
                 "GradientAccumulator.apply() needs an optimizer: create it with "
-                "GradientAccumulator(variables, steps, optimizer=keras.optimizers.SGD(...)), "
+                "GradientAccumulator(variables, accumulation_steps, "
+                "optimizer=keras.optimizers.SGD(...)), "
                 "or use mean_gradients() and apply them yourself."
             )
         means = self.mean_gradients()
@@ -272,7 +280,7 @@ class GradientAccumulator(tf.Module):
         self.micro_batches.assign(0)
 
     def step(self, gradients, num_examples=None, sample_weight=None):
-        """Accumulate one micro-batch (as :meth:`accumulate`); apply once ``steps`` are in.
+        """Accumulate one micro-batch (as :meth:`accumulate`); apply once the window is full.
 
         Returns a boolean tensor telling whether this call applied an update.
         """

@@ -125,7 +125,7 @@ class AsyncTrainer:
     Usage::
 
         devices = pargrad.logical_devices(4)      # before anything else
-        trainer = AsyncTrainer(pargrad.parabola_model(), "mse", devices,
+        trainer = AsyncTrainer(parabola_model(), "mse", devices,  # pargrad.book.parabola
                                learning_rate=0.01)
         history = trainer.fit(x, y, steps=400)    # scheduled: repeatable
         history["staleness"]                      # one entry per update
@@ -756,7 +756,7 @@ def mean_loss(loss):
     The forms are :func:`pargrad.training.per_example_loss`'s (None, a Keras
     loss name or object, a function), with its rule for target shapes.  A
     function that returns a scalar, the batch's mean already (the book's
-    ``pargrad.squared_error``), is used as it returned it: the mean of
+    ``pargrad.book.parabola.squared_error``), is used as it returned it: the mean of
     ``batch`` copies of a float32 number is not always that number to the
     last bit, and the chapters' runs repeat bit for bit.
     """

@@ -9,10 +9,7 @@ followed by what to pass instead, and one rule for the exception:
 * the right type with a wrong *value* (``batch_size=0``) raises
   ``ValueError``.
 
-:class:`ArgumentTypeError` is also a ``ValueError``, as NumPy's
-``AxisError`` is both a ``ValueError`` and an ``IndexError``: before this
-module, every bad whole number raised ``ValueError``, and code (and tests)
-that catch ``ValueError`` keep working.
+Catch ``(TypeError, ValueError)`` to catch both.
 
 Every check returns the value in the form the caller uses (an ``int``, a
 ``bool``, a ``float``), so a call reads ``steps = check_whole_number("steps",
@@ -30,8 +27,8 @@ __all__ = ["ArgumentTypeError", "check_choice", "check_flag", "check_positive",
            "check_share", "check_whole_number"]
 
 
-class ArgumentTypeError(TypeError, ValueError):
-    """An argument of the wrong type; a ``TypeError`` (and a ``ValueError``, see the module)."""
+class ArgumentTypeError(TypeError):
+    """An argument of the wrong type (a float where a count goes); a ``TypeError`` only."""
 
 
 def _message(name, wanted, value, advice):

@@ -78,7 +78,7 @@ class LocalCluster:
     for example to split the devices differently).  Use it as a context
     manager::
 
-        with pargrad.LocalCluster(pargrad.train_parabola, workers=2) as cluster:
+        with pargrad.LocalCluster(train_parabola, workers=2) as cluster:  # pargrad.book.parabola
             results = cluster.wait()        # one return value per worker
         print(cluster.log())                # every line, prefixed by its role
 
@@ -408,6 +408,8 @@ def serve():
     can hang (each closure the coordinator sends blocks a thread while it
     waits for variables).  The server listens on *all* interfaces, without
     authentication.  Taught in the chapter "Beyond one machine".
+
+    Shown in the chapter "Beyond one machine".
     """
     from pargrad._quiet import import_tensorflow_quietly
 

@@ -28,7 +28,7 @@ import numbers
 
 import numpy as np
 
-from pargrad.checks import check_positive, check_share, check_whole_number
+from pargrad.checks import ArgumentTypeError, check_positive, check_share, check_whole_number
 
 
 # ----------------------------------------------------------------------------
@@ -36,15 +36,16 @@ from pargrad.checks import check_positive, check_share, check_whole_number
 # ----------------------------------------------------------------------------
 
 def _not_negative(name, value, unit):
-    """``value`` as a float or array >= 0, or ValueError naming the unit to pass."""
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be a number of {unit} >= 0, got {value!r}.")
+    """``value`` as a float or array >= 0: ArgumentTypeError if not numbers, else ValueError."""
+    message = f"{name} must be a number of {unit} >= 0, got {value!r}."
+    if isinstance(value, (bool, str)):
+        raise ArgumentTypeError(message)
     try:
         array = np.asarray(value, dtype=float)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number of {unit} >= 0, got {value!r}.") from None
+        raise ArgumentTypeError(message) from None
     if not np.all(np.isfinite(array)) or np.any(array < 0):
-        raise ValueError(f"{name} must be a number of {unit} >= 0, got {value!r}.")
+        raise ValueError(message)
     return float(array) if array.ndim == 0 else array
 
 
@@ -66,9 +67,11 @@ class Link:
     name: str = ""
 
     def __post_init__(self):
-        if isinstance(self.latency, bool) or not isinstance(self.latency, numbers.Real) \
-                or not 0 <= self.latency < math.inf:
-            raise ValueError(f"latency must be seconds >= 0 (for example 5e-6), got {self.latency!r}.")
+        message = f"latency must be seconds >= 0 (for example 5e-6), got {self.latency!r}."
+        if isinstance(self.latency, bool) or not isinstance(self.latency, numbers.Real):
+            raise ArgumentTypeError(message)
+        if not 0 <= self.latency < math.inf:
+            raise ValueError(message)
         check_positive("bandwidth", self.bandwidth, unit="bytes per second (for example 25e9)")
 
     def message_time(self, nbytes):
@@ -84,6 +87,8 @@ class Pattern:
     latency once); ``traffic``: how many times the ``n`` bytes of the
     payload go through the busiest link.  Taught in the chapter "What
     communication costs".
+
+    Shown in the chapter "What communication costs".
     """
 
     messages: float
@@ -209,6 +214,8 @@ def step_time(compute, communication, overlap=0.0):
     is at most the compute itself.  ``overlap=0``: compute + communication;
     ``overlap=1``: max(compute, communication).  Taught in the chapter
     "What communication costs".
+
+    Shown in the chapter "What communication costs".
     """
     compute = _not_negative("compute", compute, "seconds")
     communication = _not_negative("communication", communication, "seconds")
@@ -232,13 +239,15 @@ def bucketed_step_time(forward, backward, nbytes, buckets, all_reduce_time):
     One bucket is no overlap at all; many buckets hide almost everything but
     pay the latency once a bucket.  Taught in the chapter "What
     communication costs".
+
+    Shown in the chapter "What communication costs".
     """
     forward = _not_negative("forward", forward, "seconds")
     backward = _not_negative("backward", backward, "seconds")
     nbytes = _not_negative("nbytes", nbytes, "bytes")
     buckets = check_whole_number("buckets", buckets, 1)
     if not callable(all_reduce_time):
-        raise ValueError("all_reduce_time must be a function of a number of bytes, for example "
+        raise TypeError("all_reduce_time must be a function of a number of bytes, for example "
                          "lambda n: pargrad.cost.ring_all_reduce_time(n, 8, link).")
     bucket_time = all_reduce_time(nbytes / buckets)
     link_free_at = 0.0

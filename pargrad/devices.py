@@ -42,6 +42,8 @@ def logical_devices(n, memory_limit_mb=None):
     growth) instead of reserving almost all of it up front.
 
     Explained in the chapter "Devices".
+
+    Shown in the chapter "Devices".
     """
     n = check_whole_number("logical_devices(n)", n, advice="Pass an int such as 2 or 4 "
                            "(1 for no split).")

@@ -11,6 +11,8 @@ rounding.  This module states "up to rounding" as a number.
 
 import numpy as np
 
+from pargrad.checks import check_positive, check_whole_number
+
 # How many times the measured gaps a tolerance allows.  Measured in the
 # book on the y = x² network: 2000 steps of 1, 2 and 5 replicas against one
 # device end 0.1 to 0.3 x steps x unit roundoff apart, in float32 and in
@@ -41,8 +43,6 @@ def rounding_tolerance(dtype, steps, scale=1.0):
     that no machine's order of additions can hide.  Taught in the chapter
     "Synchronous training".
     """
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
-        raise ValueError(f"steps must be a whole number >= 1, got {steps!r}.")
-    if not scale > 0:
-        raise ValueError(f"scale must be positive (the size of the compared values), got {scale!r}.")
-    return SAFETY * steps * unit_roundoff(dtype) * float(scale)
+    steps = check_whole_number("steps", steps, advice="Pass the number of updates compared.")
+    scale = check_positive("scale", scale, advice="Pass the size of the compared values.")
+    return SAFETY * steps * unit_roundoff(dtype) * scale

@@ -164,7 +164,7 @@ class SyncTrainer(tf.Module):
 
         strategy = pargrad.sync_strategy(2)        # after pargrad.logical_devices
         with strategy.scope():
-            model = pargrad.parabola_model(seed=0)
+            model = parabola_model(seed=0)  # pargrad.book.parabola
         trainer = pargrad.SyncTrainer(model, strategy, learning_rate=1e-2)
         history = trainer.fit(x, y, steps=2000)    # full batch every step
 

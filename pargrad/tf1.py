@@ -67,6 +67,8 @@ def accumulation_ops(loss, optimizer, var_list=None, num_examples=None, global_s
     an :class:`AccumulationOps`.
 
     Taught in the chapter "Accumulating gradients in TF1 graphs".
+
+    Shown in the chapter "Accumulating gradients in TF1 graphs".
     """
     _check_graph_and_optimizer("accumulation_ops", optimizer, "pargrad.GradientAccumulator")
     if not isinstance(loss, tf.Tensor) or loss.shape.rank not in (0, None):
@@ -208,6 +210,8 @@ def multi_tower_step(tower_loss, optimizer, inputs, targets, devices, average_on
 
     Taught in the chapter "Synchronous training" (the y = x² question's
     answer in TensorFlow 1).
+
+    Shown in the chapter "Synchronous training".
     """
     _check_graph_and_optimizer("multi_tower_step", optimizer, "pargrad.SyncTrainer")
     devices = list(devices)

@@ -45,9 +45,12 @@ def test_a_wrong_type_is_a_type_error_that_says_what_to_pass(value, says):
     assert str(caught.value).startswith("batch_size must be a whole number >= 1")
 
 
-def test_a_type_error_is_also_a_value_error_for_callers_of_the_old_checks():
-    with pytest.raises(ValueError):
+def test_a_type_error_is_not_a_value_error():
+    """One exception type a mistake: a wrong type is a TypeError, never also a ValueError."""
+    assert not issubclass(ArgumentTypeError, ValueError)
+    with pytest.raises(TypeError) as caught:
         check_whole_number("steps", 1.5)
+    assert not isinstance(caught.value, ValueError)
 
 
 def test_advice_follows_the_message():
@@ -96,7 +99,18 @@ def test_choices():
         check_choice("kind", np.zeros(2), ("CPU", "GPU"))
 
 
-def test_the_checks_are_the_ones_the_trainers_use():
-    import pargrad.data
+def test_the_checks_are_defined_once():
+    """No module of pargrad keeps its own copy of a check this module holds."""
+    import ast
+    import pathlib
 
-    assert pargrad.data.check_whole_number is check_whole_number
+    import pargrad.checks
+
+    package = pathlib.Path(pargrad.checks.__file__).parent
+    names = set(pargrad.checks.__all__) - {"ArgumentTypeError"}
+    copies = [f"{path.relative_to(package)}: {node.name}"
+              for path in sorted(package.rglob("*.py")) if path.name != "checks.py"
+              for node in ast.walk(ast.parse(path.read_text()))
+              if isinstance(node, (ast.FunctionDef, ast.ClassDef))
+              and (node.name in names or node.name == "ArgumentTypeError")]
+    assert len(names) == 5 and not copies, copies

@@ -136,8 +136,6 @@ def test_fit_weighs_relative_errors():
 
 @pytest.mark.parametrize("call, words", [
     (lambda: cost.ring_pattern(0), "replicas must be a whole number >= 1"),
-    (lambda: cost.ring_pattern(2.5), "replicas must be a whole number"),
-    (lambda: cost.tree_pattern(True), "replicas must be a whole number"),
     (lambda: cost.parameter_server_pattern(2, 0), "servers must be a whole number >= 1"),
     (lambda: cost.Link(latency=-1, bandwidth=1), "latency must be seconds >= 0"),
     (lambda: cost.Link(latency=0, bandwidth=0), "bandwidth must be a positive number of bytes"),
@@ -145,7 +143,6 @@ def test_fit_weighs_relative_errors():
     (lambda: cost.step_time(1, 1, overlap=1.5), "overlap must be a share from 0"),
     (lambda: cost.step_time(-1, 1), "compute must be a number of seconds >= 0"),
     (lambda: cost.bucketed_step_time(1, 1, 10, 0, len), "buckets must be a whole number >= 1"),
-    (lambda: cost.bucketed_step_time(1, 1, 10, 2, 3.0), "all_reduce_time must be a function"),
     (lambda: cost.scaling_efficiency(0, 1), "one_replica_step_time must be a positive"),
     (lambda: cost.fit_link([1, 1], [1, 2]), "at least two different sizes"),
     (lambda: cost.fit_link([1, 2, 3], [3, 2, 1]), "do not grow with the size"),
@@ -153,8 +150,24 @@ def test_fit_weighs_relative_errors():
     (lambda: cost.fit_link([1, 2], [1, 2], pattern=cost.ring_pattern(1)), "sends nothing"),
 ])
 def test_bad_arguments_say_what_to_pass(call, words):
-    with pytest.raises(ValueError, match=words):
+    with pytest.raises(ValueError, match=words) as caught:
         call()
+    assert not isinstance(caught.value, TypeError)
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: cost.ring_pattern(2.5), "replicas must be a whole number"),
+    (lambda: cost.tree_pattern(True), "replicas must be a whole number"),
+    (lambda: cost.Link(latency="5us", bandwidth=1), "latency must be seconds >= 0"),
+    (lambda: cost.Link(latency=0, bandwidth="fast"), "bandwidth must be a positive number"),
+    (lambda: cost.message_time("5 MB", SLOW), "nbytes must be a number of bytes >= 0"),
+    (lambda: cost.step_time(True, 1), "compute must be a number of seconds >= 0"),
+    (lambda: cost.bucketed_step_time(1, 1, 10, 2, 3.0), "all_reduce_time must be a function"),
+])
+def test_a_wrong_type_is_a_type_error_only(call, words):
+    with pytest.raises(TypeError, match=words) as caught:
+        call()
+    assert not isinstance(caught.value, ValueError)
 
 
 def test_docstrings_name_the_chapter():

@@ -19,10 +19,13 @@ def test_asking_again_for_the_same_split_returns_the_same_names(devices):
     assert pargrad.logical_devices(4) == devices
 
 
-@pytest.mark.parametrize("bad", [0, -1, 2.0, 2.5, "2", None, True])
-def test_bad_counts_get_a_value_error_that_says_what_to_pass(bad):
-    with pytest.raises(ValueError, match="logical_devices"):
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (-1, ValueError), (2.0, TypeError),
+                                        (2.5, TypeError), ("2", TypeError), (None, TypeError),
+                                        (True, TypeError)])
+def test_bad_counts_get_an_error_that_says_what_to_pass(bad, error):
+    with pytest.raises(error, match="logical_devices") as caught:
         pargrad.logical_devices(bad)
+    assert isinstance(caught.value, TypeError) == (error is TypeError)
 
 
 def test_a_different_split_after_initialisation_says_restart_the_kernel(devices):
@@ -127,9 +130,10 @@ def test_a_small_gpu_shares_its_memory_between_the_logical_gpus():
     assert [c.memory_limit for c in plan] == [450] * 4
 
 
-@pytest.mark.parametrize("bad", [0, -5, "1 GB", True])
-def test_a_bad_memory_limit_says_what_to_pass(bad):
-    with pytest.raises(ValueError, match="memory_limit_mb"):
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (-5, ValueError), ("1 GB", TypeError),
+                                        (True, TypeError)])
+def test_a_bad_memory_limit_says_what_to_pass(bad, error):
+    with pytest.raises(error, match="memory_limit_mb"):
         pargrad.logical_devices(2, memory_limit_mb=bad)
 
 

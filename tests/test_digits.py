@@ -21,8 +21,10 @@ def test_the_split_is_fixed_by_the_seed_and_stratified():
 
 
 def test_bad_test_fraction_is_refused():
-    with pytest.raises(ValueError, match="test_fraction"):
+    with pytest.raises(ValueError, match="test_fraction must be a share strictly between 0 and 1"):
         digits.digits_data(test_fraction=1.5)
+    with pytest.raises(TypeError, match="test_fraction must be a share"):
+        digits.digits_data(test_fraction="a quarter")
 
 
 def test_the_model_is_seeded_and_accuracy_counts_correct_labels():

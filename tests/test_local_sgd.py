@@ -15,6 +15,7 @@ import tensorflow as tf
 
 import pargrad
 from pargrad import cost
+from pargrad.book.parabola import parabola_data, parabola_model
 from pargrad.cluster import ClusterError, LocalCluster
 from pargrad.allreduce import ring_bytes
 from pargrad.local_sgd import LocalSGDTrainer
@@ -90,12 +91,12 @@ def numpy_local_sgd(x, y, replicas, local_steps, rounds, batch_size, outer,
 @pytest.mark.claim
 @pytest.mark.parametrize("dtype, steps", [("float64", 100), ("float32", 100)])
 def test_one_local_step_with_rate_one_averaging_is_sync_sgd(dtype, steps):
-    x, y = pargrad.parabola_data(n=48, dtype=dtype)
+    x, y = parabola_data(n=48, dtype=dtype)
     local_strategy, sync = sync_strategy(2), sync_strategy(2)
     with local_strategy.scope():
-        local_model = pargrad.parabola_model(seed=0, dtype=dtype)
+        local_model = parabola_model(seed=0, dtype=dtype)
     with sync.scope():
-        sync_model = pargrad.parabola_model(seed=0, dtype=dtype)
+        sync_model = parabola_model(seed=0, dtype=dtype)
     local = LocalSGDTrainer(local_model, local_strategy, local_steps=1, learning_rate=0.01)
     history = local.fit(x, y, rounds=steps, batch_size=24)
     sync_history = SyncTrainer(sync_model, sync, learning_rate=0.01, progress=False).fit(

@@ -8,6 +8,7 @@ import pargrad
 from pargrad.asynchronous import AsyncTrainer
 from pargrad.scenario import Scenario, virtual_schedule
 from pargrad.book import delay, experiments, parabola_async, replay
+from pargrad.book.parabola import parabola_data, parabola_model, squared_error
 
 SEEDS = np.arange(20)
 TUNING = np.arange(100, 110)
@@ -25,9 +26,9 @@ def devices():
     ([1.0, 0.5, 0.8], 0.3, False, 0.05),
 ])
 def test_the_replica_replays_the_trainer(devices, speeds, jitter, aware, rate):
-    x, y = pargrad.parabola_data()
+    x, y = parabola_data()
     workers = len(speeds)
-    trainer = AsyncTrainer(pargrad.parabola_model(seed=3), pargrad.squared_error,
+    trainer = AsyncTrainer(parabola_model(seed=3), squared_error,
                            devices[:workers], learning_rate=rate, staleness_aware=aware,
                            progress=False)
     history = trainer.fit(x, y, steps=200, scenario=Scenario(speeds, jitter), seed=7)
@@ -35,17 +36,17 @@ def test_the_replica_replays_the_trainer(devices, speeds, jitter, aware, rate):
     np.testing.assert_array_equal(schedule["worker"], history["worker"])
     np.testing.assert_array_equal(schedule["read_version"], history["read_version"])
     np.testing.assert_allclose(schedule["time"], history["time"])
-    model = pargrad.parabola_model()
+    model = parabola_model()
     model.set_weights(trainer.get_weights())
-    trained = float(pargrad.squared_error(y, model(x)))
-    x64, y64 = pargrad.parabola_data(dtype="float64")
+    trained = float(squared_error(y, model(x)))
+    x64, y64 = parabola_data(dtype="float64")
     replayed = replay.train_async(replay.stacked_weights([3]), x64, y64, workers,
                                   schedule, rate, staleness_aware=aware)[0]
     assert abs(replayed - trained) <= pargrad.rounding_tolerance("float32", 200, scale=trained)
 
 
 def test_a_schedule_a_seed_equals_running_seeds_one_by_one():
-    x, y = pargrad.parabola_data(dtype="float64")
+    x, y = parabola_data(dtype="float64")
     schedules = [virtual_schedule(Scenario((1.0, 0.5), 0.5), 60, seed=s) for s in (0, 1)]
     both = {key: np.stack([s[key] for s in schedules], axis=1) for key in ("worker", "read_version")}
     together = replay.train_async(replay.stacked_weights([0, 1]), x, y, 2, both, 0.05)
@@ -55,7 +56,7 @@ def test_a_schedule_a_seed_equals_running_seeds_one_by_one():
 
 
 def test_bad_schedules_are_refused():
-    x, y = pargrad.parabola_data(dtype="float64")
+    x, y = parabola_data(dtype="float64")
     with pytest.raises(ValueError, match="read_version"):
         replay.train_async(replay.stacked_weights([0]), x, y, 1,
                              {"worker": [0, 0], "read_version": [1, 1]}, 0.1)
@@ -81,7 +82,7 @@ def test_each_at_its_best_rate_more_workers_end_higher_with_smaller_rates():
 
 
 def test_the_largest_stable_rate_shrinks_as_the_delay_bound_says():
-    x, y = pargrad.parabola_data(dtype="float64")
+    x, y = parabola_data(dtype="float64")
     weights = replay.stacked_weights(SEEDS)
     one = parabola_async.largest_stable_rate(weights, x, y, 1)
     for n in (2, 4, 8):
@@ -109,7 +110,7 @@ def test_the_staleness_aware_rate_is_a_guard_not_a_gain():
     result = experiments.run_experiment([plain, rule], SEEDS, TUNING)
     assert result.compare("plain", "rule").verdict == "plain ahead"
     start = replay.full_loss(replay.stacked_weights(SEEDS),
-                                     *pargrad.parabola_data(dtype="float64"))
+                                     *parabola_data(dtype="float64"))
     guarded = parabola_async.final_losses(4, 0.2, SEEDS, speeds=uneven, staleness_aware=True)
     unguarded = parabola_async.final_losses(4, 0.2, SEEDS, speeds=uneven)
     assert np.all(unguarded > start) and np.all(guarded < start)
@@ -139,7 +140,7 @@ def test_the_mean_matched_control_really_matches():
 def test_trainer_on_repeated_data_follows_the_delayed_recursion(devices):
     import keras
 
-    x, _ = pargrad.parabola_data()
+    x, _ = parabola_data()
     curvature = 2 * float(np.mean(x.astype(np.float64) ** 2))
     for factor in (0.8, 1.2):
         product = factor * delay.stable_rate_bound(3)
@@ -157,7 +158,7 @@ def test_trainer_on_repeated_data_follows_the_delayed_recursion(devices):
 
 
 def test_the_measurements_refuse_bad_input_saying_what_to_pass():
-    x, y = pargrad.parabola_data(dtype="float64")
+    x, y = parabola_data(dtype="float64")
     weights = replay.stacked_weights([0])
     with pytest.raises(ValueError, match="high must be above low"):
         parabola_async.largest_stable_rate(weights, x, y, 2, low=0.5, high=0.1)

@@ -14,6 +14,7 @@ import pytest
 import pargrad
 from pargrad.book import experiments, replay
 from pargrad.book import rare_communication as rc
+from pargrad.book.parabola import parabola_model
 from pargrad.cluster import LocalCluster
 from pargrad.local_sgd import LocalSGDTrainer
 from pargrad.strategies import sync_strategy
@@ -33,7 +34,7 @@ def test_the_replay_is_what_the_trainer_computes(outer, local_steps):
     rate, updates = 2.0**-4, 64
     strategy = sync_strategy(rc.REPLICAS)
     with strategy.scope():
-        model = pargrad.parabola_model(seed=3, hidden=rc.HIDDEN, dtype="float64")
+        model = parabola_model(seed=3, hidden=rc.HIDDEN, dtype="float64")
         outer_step = rc.outer_optimizer(outer)
     trainer = LocalSGDTrainer(model, strategy, local_steps, learning_rate=rate,
                               outer_optimizer=outer_step)

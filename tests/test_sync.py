@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 import pargrad
-from pargrad.book import plots
+from pargrad.book import digits, plots
 from pargrad.cluster import LocalCluster
 from pargrad.allreduce import ring_all_reduce
 from pargrad.scenario import Scenario
@@ -22,7 +22,7 @@ from pargrad.strategies import sync_strategy
 from pargrad.sync import SyncTrainer
 from pargrad.training import NonFiniteDataError, NonFiniteLossError
 from pargrad.book.instruments import InstrumentedSyncTrainer
-from pargrad.book.parabola import train_parabola
+from pargrad.book.parabola import fit_one_device, parabola_data, parabola_model, train_parabola
 
 STEPS = 2000
 # The equalities of the book hold in exact arithmetic; float32 runs meet
@@ -39,8 +39,8 @@ KERAS_RATE = float(np.float32(1e-2))
 @pytest.fixture(scope="module")
 def reference():
     """The y = x² network on one device with the full batch of 50, in float64: (losses, weights)."""
-    x, y = pargrad.parabola_data(dtype="float64")
-    return pargrad.fit_one_device(x, y, steps=STEPS, learning_rate=KERAS_RATE, seed=0)
+    x, y = parabola_data(dtype="float64")
+    return fit_one_device(x, y, steps=STEPS, learning_rate=KERAS_RATE, seed=0)
 
 
 def max_gap(weights_a, weights_b):
@@ -50,7 +50,7 @@ def max_gap(weights_a, weights_b):
 def trainer_for(replicas, model_fn=None, **options):
     strategy = sync_strategy(replicas)
     with strategy.scope():
-        model = (model_fn or (lambda: pargrad.parabola_model(seed=0)))()
+        model = (model_fn or (lambda: parabola_model(seed=0)))()
     instrumented = {"record_times", "scenario"} & set(options)  # the book's instruments
     trainer_class = InstrumentedSyncTrainer if instrumented else SyncTrainer
     return trainer_class(model, strategy, progress=False, **options)
@@ -78,15 +78,15 @@ def mlp_data(n=2048, features=64):
 def test_the_float32_runs_differ_by_rounding_and_float64_closes_the_gap():
     # Without float64 the 2000-step gap is rounding of float32's size; the
     # tolerance used above is what makes the float64 comparison meaningful.
-    x32, y32 = pargrad.parabola_data()
-    _, weights32 = pargrad.fit_one_device(x32, y32, steps=300)
+    x32, y32 = parabola_data()
+    _, weights32 = fit_one_device(x32, y32, steps=300)
     trainer = trainer_for(2)
     trainer.fit(x32, y32, steps=300, steps_per_call=100)
     gap32 = max_gap(trainer.model.get_weights(), weights32)
     assert gap32 < TOLERANCE
-    x64, y64 = pargrad.parabola_data(dtype="float64")
-    _, weights64 = pargrad.fit_one_device(x64, y64, steps=300, learning_rate=KERAS_RATE)
-    trainer64 = trainer_for(2, lambda: pargrad.parabola_model(seed=0, dtype="float64"))
+    x64, y64 = parabola_data(dtype="float64")
+    _, weights64 = fit_one_device(x64, y64, steps=300, learning_rate=KERAS_RATE)
+    trainer64 = trainer_for(2, lambda: parabola_model(seed=0, dtype="float64"))
     trainer64.fit(x64, y64, steps=300, steps_per_call=100)
     gap64 = max_gap(trainer64.model.get_weights(), weights64)
     assert gap64 < pargrad.rounding_tolerance("float64", 300)
@@ -96,7 +96,7 @@ def test_the_float32_runs_differ_by_rounding_and_float64_closes_the_gap():
 def test_strategies_of_different_sizes_live_in_one_process(devices):
     # TensorFlow's default collectives would fail here ("joining a group with
     # size 2, but that group has size 4"), on logical CPUs and logical GPUs.
-    x, y = pargrad.parabola_data(n=48)
+    x, y = parabola_data(n=48)
     for replicas in (4, 2, 4, 3):
         trainer = trainer_for(replicas)
         trainer.fit(x, y, steps=2, steps_per_call=1)
@@ -115,8 +115,8 @@ def test_matches_the_full_batch_after_2000_steps(replicas, reference):
 
 @pytest.mark.claim
 def test_matches_the_full_batch_on_four_devices():
-    x, y = pargrad.parabola_data(n=48)          # 48 = 4 x 12
-    losses, weights = pargrad.fit_one_device(x, y, steps=300)
+    x, y = parabola_data(n=48)          # 48 = 4 x 12
+    losses, weights = fit_one_device(x, y, steps=300)
     trainer = trainer_for(4)
     history = trainer.fit(x, y, steps=300, steps_per_call=100)
     assert max_gap(trainer.model.get_weights(), weights) < TOLERANCE
@@ -152,8 +152,8 @@ def test_two_processes_match_one_process(reference):
 
 @pytest.mark.claim
 def test_accumulation_matches_the_full_batch_and_reports_the_effective_batch():
-    x, y = pargrad.parabola_data()
-    losses, weights = pargrad.fit_one_device(x, y, steps=200)
+    x, y = parabola_data()
+    losses, weights = fit_one_device(x, y, steps=200)
     trainer = trainer_for(2, accumulation_steps=5)
     history = trainer.fit(x, y, steps=200, steps_per_call=100)
     assert (history.micro_batch_size, history.accumulation_steps, history.replicas) == (5, 5, 2)
@@ -197,7 +197,7 @@ def test_per_replica_times_add_up_to_the_step(steps_per_call):
 
 
 def test_without_recording_times_it_trains_the_same():
-    x, y = pargrad.parabola_data()
+    x, y = parabola_data()
     timed = trainer_for(2, record_times=True)
     plain = trainer_for(2)                          # the default: no timestamps
     timed.fit(x, y, steps=50, steps_per_call=10)
@@ -218,7 +218,7 @@ def test_fit_continues_where_the_last_call_stopped():
 
 
 def test_fit_sees_changes_made_to_the_arrays_between_calls():
-    x, y = pargrad.parabola_data()
+    x, y = parabola_data()
     changed, reference = trainer_for(2), trainer_for(2)
     changed.fit(x, y, steps=1)
     reference.fit(x, y.copy(), steps=1)
@@ -255,7 +255,7 @@ def test_a_straggler_sets_the_step_time():
 # -- bad input --------------------------------------------------------------------
 
 def test_an_uneven_global_batch_is_refused():
-    x, y = pargrad.parabola_data()
+    x, y = parabola_data()
     trainer = trainer_for(4)
     with pytest.raises(ValueError, match="multiple of 4.*48 or 52"):
         trainer.fit(x, y, steps=1)
@@ -266,7 +266,7 @@ def test_an_uneven_global_batch_is_refused():
 
 def test_a_model_built_outside_the_scope_is_refused():
     strategy = sync_strategy(2)
-    model = pargrad.parabola_model(seed=0)
+    model = parabola_model(seed=0)
     with pytest.raises(ValueError, match="outside this strategy's scope"):
         SyncTrainer(model, strategy)
 
@@ -274,7 +274,7 @@ def test_a_model_built_outside_the_scope_is_refused():
 def test_an_optimizer_created_outside_the_scope_is_refused():
     strategy = sync_strategy(2)
     with strategy.scope():
-        model = pargrad.parabola_model(seed=0)
+        model = parabola_model(seed=0)
     with pytest.raises(ValueError, match="optimizer was created outside"):
         SyncTrainer(model, strategy, optimizer=keras.optimizers.SGD(0.01))
 
@@ -334,14 +334,14 @@ def test_negative_sample_weights_are_refused_as_gradient_accumulator_refuses_the
 def test_arguments_after_the_strategy_are_keyword_only():
     strategy = sync_strategy(2)
     with strategy.scope():
-        model = pargrad.parabola_model(seed=0)
+        model = parabola_model(seed=0)
     with pytest.raises(TypeError, match="positional"):
         SyncTrainer(model, strategy, "mse")
 
 
 def test_no_strategy_is_refused():
     with pytest.raises(TypeError, match="sync_strategy"):
-        SyncTrainer(pargrad.parabola_model(), strategy=None)
+        SyncTrainer(parabola_model(), strategy=None)
 
 
 # -- all-reduce --------------------------------------------------------------------
@@ -367,9 +367,9 @@ JIT_TOLERANCE = TOLERANCE
 
 @pytest.mark.parametrize("accumulation_steps, steps_per_call", [(1, 1), (1, 100), (5, 1), (5, 100)])
 def test_jit_compile_equals_the_plain_step_and_the_full_batch(accumulation_steps, steps_per_call):
-    x, y = pargrad.parabola_data()
+    x, y = parabola_data()
     steps = 200
-    losses, weights = pargrad.fit_one_device(x, y, steps=steps)
+    losses, weights = fit_one_device(x, y, steps=steps)
     plain = trainer_for(2, accumulation_steps=accumulation_steps)
     compiled = trainer_for(2, accumulation_steps=accumulation_steps, jit_compile=True)
     plain_history = plain.fit(x, y, steps=steps, steps_per_call=steps_per_call)
@@ -861,7 +861,7 @@ def digits_trainer(**options):
 @pytest.mark.usefixtures("deterministic_ops")
 def test_validation_and_metrics_per_epoch_like_keras():
     """history.history has loss, accuracy, val_loss and val_accuracy per epoch."""
-    x_train, y_train, x_test, y_test = pargrad.digits.digits_data(seed=0)
+    x_train, y_train, x_test, y_test = digits.digits_data(seed=0)
     t = digits_trainer()
     history = t.fit(x_train[:1344], y_train[:1344], epochs=3, batch_size=64, seed=0,
                     validation_data=(x_test, y_test))

@@ -191,7 +191,6 @@ def test_bad_weights_say_what_to_pass(devices):
         accumulator.accumulate([tf.zeros([2])], 3, sample_weight=[1.0])
     with pytest.raises(tf.errors.InvalidArgumentError, match=">= 0"):
         accumulator.accumulate([tf.zeros([2])], sample_weight=[1.0, -1.0])
-    accumulator.accumulate([tf.ones([2])], sample_weight=[0.0, 0.0])
     with pytest.raises(tf.errors.InvalidArgumentError, match="nothing accumulated"):
         accumulator.mean_gradients()
     strategy = pargrad.sync_strategy(1)
@@ -204,6 +203,25 @@ def test_bad_weights_say_what_to_pass(devices):
     tokens, targets = sequence_data(8)
     with pytest.raises(ValueError, match="one weight per value"):
         trainer.fit(tokens, targets, steps=1, batch_size=8)
+
+
+@pytest.mark.parametrize("in_function", [False, True], ids=["eager", "tf.function"])
+def test_a_window_of_padding_only_says_so_not_nothing_accumulated(in_function):
+    """accumulate was called, but every weight was 0: the error names the zero total weight."""
+    variables = [tf.Variable(tf.zeros([2]))]
+    accumulator = GradientAccumulator(variables, 2, keras.optimizers.SGD(0.1))
+    accumulate = accumulator.accumulate
+    apply = tf.function(accumulator.apply) if in_function else accumulator.apply
+    accumulate([tf.ones([2])], sample_weight=[0.0, 0.0])
+    accumulate([tf.ones([2])], sample_weight=tf.zeros([3]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="sums to 0") as error:
+        apply()
+    assert "nothing accumulated" not in str(error.value)
+    assert "padding" in str(error.value) and "reset()" in str(error.value)
+    np.testing.assert_array_equal(variables[0].numpy(), [0.0, 0.0])   # nothing applied
+    accumulator.reset()
+    with pytest.raises(tf.errors.InvalidArgumentError, match="nothing accumulated"):
+        apply()
 
 
 @pytest.mark.claim

@@ -157,16 +157,19 @@ def run_combinations(combinations):
     Prints a start line and a result line for each; the process (or, for the
     cluster strategies, every worker or the coordinator) must run them in the
     same order.  Returns nothing.
+
+    Shown in the chapter "Compatibility matrix".
     """
     import pargrad
+    from pargrad.book.parabola import fit_one_device, parabola_data
 
     strategy_name = combinations[0][1]
     if strategy_name == "MirroredStrategy":
         pargrad.logical_devices(2)
     tf = pargrad._quiet.import_tensorflow_quietly()
     strategy, coordinator = _make_strategy(tf, strategy_name)
-    x, y = pargrad.parabola_data(POINTS)
-    _, reference = pargrad.fit_one_device(x, y, steps=STEPS, learning_rate=LEARNING_RATE)
+    x, y = parabola_data(POINTS)
+    _, reference = fit_one_device(x, y, steps=STEPS, learning_rate=LEARNING_RATE)
     for api, _, k in combinations:
         combination = [api, strategy_name, k]
         _emit({"event": "start", "combination": combination})
@@ -225,6 +228,7 @@ def _compare(weights, reference):
 
 
 def _keras_fit(strategy, x, y, k):
+    """Shown in the chapter "Compatibility matrix"."""
     import keras
 
     from pargrad.book.parabola import parabola_model
@@ -250,6 +254,7 @@ def _sync_loop(strategy, x, y, k):
 
 
 def _parameter_server_loop(tf, strategy, coordinator, x, y, k):
+    """Shown in the chapter "Compatibility matrix"."""
     from pargrad.book.parabola import initial_weights, parabola_forward, squared_error
 
     with strategy.scope():

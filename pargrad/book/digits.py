@@ -12,6 +12,8 @@ from pargrad._quiet import import_tensorflow_quietly
 tf = import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
 
+from pargrad.checks import check_share  # noqa: E402
+
 CLASSES = 10
 FEATURES = 64
 
@@ -24,8 +26,7 @@ def digits_data(test_fraction=0.25, seed=0):
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
-    if not 0 < test_fraction < 1:
-        raise ValueError(f"test_fraction must lie strictly between 0 and 1, got {test_fraction}.")
+    check_share("test_fraction", test_fraction, strict=True, advice="Pass 0.25 for a quarter.")
     digits = load_digits()
     x = (digits.data / 16.0).astype(np.float32)
     y = digits.target.astype(np.int32)

@@ -383,7 +383,7 @@ class InstrumentedSyncTrainer(SyncTrainer):
             raise ValueError(
                 "Backup workers need to know who finishes first: pass replica_times, "
                 f"shape (steps, replicas) = ({steps}, {self.replicas}), how long each "
-                "replica takes in each step (for example pargrad.race.replica_times)."
+                "replica takes in each step (for example pargrad.book.race.replica_times)."
             )
         if replica_times is not None:
             replica_times = np.asarray(replica_times, float)

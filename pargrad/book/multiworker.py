@@ -57,6 +57,8 @@ def train_parabola_multiworker(steps=600, points=48, checkpoint_dir=None, checkp
     run did, and ``resumed_at``.
 
     Taught in the chapter "Beyond one machine".
+
+    Shown in the chapter "Beyond one machine".
     """
     from pargrad.book.parabola import parabola_data, parabola_model
     from pargrad.strategies import sync_strategy

@@ -136,7 +136,7 @@ def train_parabola(replicas=None, steps=2000, learning_rate=1e-2, seed=0, steps_
     In one process the batch is split over ``replicas`` logical devices
     (:func:`pargrad.sync_strategy`); in a worker of :class:`pargrad.LocalCluster`
     (``TF_CONFIG`` set) over the worker processes.  Every run starts from
-    :func:`pargrad.initial_weights` with ``seed``, in ``dtype`` (``"float64"``
+    :func:`initial_weights` with ``seed``, in ``dtype`` (``"float64"``
     makes the equality with one device robust to rounding).  Returns a dict with the
     final ``weights`` (NumPy arrays), the ``loss`` before every update, the
     number of ``replicas`` and the ``seconds`` the steps took; it is JSON

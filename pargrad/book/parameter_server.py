@@ -69,7 +69,7 @@ def train_parameter_server(updates=400, learning_rate=1e-2, seed=0, shards=None,
 
     Runs in the coordinator of a :class:`pargrad.LocalCluster` with
     ``parameter_servers >= 1``.  The four weights of the 1-5-1 network start
-    from :func:`pargrad.initial_weights` with ``seed`` and are created in the
+    from :func:`pargrad.book.parabola.initial_weights` with ``seed`` and are created in the
     strategy's scope, so they live on the parameter servers, cut into
     ``shards`` pieces.  ``updates`` closures are scheduled; each runs on a
     free worker: read the parameters and a version counter, compute the
@@ -92,6 +92,8 @@ def train_parameter_server(updates=400, learning_rate=1e-2, seed=0, shards=None,
     ``shard_devices`` of each variable, and ``seconds``.
 
     Taught in the chapter "Beyond one machine".
+
+    Shown in the chapter "Beyond one machine".
     """
     from pargrad.book.parabola import initial_weights, parabola_data
 

@@ -387,7 +387,7 @@ def device_timeline(history, steps=range(4), ax=None, title="What each replica d
     if times is None or np.isnan(times[steps]).any():
         raise ValueError(
             "This history has no per-replica times; train with "
-            "pargrad.InstrumentedSyncTrainer(..., record_times=True) to draw its timeline."
+            "pargrad.book.instruments.InstrumentedSyncTrainer(..., record_times=True) to draw its timeline."
         )
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 0.6 * history.compute.shape[1] + 1.6))

@@ -29,7 +29,7 @@ import numpy as np
 
 from pargrad import cost
 from pargrad.book import parabola_async, replay
-from pargrad.book.parabola import parabola_data
+from pargrad.book.parabola import parabola_data, parabola_model
 from pargrad.checks import check_choice, check_whole_number
 from pargrad.scenario import Scenario, virtual_schedule
 
@@ -347,7 +347,7 @@ def train_phase(rounds, local_steps, learning_rate, weights=None, velocity=None,
 
     strategy = pargrad.sync_strategy()
     with strategy.scope():
-        model = pargrad.parabola_model(seed=seed, hidden=HIDDEN, dtype="float64")
+        model = parabola_model(seed=seed, hidden=HIDDEN, dtype="float64")
         if weights is not None:
             model.set_weights([np.asarray(w, np.float64) for w in weights])
         outer_step = outer_optimizer(outer)

@@ -9,7 +9,7 @@ import nbformat
 import pytest
 import yaml
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 from book_config import repository, setup_cell_source  # noqa: E402
 

@@ -27,7 +27,7 @@ import re
 import nbformat
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHAPTERS = ROOT / "chapters"
 
 # page stem -> {number with its unit, as the prose writes it: citation key}.
@@ -239,7 +239,7 @@ def findings(page):
                 f"the prose ({line.strip()[:90]!r}). Glue it from a cell "
                 "(pargrad.book.glue + {glue:text}`name`), print it in a code cell of this page, "
                 "or, if it is a datasheet figure or a paper's result, cite it and list it in "
-                "CITED_CONSTANTS of tests/test_prose_numbers.py with its citation key.")
+                "CITED_CONSTANTS of tests/claims/test_prose_numbers.py with its citation key.")
     return messages
 
 
