@@ -72,6 +72,8 @@ class TrainingPosition(tf.Module):
     Only :class:`EpochReader` changes it.  It also remembers (outside the
     checkpoint) which data the last fit read, so that the same data
     continue and other data start from their first batch.
+
+    Shown in the chapter "Your own model".
     """
 
     def __init__(self, name="training_position"):
@@ -139,6 +141,8 @@ def epoch_permutation(seed, epoch, n):
     A function of ``(seed, epoch)`` alone, not of a generator's state: a
     run resumed at epoch 3 draws epoch 3's order without replaying epochs 0
     to 2.  Taught in the chapter "Your own model".
+
+    Shown in the chapter "Your own model".
     """
     return np.random.default_rng([int(seed), int(epoch)]).permutation(n)
 

@@ -257,7 +257,10 @@ class LocalSGDTrainer(tf.Module):
         return changes, losses
 
     def _replica_steps(self, index, copy, optimizer, x, y, position, batch_size):
-        """One replica's H local steps from the shared parameters; its change and its losses."""
+        """One replica's H local steps from the shared parameters; its change and its losses.
+
+        Shown in the chapter "Communicating rarely".
+        """
         start = [self._shared_component(v, index) for v in self.model.trainable_variables]
         start = [tf.identity(value) for value in start]
         with tf.control_dependencies(start):
@@ -309,7 +312,10 @@ class LocalSGDTrainer(tf.Module):
         return self.strategy.experimental_local_results(gathered)[0]
 
     def _average_and_apply(self, changes):
-        """The one all-reduce of the round (the mean change), then the outer step."""
+        """The one all-reduce of the round (the mean change), then the outer step.
+
+        Shown in the chapter "Communicating rarely".
+        """
         def average(change):
             context = tf.distribute.get_replica_context()
             # identity: on the replica's device (collectives need a device to reduce to)
@@ -362,6 +368,8 @@ class LocalSGDTrainer(tf.Module):
         holds ``loss`` (the replicas' mean) and ``replica_loss`` for each
         local step; a non-finite loss raises :class:`pargrad.loop.StoppedCall`
         before the average.
+
+        Shown in the chapter "Communicating rarely".
         """
         begin = time.perf_counter()
         changes, losses = self._local_function(call.x, call.y, tf.constant(call.first_row),

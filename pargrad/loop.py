@@ -59,6 +59,8 @@ def fit_loop(trainer, reader, *, epochs, callbacks=None, validation=None, progre
     position has completed; a callback that sets ``model.stop_training``
     ends the fit after its step; ``on_train_end`` with the last logs.
     ``progress``: None, or the description of a progress bar to show.
+
+    Shown in the chapter "Synchronous training".
     """
     model = trainer.model
     hooks = keras.callbacks.CallbackList(callbacks, add_history=True, model=model,
@@ -92,6 +94,8 @@ def train_epoch(trainer, reader, hooks, records, bar=None):
     Callbacks see a call as one batch, indexed by its last step (as Keras's
     ``steps_per_execution``), with the epoch's running ``loss`` and metrics.
     Returns the epoch's logs.
+
+    Shown in the chapter "Synchronous training".
     """
     for metric in trainer.metrics:
         metric.reset_state()

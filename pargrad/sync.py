@@ -384,6 +384,8 @@ class SyncTrainer(tf.Module):
         ``x, y`` are this replica's shard.  Its loss is its examples' losses
         summed and divided by the *global* batch size, so the sum over the
         replicas is the mean over the whole batch.
+
+        Shown in the chapter "Synchronous training".
         """
         variables = self.model.trainable_variables
         loss, grads = self._replica_gradients(x, y, global_batch_size)  # no communication
@@ -400,7 +402,10 @@ class SyncTrainer(tf.Module):
         return self._accumulated_gradients(x, y, variables, global_batch_size)
 
     def _gradients(self, x, y, variables, global_batch_size):
-        """The loss of ``(x, y)`` divided by the *global* batch size, and its gradients."""
+        """The loss of ``(x, y)`` divided by the *global* batch size, and its gradients.
+
+        Shown in the chapter "Synchronous training".
+        """
         with tf.GradientTape() as tape:
             prediction = self.model(x, training=True)
             loss = tf.nn.compute_average_loss(
@@ -456,6 +461,8 @@ class SyncTrainer(tf.Module):
         Each replica adds up the weights of its micro-batches; one all-reduce
         of that one number (per update) gives the total weight ``W`` of the
         global batch, by which every replica divides its weighted loss sum.
+
+        Shown in the chapter "Accumulating sequences".
         """
         weights = [tf.cast(self.sample_weight(xb, yb), tf.float64)
                    for xb, yb in self._micro_batches(x, y)]
@@ -517,7 +524,10 @@ class SyncTrainer(tf.Module):
         return weighted / tf.cast(total_weight, values.dtype)
 
     def _accumulated_gradients(self, x, y, variables, global_batch_size):
-        """Sum the gradients of k micro-batches on this replica, no communication."""
+        """Sum the gradients of k micro-batches on this replica, no communication.
+
+        Shown in the chapter "Accumulate and distribute".
+        """
         loss, grads = self._gradients(x[0], y[0], variables, global_batch_size)
         for i in range(1, self.accumulation_steps):     # unrolled: k is a Python int
             micro_loss, micro_grads = self._gradients(x[i], y[i], variables, global_batch_size)
@@ -535,6 +545,8 @@ class SyncTrainer(tf.Module):
         ``accumulation_steps`` micro-batches.  No ``tf.data`` iterator: its
         multi-device buffers run background threads, and TF 2.21 can hang
         for good when such an iterator is garbage collected.
+
+        Shown in the chapter "Synchronous training".
         """
         replica = tf.distribute.get_replica_context().replica_id_in_sync_group
         per_replica = global_batch_size // self.replicas

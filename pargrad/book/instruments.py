@@ -52,6 +52,8 @@ def backup_worker_mask(replica_times, backup_workers):
     drops the b slowest; a tie goes to the lower replica index.  Returns a
     boolean array shaped like ``replica_times``.  Taught in the chapter
     "Sync vs async in the same time".
+
+    Shown in the chapter "Sync vs async in the same time".
     """
     times = np.asarray(replica_times, float)
     if times.ndim != 2:
@@ -237,6 +239,8 @@ class InstrumentedSyncTrainer(SyncTrainer):
 
         Returns ``{"loss": the replica's loss, "times": its [compute_start,
         compute_end, update_end]}`` (NaN times without ``record_times``).
+
+        Shown in the chapter "Synchronous training".
         """
         variables = self.model.trainable_variables
         if self.record_times:
@@ -336,7 +340,10 @@ class InstrumentedSyncTrainer(SyncTrainer):
     def _set_plan(self, used, replica_times):
         """Before a step: weights N / (N - b) for the used replicas and 0 for the
         dropped ones (so the sum over replicas is the mean over the used
-        examples), and each used replica's emulated seconds (0: cut off)."""
+        examples), and each used replica's emulated seconds (0: cut off).
+
+        Shown in the chapter "Sync vs async in the same time".
+        """
         if self.backup_workers:
             self._gradient_weights.assign(
                 used.astype(np.float32) * self.replicas / (self.replicas - self.backup_workers))
