@@ -164,7 +164,7 @@ def test_a_secondary_score_breaks_the_tie():
 def test_a_plateau_at_the_edge_raises_though_the_best_is_inside():
     # the lowest mean (0.4) lies inside, but the tie reaches the smallest rate: the grid is short
     method = plateau_method([3, 3, 3, 4, 5, 6], [3.3, 3.2, 3.0, 4, 5, 6])
-    with pytest.raises(ValueError, match="edge of the grid.*3 settings.*add smaller rates"):
+    with pytest.raises(ValueError, match="tied rate 0.1 is at the edge of the grid.*3 settings tie.*add smaller rates"):
         experiments.sweep(method, np.arange(10))
 
 

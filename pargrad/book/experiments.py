@@ -249,14 +249,15 @@ def _refuse_an_edge(method, plateau):
                 continue
             if at in (0, len(values) - 1):
                 side = "smaller" if at == 0 else "larger"
-                what = "rates" if method.grid is None else f"values of {knob}"
+                one, many = ("rate", "rates") if method.grid is None else (
+                    f"value of {knob}", f"values of {knob}")
                 tied = "" if len(plateau) == 1 else (
-                    f" (the {len(plateau)} settings whose medians tie with the lowest"
-                    f"{f' within {method.resolution:g}' if method.resolution else ''} "
-                    "reach it; or score on a finer resolution)")
-                raise ValueError(f"{method.name}: the best {what} {values[at]:g} is at the edge "
-                                 f"of the grid {_grid_text(method)}{tied}; add {side} {what} so "
-                                 "that the optimum lies inside it.")
+                    f" (its median ties with the lowest"
+                    f"{f' within {method.resolution:g}' if method.resolution else ''}: "
+                    f"{len(plateau)} settings tie; or score at a finer resolution)")
+                raise ValueError(f"{method.name}: the {'tied' if tied else 'best'} {one} "
+                                 f"{values[at]:g} is at the edge of the grid {_grid_text(method)}"
+                                 f"{tied}; add {side} {many} so that the optimum lies inside it.")
 
 
 def _grid_text(method):
