@@ -345,7 +345,7 @@ def test_the_results_table_shows_median_ratio_wins_and_verdict():
                                                     "same": base * 0.995}, {}, {})
     table = experiments.results_table(result, "ref")
     assert table.columns[2:4] == ("ratio to ref", "wins vs ref")
-    assert table.rows[0] == ("ref", "1.5", "1", "reference", "")
+    assert table.rows[0] == ("ref", "1.5", "1", "", "reference")
     assert table.rows[1] == ("fast", "0.75", "0.5", "30 of 30", "fast ahead")
     assert table.rows[2][3:] == ("30 of 30", "negligible")
     markdown = table.to_markdown().splitlines()

@@ -49,11 +49,12 @@ FLOOR = 0.02      # a lead whose median per-seed ratio is within 2 % of 1 is neg
 RULE = (f"A is ahead of B when, over at least {MIN_SEEDS} paired seeds, A scores better than B "
         f"in more seeds than B does better than A, an exact two-sided sign test over the "
         f"seeds that differ gives p < {ALPHA}, and the median of the per-seed ratios A / B "
-        f"is more than {FLOOR:.0%} away from 1 (closer, the difference is negligible); "
+        f"is more than {FLOOR * 100:g} % away from 1 (closer, the difference is negligible); "
         f"otherwise no difference is shown.")
 REPLICATION_RULE = ("A verdict stands only if it holds both on the page's seeds and on held-out "
-                    "seeds, each set with its own tuning seeds and its own sweep; a lead that "
-                    "both call negligible is negligible, and anything else is not shown.")
+                    "seeds, each set with its own tuning seeds and its own sweep; a lead both "
+                    "sets show the same way, but below the floor on one or both, is negligible; "
+                    "anything else is not shown.")
 NOT_SHOWN = "not shown"
 NEGLIGIBLE = "negligible"
 NO_DIFFERENCE = "no difference shown"
@@ -501,7 +502,7 @@ def results_table(result, reference, methods=None):
     rows = []
     for name in names:
         if name == reference:
-            rows.append((name, _median_text(runs[0], name), "1", "reference", ""))
+            rows.append((name, _median_text(runs[0], name), "1", "", "reference"))
             continue
         verdicts = [run.compare(name, reference) for run in runs]
         verdict = verdicts[0].verdict if len(runs) == 1 else replicated(*verdicts).verdict
