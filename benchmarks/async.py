@@ -14,7 +14,7 @@ Prints, in one run, on two logical devices:
    both sides: the asynchronous worker works as long again after computing
    (``pargrad.asynchronous.hold_core``); the synchronous straggler computes
    its gradients twice a step and applies the first
-   (``InstrumentedSyncTrainer(stragglers={1: 2})``, in the step's graph,
+   (``InstrumentedSyncTrainer(scenario=Scenario((1, 1 / 2)))``, in the step's graph,
    compiled by XLA like the rest):
    asynchronous over synchronous examples per second, printed beside its
    limit.  With N equal devices of which one is s times slower, the
@@ -67,7 +67,8 @@ from _common import describe_machine, result_line, verdict  # noqa: E402
 from pargrad.asynchronous import AsyncTrainer  # noqa: E402
 from pargrad.scenario import Scenario  # noqa: E402
 from pargrad.book.instruments import InstrumentedSyncTrainer  # noqa: E402
-from pargrad.sync import SyncTrainer, sync_strategy  # noqa: E402
+from pargrad.strategies import sync_strategy  # noqa: E402
+from pargrad.sync import SyncTrainer  # noqa: E402
 
 INPUTS, HIDDEN = 512, 1024
 SLOW = 2  # the straggler's slow-down factor s (a whole number: sync computes s times a step)
@@ -126,7 +127,9 @@ class Sync:
         trainer_class = InstrumentedSyncTrainer if stragglers else SyncTrainer  # no timestamps
         self.trainer = trainer_class(model, strategy, learning_rate=1e-3, progress=False,
                                      jit_compile=jit_compile,
-                                     **({"stragglers": stragglers} if stragglers else {}))
+                                     **({"scenario": Scenario(tuple(
+                                         1 / stragglers.get(r, 1) for r in range(replicas)))}
+                                        if stragglers else {}))
         self._fit(2 * steps_per_call)
         started = time.perf_counter()
         self._fit(steps_per_call)

@@ -49,7 +49,8 @@ import tensorflow as tf
 
 from _common import best_of_rounds, describe_machine, result_line, timed, verdict
 from pargrad.book.instruments import InstrumentedSyncTrainer
-from pargrad.sync import SyncTrainer, sync_strategy
+from pargrad.strategies import sync_strategy
+from pargrad.sync import SyncTrainer
 
 FEATURES, WIDTH, PER_REPLICA, EXAMPLES = 64, 256, 256, 8192
 

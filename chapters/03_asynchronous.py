@@ -85,6 +85,30 @@ print(devices)
 # number of updates that landed between a device's read and its apply the
 # update's **{term}`staleness`**.
 #
+# A dozen lines of NumPy show both on the loss $w^2$: two workers share $w$, both
+# read it, worker 0 applies its update, then worker 1 applies a gradient it
+# computed at the old $w$:
+
+# %%
+gradient = lambda w: 2 * w  # noqa: E731  (the loss w², its minimum at w = 0)
+w, version, rate = 1.0, 0, 0.3  # the shared parameter and the number of updates applied to it
+read = {}  # what each worker read: (w, version)
+schedule = [(0, "read"), (1, "read"), (0, "apply"), (1, "apply"), (0, "read"), (0, "apply")]
+for worker, action in schedule:
+    if action == "read":
+        read[worker] = (w, version)
+        continue
+    w_read, version_read = read[worker]
+    print(f"worker {worker}: gradient computed at w = {w_read:.2f}, applied at w = {w:.2f}, "
+          f"staleness {version - version_read}: w -> {w - rate * gradient(w_read):.2f}")
+    w, version = w - rate * gradient(w_read), version + 1
+
+# %% [markdown]
+# Worker 1's gradient is one update stale: computed at $w = 1$, it is as large
+# as it was there, and it carries $w$ past the minimum at 0, to the other
+# side. The section "The stale gradient, drawn from a run" below
+# draws the same thing from a real two-device run.
+#
 # `pargrad.AsyncTrainer` does exactly this. The shared parameters live on one
 # *parameter device* (the first device); one worker runs on each device. These
 # are the lines of a worker's loop, as each worker's thread runs it, that
@@ -615,7 +639,7 @@ assert np.isfinite(aware_final[4]) and np.isfinite(aware_final[8])
 # and one rule for "A is ahead of B" fixed before any run is made:
 
 # %%
-from pargrad.book import experiments, parabola_async
+from pargrad.book import experiments, parabola_async, replay
 
 print(experiments.RULE)
 SEEDS = np.arange(30)            # the seeds every verdict rests on
@@ -828,7 +852,7 @@ for workers in (2, 4, 8):
 # $(\eta/n)\lambda < 2(1 + \mu)$, that is $2n - 1$ times one worker's rate.
 
 # %%
-weights = parabola_async.stacked_weights(SEEDS)
+weights = replay.stacked_weights(SEEDS)
 largest = {n: parabola_async.largest_stable_rate(weights, x64, y64, n, UPDATES) for n in (1, 2, 4, 8)}
 stable_ratios = {n: largest[n] / largest[1] for n in (2, 4, 8)}
 for n, ratios in stable_ratios.items():
@@ -906,7 +930,9 @@ plt.close(figure)
 
 # %%
 UNEVEN = [1.0, 1.0, 1.0, 0.1]
-uneven_schedule = parabola_async.virtual_schedule(UNEVEN, UPDATES)
+from pargrad.scenario import virtual_schedule  # AsyncTrainer's own virtual clock, as arrays
+
+uneven_schedule = virtual_schedule(Scenario(UNEVEN), UPDATES)
 staleness = np.arange(UPDATES) - uneven_schedule["read_version"]
 slow = uneven_schedule["worker"] == 3
 print(f"mean staleness: fast workers {staleness[~slow].mean():.1f}, slow worker "
@@ -939,7 +965,7 @@ for base in (0.1, 0.2):
     print(plain_verdict)
     assert plain_verdict.verdict == f"{base} / (staleness + 1) ahead"
 print(f"constant 0.2 ends above its starting loss on "
-      f"{np.sum(replica_final_loss(4, 0.2, SEEDS, speeds=UNEVEN) > parabola_async.full_loss(weights, x64, y64))} "
+      f"{np.sum(replica_final_loss(4, 0.2, SEEDS, speeds=UNEVEN) > replay.full_loss(weights, x64, y64))} "
       f"of {len(SEEDS)} seeds")
 assert matched_verdicts[0.1].verdict == "0.1 / (staleness + 1) ahead"
 assert matched_verdicts[0.2].verdict == "no difference shown"
@@ -1082,7 +1108,7 @@ glue("dc-vs-rule-p", dc_vs_rule.p_value)
 
 # %%
 above_start = {}
-start_loss = parabola_async.full_loss(weights, x64, y64)
+start_loss = replay.full_loss(weights, x64, y64)
 for rate in (0.14, 0.2, 0.3):
     runs = {"plain": replica_final_loss(4, rate, SEEDS, speeds=UNEVEN),
             **{f"λ = {strength:g}": replica_final_loss(4, rate, SEEDS, speeds=UNEVEN,
@@ -1175,7 +1201,7 @@ print("two additions of 1 give", float(counter.numpy()))
 
 # %% [markdown]
 # With real threads, the interleaving is up to the operating system, but it
-# happens all the time. `pargrad.asynchronous.lost_updates` lets two threads add
+# happens all the time. `pargrad.book.lost_updates` lets two threads add
 # 1 to a variable 2000 times each and counts what is missing. With a Keras
 # variable (the count differs from run to run):
 
@@ -1286,7 +1312,7 @@ print("tf.Variable: lost", lost_updates(tf.Variable(0.0), threads=2, increments=
 # ## Exercises
 #
 # 1. Redraw the stale-gradient figure with `STEP_TIMES_CURVATURE` 0.4, 0.5 and
-#    1.2. Then add a third worker (`devices[:3]`, `speeds=[1, 0.9, 0.8]`,
+#    1.2. Then add a third worker (`devices[:3]`, `Scenario((1, 0.9, 0.8))`,
 #    `steps=3`): from which value of $\eta a$ on does the third update
 #    overshoot? Compare with $1 - k\eta a$.
 #

@@ -51,15 +51,25 @@ import numpy as np
 import tensorflow as tf
 from pargrad.book import plots
 from pargrad.cluster import LocalCluster
-from pargrad.loop import fit_with_callbacks
+from pargrad.loop import fit_loop, train_epoch
+from pargrad.scenario import Scenario
 from pargrad.book.instruments import InstrumentedSyncTrainer
 from pargrad.book.parabola import train_parabola
 from pargrad.allreduce import ring_all_reduce
-from pargrad.sync import SyncTrainer, sync_strategy
+from pargrad.strategies import sync_strategy
+from pargrad.sync import SyncTrainer
 
 devices = pargrad.logical_devices(5)
 keras.utils.set_random_seed(0)
 print(devices)
+
+# %% [markdown]
+# Part II compares two ways for several devices to train one model; the
+# picture below is the one to keep in mind through it
+# ({numref}`fig-sync-async-timelines`).
+
+# %% mystnb={"figure": {"caption": "Two devices, device 1 slower, on a fixed schedule (a drawing, not a measurement). Top, synchronous: both devices compute a gradient on the same weights (w0, then w1), the fast one waits (hatched) for the slow one, and one all-reduce and one update (red) end every step. Bottom, asynchronous: each device reads the weights (\u25bc), computes and applies its update on its own and never waits, but an update computed on weights that the other device has changed since the read (orange) is stale: it is applied one update behind.", "name": "fig-sync-async-timelines"}}
+fig = plots.sync_async_timelines()
 
 # %% [markdown]
 # ## Synchronous mode
@@ -85,6 +95,92 @@ print(devices)
 # **{term}`all-reduce`**. `tf.distribute.MirroredStrategy` ({term}`MirroredStrategy`)
 # is TensorFlow's way to run one replica per device of one machine and
 # all-reduce their gradients.
+#
+# Here is all of it for the y = x² asker's network, as a program you can copy
+# (it imports from `pargrad` only the logical devices, which must exist
+# before TensorFlow starts). `MirroredStrategy` puts one replica on each of two
+# devices; the model and optimizer made in `strategy.scope()` hold mirrored
+# variables; `experimental_distribute_values_from_function` hands replica $r$
+# its rows of the batch; `strategy.run` runs `replica_step` on every replica,
+# whose loss is its shard's summed squared error divided by the *global* batch
+# (`tf.nn.compute_average_loss`), and whose one `apply_gradients` sums the
+# replicas' gradients (the all-reduce) and applies the same update everywhere.
+
+# %%
+import keras
+import numpy as np
+import tensorflow as tf
+from pargrad import logical_devices  # the one pargrad import: it splits the CPU before TF starts
+
+strategy = tf.distribute.MirroredStrategy(  # 2 of the chapter's 5; yours: logical_devices(2)
+    logical_devices(5)[:2], cross_device_ops=tf.distribute.ReductionToOneDevice())  # 1 chip
+x = np.linspace(-2.0, 2.0, 50)[:, None]  # the asker's 50 points, in float64
+y = x**2
+B, R = len(x), strategy.num_replicas_in_sync  # the global batch (50) and the replicas (2)
+
+
+def new_model():  # the 1-5-1 tanh network in float64, the same weights at every call
+    keras.utils.set_random_seed(0)
+    return keras.Sequential([keras.Input((1,), dtype="float64"),
+                             keras.layers.Dense(5, "tanh", dtype="float64"),
+                             keras.layers.Dense(1, dtype="float64")])
+
+
+def shard(context):  # runs once per replica: replica r takes rows r*B/R to (r+1)*B/R
+    r = context.replica_id_in_sync_group
+    return x[r * B // R:(r + 1) * B // R], y[r * B // R:(r + 1) * B // R]
+
+
+def replica_step(x_shard, y_shard):  # runs on every replica, on its own shard
+    with tf.GradientTape() as tape:
+        errors = tf.square(model(x_shard) - y_shard)[:, 0]
+        loss = tf.nn.compute_average_loss(errors, global_batch_size=B)  # sum / 50, not / 25
+    gradients = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(gradients, model.trainable_variables))  # all-reduce, one update
+
+
+with strategy.scope():  # variables made here are mirrored, one copy per device
+    model, optimizer = new_model(), keras.optimizers.SGD(learning_rate=1e-2)
+shards = strategy.experimental_distribute_values_from_function(shard)  # per-replica data
+step = tf.function(lambda: strategy.run(replica_step, args=shards))
+for _ in range(300):
+    step()
+
+# %% [markdown]
+# The same network on one device with the full batch, trained as long: the
+# weights agree within float64 rounding (`pargrad.rounding_tolerance`, which
+# the section on rounding below explains).
+
+# %%
+single, single_optimizer = new_model(), keras.optimizers.SGD(learning_rate=1e-2)
+
+
+@tf.function
+def single_step():  # one device, the full batch of 50
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(single(x) - y))
+    gradients = tape.gradient(loss, single.trainable_variables)
+    single_optimizer.apply_gradients(zip(gradients, single.trainable_variables))
+
+
+def largest_gap(first, second):
+    """The largest difference between two models' weights."""
+    return max(np.max(np.abs(a - b)) for a, b in zip(first.get_weights(), second.get_weights()))
+
+
+for _ in range(300):
+    single_step()
+copy_tolerance = pargrad.rounding_tolerance("float64", 300)
+print(f"trained: the weights moved from the start: {largest_gap(model, new_model()) > 0.01}")
+print(f"2 replicas vs 1 device after 300 steps, weight gap < tolerance ({copy_tolerance:.0e}): "
+      f"{largest_gap(model, single) < copy_tolerance}")
+
+# %% [markdown]
+# `pargrad.SyncTrainer`, which the rest of this chapter takes apart, is this
+# program with what a real training run needs around it: shards cut from any
+# batch without `tf.data`'s distributed iterators (a garbage-collected one can
+# hang TensorFlow 2.21), accumulation of several micro-batches per step, the
+# instruments that show stragglers, and errors that say what to pass instead.
 #
 # First each replica takes its shard. The data sit in memory on the host, and
 # replica $r$ gathers the $B/R$ rows that follow $r \cdot B/R$ in the batch
@@ -142,16 +238,18 @@ except ValueError as error:
 # step. In one sitting: `SyncTrainer.fit` checks the data and hands them to
 # `pargrad.data.EpochReader`, which says which batches come next (in order,
 # or the epoch's shuffled order) and keeps the position a checkpoint saves;
-# `pargrad.loop.fit_with_callbacks` calls Keras's callbacks in Keras's order
-# around the epochs; and one epoch, `SyncTrainer._train_epoch`, is a `for`
-# loop over the calls of the step, each between two batch callbacks, that
-# moves the position on and records the losses (both collapsed below):
+# `pargrad.loop.fit_loop` calls Keras's callbacks in Keras's order around
+# the epochs; and one epoch, `pargrad.loop.train_epoch`, is a `for` loop
+# over the calls of the step, each run by the trainer (`SyncTrainer.run_call`)
+# between two batch callbacks, that tells the reader what ran and records
+# the losses (both collapsed below). Every strategy trainer of the book
+# hands its calls to this one loop:
 
 # %% tags=["hide-cell"]
-pargrad.show_source(fit_with_callbacks)
+pargrad.show_source(fit_loop)
 
 # %% tags=["hide-cell"]
-pargrad.show_source(SyncTrainer._train_epoch)
+pargrad.show_source(train_epoch)
 
 # %% [markdown]
 # ## All-reduce
@@ -398,7 +496,7 @@ fig.tight_layout()
 # contributed its gradient. To see it we need a model whose computation is
 # visible next to the overheads, a small multilayer perceptron on random
 # data, and two replicas with 256 examples each. A {term}`straggler` is a
-# device slower than the others; `stragglers={1: 3}` makes replica 1 three times slower: after
+# device slower than the others; `scenario=Scenario((1, 1 / 3))` (the replicas' speeds) makes replica 1 three times slower: after
 # computing its gradient it computes it twice more, inside the step, and
 # applies the first, like a device that needs three times as long for the
 # same work. Busy work rather than a sleep: a slow device does not lend its
@@ -419,7 +517,7 @@ features = rng.standard_normal((4096, 64)).astype(np.float32)
 targets = rng.standard_normal((4096, 1)).astype(np.float32)
 
 
-def perceptron_trainer(replicas, stragglers=None):
+def perceptron_trainer(replicas, speeds=None):
     """A 64-256-256-1 perceptron under SyncTrainer on ``replicas`` devices."""
     strategy = sync_strategy(replicas)
     with strategy.scope():
@@ -430,7 +528,8 @@ def perceptron_trainer(replicas, stragglers=None):
             keras.layers.Dense(256, activation="relu"),
             keras.layers.Dense(1),
         ])
-    return InstrumentedSyncTrainer(model, strategy, stragglers=stragglers, record_times=True,
+    scenario = None if speeds is None else Scenario(speeds)
+    return InstrumentedSyncTrainer(model, strategy, scenario=scenario, record_times=True,
                                    progress=False)
 
 
@@ -440,7 +539,7 @@ def measure(trainer, steps=20):
     return trainer.fit(features, targets, steps=steps, batch_size=batch)
 
 
-trainers = {factor: perceptron_trainer(2, {1: factor}) for factor in (1, 3, 6)}
+trainers = {factor: perceptron_trainer(2, (1, 1 / factor)) for factor in (1, 3, 6)}
 histories = {f"straggler x{factor}": measure(trainer) for factor, trainer in trainers.items()}
 
 # %% [markdown]
@@ -452,7 +551,7 @@ histories = {f"straggler x{factor}": measure(trainer) for factor, trainer in tra
 # so the cell checks a range around 3; the weights must be equal bit for bit.
 
 # %% tags=["nbval-ignore-output"]
-alone = {factor: perceptron_trainer(1, {0: factor}) for factor in (1, 3)}
+alone = {factor: perceptron_trainer(1, (1 / factor,)) for factor in (1, 3)}
 compute = {factor: [] for factor in alone}
 for trainer in alone.values():
     trainer.fit(features, targets, steps=2, batch_size=256)           # trace first
@@ -815,7 +914,7 @@ print("tf.train.SyncReplicasOptimizer:          ", hasattr(tf.train, "SyncReplic
 # 4. Make two replicas stragglers instead of one, with factors 2 and 4. Which
 #    one sets the step time? Draw the timeline.
 #
-#    *Hint:* `perceptron_trainer(3, {1: 2, 2: 4})`, then `measure` and
+#    *Hint:* `perceptron_trainer(3, (1, 1 / 2, 1 / 4))`, then `measure` and
 #    `plots.device_timeline`.
 # 5. Start a `LocalCluster` of two workers and kill one of them with
 #    `os.kill(cluster.pids[1], signal.SIGKILL)` while it trains. What does

@@ -58,7 +58,7 @@ from pargrad.book import digits, glue, plots, race
 from pargrad.asynchronous import AsyncTrainer
 from pargrad.scenario import Scenario
 from pargrad.book.instruments import InstrumentedSyncTrainer, backup_worker_mask, sync_step_times
-from pargrad.sync import sync_strategy
+from pargrad.strategies import sync_strategy
 
 devices = pargrad.logical_devices(4)
 keras.utils.set_random_seed(0)
@@ -110,7 +110,7 @@ for name, scenario in race.SCENARIOS.items():
           f"({scenario.delay_distribution})")
 
 # %% [markdown]
-# The heavy-tailed delays are Pareto-distributed (`pargrad.asynchronous.random_delay`)
+# The heavy-tailed delays are Pareto-distributed (`pargrad.scenario.random_delay`)
 # with a mean of half a step: most steps are barely delayed, but now and then a
 # device stalls for many steps, like a machine that a colleague's job has just
 # landed on.

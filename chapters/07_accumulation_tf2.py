@@ -58,7 +58,7 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from pargrad.book import plots  # noqa: E402
 from pargrad.accumulate import GradientAccumulator  # noqa: E402
-from pargrad.book.accumulation_memory import peak_memory  # noqa: E402
+from pargrad.book.memory import peak_memory  # noqa: E402
 
 keras.utils.set_random_seed(0)
 # This chapter compares accumulation with the big batch to float32 rounding.
@@ -66,6 +66,71 @@ keras.utils.set_random_seed(0)
 # (about 1e-3 relative error) unless told otherwise; no effect on a CPU.
 tf.config.experimental.enable_tensor_float_32_execution(False)
 print("TensorFlow", tf.__version__, "| Keras", keras.__version__, "| devices:", devices)
+
+# %% [markdown]
+# ## Accumulation in a plain TF2 loop
+#
+# The whole recipe fits in one `tf.function`, for the y = x² question's
+# network in float64: a `tf.Variable` per trainable variable holds the sum of
+# the micro-batches' gradients; after the last of $K$ micro-batches of equal
+# size the sum divided by $K$ is the big batch's mean gradient, and one
+# `apply_gradients` uses it; then the sums go back to zero. A program to copy:
+
+# %%
+x = np.linspace(-2.0, 2.0, 50)[:, None]  # the y = x² question's 50 points, in float64
+y = x**2
+K = 5  # micro-batches per update, of 10 examples each
+
+
+def new_model():  # the 1-5-1 tanh network in float64, the same weights at every call
+    keras.utils.set_random_seed(0)
+    return keras.Sequential([keras.Input((1,), dtype="float64"),
+                             keras.layers.Dense(5, "tanh", dtype="float64"),
+                             keras.layers.Dense(1, dtype="float64")])
+
+
+model, optimizer = new_model(), keras.optimizers.SGD(learning_rate=1e-2)
+sums = [tf.Variable(tf.zeros_like(v)) for v in model.trainable_variables]  # one per variable
+
+
+@tf.function
+def accumulated_update():
+    for x_micro, y_micro in zip(np.split(x, K), np.split(y, K)):  # K forward-backward passes
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x_micro) - y_micro))  # the micro-batch's mean
+        for total, gradient in zip(sums, tape.gradient(loss, model.trainable_variables)):
+            total.assign_add(gradient)  # add: nothing is applied yet
+    optimizer.apply_gradients(zip([total / K for total in sums], model.trainable_variables))
+    for total in sums:
+        total.assign(tf.zeros_like(total))  # reset for the next window
+
+
+for _ in range(200):
+    accumulated_update()
+
+# %% [markdown]
+# The big batch, trained as long, ends with the same weights within float64
+# rounding (`pargrad.rounding_tolerance`, from the chapter "Synchronous
+# training"):
+
+# %%
+big, big_optimizer = new_model(), keras.optimizers.SGD(learning_rate=1e-2)
+for _ in range(200):  # the big batch: all 50 points at once, eagerly
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(tf.square(big(x) - y))
+    big_optimizer.apply_gradients(zip(tape.gradient(loss, big.trainable_variables),
+                                      big.trainable_variables))
+loop_gap = max(np.max(np.abs(a - b)) for a, b in zip(model.get_weights(), big.get_weights()))
+loop_moved = max(np.max(np.abs(a - b)) for a, b in zip(model.get_weights(), new_model().get_weights()))
+loop_tolerance = pargrad.rounding_tolerance("float64", 200)
+print(f"trained: the weights moved from the start: {loop_moved > 0.01}")
+print(f"{K} micro-batches vs the big batch after 200 updates, weight gap < tolerance "
+      f"({loop_tolerance:.0e}): {loop_gap < loop_tolerance}")
+
+# %% [markdown]
+# Dividing by $K$ is right only when the micro-batches have equal sizes; the
+# class below counts examples instead, and adds what a training run needs
+# around these lines.
 
 # %% [markdown]
 # ## `GradientAccumulator` in a custom loop
@@ -404,7 +469,7 @@ for batch_norm in (False, True):
 # the peak memory of one update for growing batch sizes, each computed whole
 # or accumulated from micro-batches of 64, on a model with 2048 inputs and two
 # hidden layers of 512. The measurement runs in a fresh process
-# (`pargrad.book.accumulation_memory.peak_memory`), so that nothing this notebook holds
+# (`pargrad.book.memory.peak_memory`), so that nothing this notebook holds
 # counts: on a GPU it reads TensorFlow's peak device memory, on a CPU the
 # process's peak resident memory, TensorFlow's own few hundred MB included
 # (on Linux the peak is reset before each update). It is the page's longest

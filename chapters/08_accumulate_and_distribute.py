@@ -44,7 +44,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 import tensorflow as tf
 from pargrad.book import digits
-from pargrad.sync import SyncTrainer, sync_strategy
+from pargrad.strategies import sync_strategy
+from pargrad.sync import SyncTrainer
 
 # %% [markdown]
 # ## The effective batch
@@ -336,18 +337,18 @@ assert cold[4 * same_examples] > cold[same_examples] + 0.1  # the control: more 
 # by running one update in a fresh process, once without accumulation and
 # once accumulating four micro-batches of the same size, as the chapter
 # "Accumulation in TF2 and Keras 3" measures peak memory
-# (`pargrad.book.replica_memory`). The digits network's few kilobytes of
+# (`pargrad.book.memory`). The digits network's few kilobytes of
 # parameters would vanish in the process's memory, so the probe is a wider
 # network of the same shape. Each run is a fresh process because memory a
 # finished run gave back stays in the process and would hide the next
 # run's peak:
 
 # %% tags=["nbval-ignore-output"]
-from pargrad.book import replica_memory
+from pargrad.book import memory
 
-buffer_mb = replica_memory.REPLICAS * replica_memory.probe_parameter_bytes(1024) / 2**20
-plain_update = replica_memory.sync_update_peak_memory(1, width=1024)
-accumulating = replica_memory.sync_update_peak_memory(4, width=1024)
+buffer_mb = memory.REPLICAS * memory.probe_parameter_bytes(1024) / 2**20
+plain_update = memory.sync_update_peak_memory(1, width=1024)
+accumulating = memory.sync_update_peak_memory(4, width=1024)
 extra_buffers = (accumulating["rise_mb"] - plain_update["rise_mb"]) / buffer_mb
 print(f"peak rose by {plain_update['rise_mb']:.0f} MB without accumulation, "
       f"{accumulating['rise_mb']:.0f} MB accumulating 4 micro-batches ({accumulating['device']})")

@@ -60,7 +60,8 @@ import numpy as np
 import tensorflow as tf
 from pargrad.book import digits
 from pargrad.data import TrainingPosition, epoch_permutation
-from pargrad.sync import SyncTrainer, sync_strategy
+from pargrad.strategies import sync_strategy
+from pargrad.sync import SyncTrainer
 
 keras.utils.set_random_seed(0)
 tf.config.experimental.enable_op_determinism()
@@ -401,7 +402,7 @@ except pargrad.NonFiniteDataError as error:
 # The second is the loss: every replica's loss is checked in every step, and
 # a NaN or infinite loss (too large a learning rate, a log of 0) stops the
 # fit *before* that step's update is applied, naming the step and the
-# replica (`tests/test_data_checks.py` and `tests/test_own_model.py` check both).
+# replica (`tests/test_sync.py` checks both).
 
 # %% [markdown]
 # `SyncTrainer(stop_on_non_finite=False)` trains on, as Keras does. Other
@@ -428,7 +429,7 @@ for name, attempt in attempts.items():
 # Targets of shape `(N,)` for a one-output model, NumPy's float64 or
 # integer targets, Python lists, a loss given by name (`loss="mse"`), a
 # `mixed_float16` policy (with Keras's loss scaling): all of these train as
-# Keras's `fit` trains them (`tests/test_own_model.py` checks each).
+# Keras's `fit` trains them (`tests/test_sync.py` checks each).
 
 # %% [markdown]
 # ## Summary

@@ -63,7 +63,8 @@ from pargrad.book.sequences import (
     squared_error_per_token,
     token_mask,
 )
-from pargrad.sync import SyncTrainer, sync_strategy
+from pargrad.strategies import sync_strategy
+from pargrad.sync import SyncTrainer
 
 # %% [markdown]
 # ## Sequences of unequal lengths
@@ -98,7 +99,13 @@ print("real tokens per micro-batch:", tokens, "| the batch:", sum(tokens),
 # $L = \frac{1}{n} \sum_t \ell_t = \sum_i \frac{n_i}{n} L_i$. Averaging the
 # micro-batches' means, $\frac{1}{k} \sum_i L_i$, gives each micro-batch the
 # weight $1/k$ instead of $n_i / n$: the tokens of a short micro-batch count
-# more than those of a long one.
+# more than those of a long one. {numref}`fig-token-weighting` shows it on four
+# short sequences.
+
+# %% mystnb={"figure": {"caption": "Four padded sequences in two micro-batches, with made-up losses per token (hatched: padding, which counts nothing). Micro-batch 1 holds 14 real tokens, micro-batch 2 only 3. The mean of the two micro-batch means gives those 3 tokens as much weight as the other 14; weighting each micro-batch's mean by its share of the tokens counts every token once and gives the big batch's mean.", "name": "fig-token-weighting"}}
+from pargrad.book import plots
+
+fig = plots.token_weighting_diagram()
 
 # %%
 model = sequence_model(seed=1, dtype="float64")

@@ -60,6 +60,7 @@ import numpy as np
 import psutil
 from pargrad import cost
 from pargrad.book import experiments, glue
+from pargrad.book import plots, replay
 from pargrad.book import rare_communication as rc
 from pargrad.cluster import LocalCluster
 from pargrad.local_sgd import LocalSGDTrainer
@@ -95,7 +96,7 @@ pargrad.book.show_lines(LocalSGDTrainer._average_and_apply, "def average(change)
 # then stay those of the round's start):
 
 # %%
-pargrad.book.show_lines(LocalSGDTrainer._round, "begin = time.perf_counter()",
+pargrad.book.show_lines(LocalSGDTrainer.run_call, "begin = time.perf_counter()",
                         "self._average_function")
 
 # %% [markdown]
@@ -116,7 +117,7 @@ pargrad.book.show_lines(LocalSGDTrainer._round, "begin = time.perf_counter()",
 # makes them:
 
 # %%
-for outer in rc.OUTERS:
+for outer in replay.OUTERS:
     config = rc.outer_optimizer(outer).get_config()
     print(f"{outer:8s}: SGD(learning_rate={config['learning_rate']:.1f}, "
           f"momentum={config['momentum']:.1f}, nesterov={config['nesterov']})")
@@ -129,7 +130,7 @@ for outer in rc.OUTERS:
 # charges a finished run on any other link without running it again.
 #
 # ```{note}
-# The trainer's `slowdown` and `step_seconds` move only this *virtual*
+# The trainer's `scenario` (the replicas' speeds) and `step_seconds` move only this *virtual*
 # clock: a "slow" replica is not slowed down on the wall clock (no sleep, no
 # core held), so the runs and their results do not depend on it. Every time
 # on this page is modelled time, never a wall-clock measurement.
@@ -141,8 +142,9 @@ for outer in rc.OUTERS:
 # 48 evenly spaced points (shuffled once, as a data loader would), with
 # four replicas: each gets a random quarter of the points, and every local
 # step is a full-shard gradient step. A verdict needs many seeds and a rate
-# sweep for every method, thousands of runs; `pargrad.book.rare_communication`
-# replays exactly what the trainer computes in vectorised float64 NumPy.
+# sweep for every method, thousands of runs; `pargrad.book.replay`
+# replays exactly what the trainer computes in vectorised float64 NumPy, and
+# `pargrad.book.rare_communication` holds this page's experiments on it.
 # Before we trust it, we run the real trainer for every `H` of the dial (on
 # seed 0, DiLoCo's outer step, each at the inner rate its sweep picks
 # below) and compare the final weights.
@@ -196,7 +198,7 @@ for name, best in dial.rates.items():
 # $10^{15}$.
 
 # %%
-def trainer_run(steps, rate, outer=rc.NESTEROV, seed=0):
+def trainer_run(steps, rate, outer=replay.NESTEROV, seed=0):
     """LocalSGDTrainer on the chapter's problem: 4 replicas, full batch, UPDATES local steps."""
     strategy = pargrad.sync_strategy(rc.REPLICAS)
     with strategy.scope():
@@ -217,10 +219,12 @@ histories, agreements = {}, {}
 for steps in DIAL:
     rate = dial.rates[f"DiLoCo, H={steps}"]
     trainer, histories[steps] = trainer_run(steps, rate)
-    replayed, _ = rc.train_rounds(rc.start([0]), rate, steps, UPDATES // steps, rc.NESTEROV)
-    nudged = rc.start([0])
+    replayed, _ = replay.train_rounds(replay.start([0]), (x, y), rc.REPLICAS, rate, steps,
+                                      UPDATES // steps, replay.NESTEROV)
+    nudged = replay.start([0])
     nudged.weights = tuple(w * (1 + 1e-15) for w in nudged.weights)
-    nudged, _ = rc.train_rounds(nudged, rate, steps, UPDATES // steps, rc.NESTEROV)
+    nudged, _ = replay.train_rounds(nudged, (x, y), rc.REPLICAS, rate, steps, UPDATES // steps,
+                                    replay.NESTEROV)
     gap = largest_gap(trainer.model.get_weights(), replayed)
     sensitivity = largest_gap([w[0] for w in nudged.weights], replayed)
     agreements[steps] = (gap, sensitivity)
@@ -276,8 +280,8 @@ for link in (FAST, SLOW):
 # %%
 curves = {steps: {outer: np.median(rc.loss_curves(
     dial.rates[rc.method_name(outer, steps)], TEST_SEEDS, steps, UPDATES, outer), axis=1)
-    for outer in rc.OUTERS} for steps in DIAL}
-figure = rc.dial_figure(curves, histories, FAST, SLOW, STEP_SECONDS)
+    for outer in replay.OUTERS} for steps in DIAL}
+figure = plots.dial_figure(curves, histories, FAST, SLOW, STEP_SECONDS)
 glue("dial-figure", figure, display=False)
 plt.close(figure)
 
@@ -304,7 +308,7 @@ def first_time_below(curve, clock, target):
 TARGET = 0.01
 for link in (FAST, SLOW):
     times = {rc.method_name(outer, steps): first_time_below(curves[steps][outer], histories[steps].clock_on(link, STEP_SECONDS),
-                              TARGET) for steps in DIAL for outer in rc.OUTERS}
+                              TARGET) for steps in DIAL for outer in replay.OUTERS}
     order = sorted(times, key=times.get)
     print(f"{link.name}: median loss {TARGET} first reached by")
     for name in order[:4]:
@@ -447,8 +451,8 @@ for steps, verdict in nesterov.items():
 # construction; the others do not). Synchronous SGD, local SGD and DiLoCo wait for the slow worker every
 # round; asynchronous SGD does not, but each of its updates pays a push and
 # a pull on the link. The asynchronous runs are replayed with
-# `pargrad.book.parabola_async` (the float64 replay of `AsyncTrainer`'s
-# virtual clock, checked against it in the chapter "Asynchronous training"),
+# `pargrad.book.replay.train_async` on `AsyncTrainer`'s virtual clock (the
+# float64 replay checked against it in the chapter "Asynchronous training"),
 # on the same shards, with each worker's step time plus its two messages as
 # its time per update.
 
@@ -467,8 +471,8 @@ for link in (FAST, SLOW):
               f"{np.median(uneven[link.name].scores[name]):.2g}")
 
 # %%
-figure = rc.seeds_figure(list(uneven.values()), [f"one worker 3x slower, {name}"
-                                                 for name in uneven])
+figure = plots.seeds_figure(list(uneven.values()), [f"one worker 3x slower, {name}"
+                                                    for name in uneven])
 glue("uneven-figure", figure, display=False)
 plt.close(figure)
 
@@ -564,17 +568,18 @@ for workers, rounds in PHASES:
     handed_over = {"weights": results[0]["weights"], "velocity": results[0]["velocity"]}
     print(f"{workers} workers, {rounds} rounds: loss on all points {results[0]['loss']:.3g}")
 
-replayed, replay_losses = rc.replay_phases(PHASES, PHASE_RATE, LOCAL_STEPS)
+replayed, replay_losses = replay.replay_phases(PHASES, (x, y), PHASE_RATE, LOCAL_STEPS)
 phase_tolerance = pargrad.rounding_tolerance("float64", sum(r for _, r in PHASES) * LOCAL_STEPS)
 phase_gap = largest_gap(phase_results[-1]["weights"], replayed)
 print(f"processes and replay equal after the three phases, within {phase_tolerance:.0e}: "
       f"{phase_gap < phase_tolerance}")
 assert phase_gap < phase_tolerance
 assert np.allclose([r["loss"] for r in phase_results], replay_losses, rtol=1e-9)
-_, stayed_curve = rc.train_rounds(rc.start([0]), PHASE_RATE, LOCAL_STEPS, 24, rc.NESTEROV, 3)
+_, stayed_curve = replay.train_rounds(replay.start([0]), (x, y), 3, PHASE_RATE, LOCAL_STEPS, 24,
+                                     replay.NESTEROV)
 print("3 workers throughout, same rounds:",
       " ".join(f"{stayed_curve[k - 1, 0]:.3g}" for k in (8, 16, 24)))
-start_loss = float(pargrad.book.parabola_async.full_loss(rc.start([0]).weights, x, y)[0])
+start_loss = float(replay.full_loss(replay.start([0]).weights, x, y)[0])
 print(f"loss at the start {start_loss:.3g}")
 assert replay_losses[-1] < start_loss / 10
 glue("phase-tolerance", f"{phase_tolerance:.0e}")
@@ -590,10 +595,10 @@ glue("phase-tolerance", f"{phase_tolerance:.0e}")
 
 # %%
 def after_phases(phases, seeds):
-    state = rc.start(seeds)
+    state = replay.start(seeds)
     for workers, rounds in phases:
-        state, curve = rc.train_rounds(state, PHASE_RATE, LOCAL_STEPS, rounds, rc.NESTEROV,
-                                       workers)
+        state, curve = replay.train_rounds(state, (x, y), workers, PHASE_RATE, LOCAL_STEPS, rounds,
+                                           replay.NESTEROV)
     return curve[-1]
 
 
@@ -705,8 +710,8 @@ glue("gpu-slow-util", f"{scale[SLOW.name][2]:.0%}")
 
 # %%
 def sorted_shards_losses(steps, rate=2.0**-4, seeds=TEST_SEEDS):
-    _, losses = rc.train_rounds(rc.start(seeds), rate, steps, UPDATES // steps, rc.AVERAGE,
-                                data=rc.problem_data(shuffled=False))
+    _, losses = replay.train_rounds(replay.start(seeds), rc.problem_data(shuffled=False),
+                                    rc.REPLICAS, rate, steps, UPDATES // steps, replay.AVERAGE)
     return np.median(losses[-1])
 
 
@@ -733,7 +738,7 @@ print(f"all-reduce in int8: {int8:.3g} s; H for 90% compute: {int(np.ceil(9 * in
 # steps it took (or dividing each by its steps, so that every replica
 # contributes an average step) restores equal weight to every example. The
 # trainer today makes every replica take `H` steps and charges the round to
-# the slowest on the virtual clock (`slowdown`); this variant is not built.
+# the slowest on the virtual clock (its `scenario`); this variant is not built.
 # ```
 #
 # ```{dropdown} Solution to exercise 4
@@ -748,11 +753,11 @@ print(f"all-reduce in int8: {int8:.3g} s; H for 90% compute: {int(np.ceil(9 * in
 
 # %%
 def phases_without_momentum(seeds):
-    state = rc.start(seeds)
+    state = replay.start(seeds)
     for workers, rounds in PHASES:
-        state = rc.State(state.weights, tuple(np.zeros_like(w) for w in state.weights))
-        state, curve = rc.train_rounds(state, PHASE_RATE, LOCAL_STEPS, rounds, rc.NESTEROV,
-                                       workers)
+        state = replay.State(state.weights, tuple(np.zeros_like(w) for w in state.weights))
+        state, curve = replay.train_rounds(state, (x, y), workers, PHASE_RATE, LOCAL_STEPS, rounds,
+                                           replay.NESTEROV)
     return curve[-1]
 
 

@@ -37,7 +37,8 @@ from pargrad.scenario import Scenario, random_delay  # noqa: E402
 from pargrad.training import NonFiniteDataError, NonFiniteLossError, per_example_loss  # noqa: E402
 from pargrad.strategies import DevicesNotReadyError, choose_cross_device_ops, sync_strategy  # noqa: E402
 from pargrad.allreduce import ring_all_reduce  # noqa: E402
-from pargrad.sync import SyncHistory, SyncTrainer, squared_error_per_example  # noqa: E402
+from pargrad.sync import SyncHistory, SyncTrainer  # noqa: E402
+from pargrad.training import squared_error_per_example  # noqa: E402
 
 # -- the book's instruments, loaded on first use ---------------------------------
 # A cluster worker (python -m pargrad.cluster) imports pargrad but needs none of

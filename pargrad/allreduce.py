@@ -1,12 +1,18 @@
-"""The ring all-reduce, step by step, in NumPy: what the strategies' all-reduce computes.
+"""The ring all-reduce: its steps in NumPy, and the bytes each replica sends.
 
 Taught in the chapter "Synchronous training", which draws every step of
 :func:`ring_all_reduce` and checks its result against TensorFlow's
-all-reduce; the chapter "What communication costs" prices the same steps
-(:func:`pargrad.cost.ring_all_reduce_time`).  ``pargrad.sync`` re-exports it.
+all-reduce.  :func:`ring_bytes` is what each replica sends in it, the bytes
+:class:`pargrad.LocalSGDTrainer` records every round (the chapter
+"Communicating rarely").  Its time is priced in :mod:`pargrad.cost`
+(:func:`pargrad.cost.ring_all_reduce_time`), beside the tree, the
+hierarchical ring and the parameter servers, by the one alpha-beta formula
+they share (the chapter "What communication costs").
 """
 
 import numpy as np
+
+from pargrad import cost
 
 
 def ring_all_reduce(vectors):
@@ -26,10 +32,12 @@ def ring_all_reduce(vectors):
     """
     data = np.array(vectors, dtype=np.float64, copy=True)
     if data.ndim != 2 or len(data) < 2:
-        raise ValueError("ring_all_reduce needs a 2-D array with one row per replica (at least 2).")
+        raise ValueError(f"vectors must be a 2-D array with one row per replica (at least 2 rows), "
+                         f"got shape {data.shape}; pass numpy.stack of the replicas' vectors.")
     n, length = data.shape
     if length % n:
-        raise ValueError(f"Each vector's length ({length}) must be a multiple of the replicas ({n}).")
+        raise ValueError(f"each vector's length must be a multiple of the replicas ({n}), got "
+                         f"{length}; pad the vectors with zeros to a multiple of {n}.")
     chunk = length // n
     piece = lambda c: slice(c * chunk, (c + 1) * chunk)  # noqa: E731
     states, sent = [data.copy()], []
@@ -48,3 +56,15 @@ def ring_all_reduce(vectors):
         states.append(data.copy())
         sent.append(transfers)
     return data, states, sent
+
+
+def ring_bytes(parameter_bytes, replicas):
+    """Bytes each replica sends (and receives) in a ring all-reduce of ``parameter_bytes``.
+
+    ``2 (R - 1) / R x parameter_bytes`` (0 for one replica): in the
+    ``2 (R - 1)`` steps of :func:`ring_all_reduce` each replica sends one
+    chunk of ``1 / R`` of the vector, the traffic of
+    :func:`pargrad.cost.ring_pattern`.  Taught in the chapter
+    "Communicating rarely".
+    """
+    return cost.ring_pattern(replicas).traffic * float(parameter_bytes)

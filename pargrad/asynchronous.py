@@ -20,11 +20,14 @@ busy work that holds the core, or with ``step_seconds`` a wait) and, in
 delay-compensated gradient (:func:`delay_compensated`).  The constructor's
 options are checked in :meth:`AsyncTrainer._check_options`, a fit's in
 :class:`_Run` (its settings and its state while it runs) and
-:meth:`AsyncTrainer._checked_data`.
+:meth:`AsyncTrainer._checked_data`.  A scheduled fit,
+:meth:`AsyncTrainer._run_scheduled`, follows
+:func:`pargrad.scenario.virtual_clock`, the one clock the book's float64
+replays follow too.
 """
 
 import dataclasses
-import heapq
+import numbers
 import threading
 import time
 from typing import Callable, NamedTuple
@@ -40,8 +43,8 @@ import keras  # noqa: E402  (after the quiet TensorFlow import)
 from pargrad.checks import (  # noqa: E402
     check_choice, check_flag, check_positive, check_whole_number,
 )
-from pargrad.scenario import DELAY_DISTRIBUTIONS, Scenario, random_delay  # noqa: E402,F401
 from pargrad.data import validation_arrays  # noqa: E402
+from pargrad.scenario import Scenario, check_scenario, virtual_clock  # noqa: E402
 from pargrad.training import (  # noqa: E402
     check_finite_loss, keras_metrics, per_example_loss, prepare_arrays,
 )
@@ -51,9 +54,6 @@ HISTORY_KEYS = (
     "worker", "read_version", "applied_version", "staleness",
     "learning_rate", "loss", "read_time", "time",
 )
-# fit's older spellings, still accepted: updates= for steps=, and the three
-# emulation knobs that a Scenario now holds as one value.
-OLD_NAMES = ("updates", "speeds", "jitter", "delay_distribution")
 
 
 class _Read(NamedTuple):
@@ -150,8 +150,8 @@ class AsyncTrainer:
     ``staleness + 1`` (Zhang et al. 2016); with an optimizer it sets the
     optimizer's rate, not the gradient's size, because adaptive optimizers
     (Adagrad, Adam) divide the size of the gradient away; for SGD the two
-    are the same update.  ``delay_compensation=λ`` (a positive number;
-    ``None``, the default, leaves the gradient as it is) applies Zheng et
+    are the same update.  ``delay_compensation=λ`` (a number >= 0; 0 or
+    ``None``, the default, leave the gradient as it is) applies Zheng et
     al.'s (2017) delay-compensated gradient ``g + λ·g⊙g⊙(w_now − w_read)``
     instead of the stale ``g``, ``w_read`` the parameters the worker read
     (kept for each worker) and ``w_now`` those it updates: DC-ASGD with a
@@ -196,7 +196,7 @@ class AsyncTrainer:
     Explained in the chapter "Asynchronous training".
     """
 
-    def __init__(self, model, loss, devices, learning_rate=None,
+    def __init__(self, model, loss, devices, *, learning_rate=None,
                  staleness_aware=False, parameter_device=None, progress=True,
                  staleness_bound=None, jit_compile=False, optimizer=None,
                  stop_on_non_finite=True, metrics=None, delay_compensation=None):
@@ -238,8 +238,7 @@ class AsyncTrainer:
                 "pass the learning rate to the optimizer, not to AsyncTrainer: keras.optimizers."
                 f"{type(optimizer).__name__}(learning_rate={self._learning_rate!r}).")
         self.staleness_aware = check_flag("staleness_aware", self.staleness_aware)
-        if self.staleness_aware and optimizer is not None and isinstance(
-                optimizer._learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+        if self.staleness_aware and optimizer is not None and not _fixed_rate(optimizer):
             raise ValueError(
                 "staleness_aware=True divides the optimizer's learning rate by staleness + 1 "
                 "and needs a fixed rate; pass a number as the optimizer's learning_rate, "
@@ -250,9 +249,9 @@ class AsyncTrainer:
         if self.staleness_bound is not None:  # None: never wait; 2: at most 2 updates ahead
             self.staleness_bound = check_whole_number(
                 "staleness_bound (None to never wait)", self.staleness_bound, minimum=0)
-        if self.delay_compensation is not None:
-            self.delay_compensation = check_positive(
-                "delay_compensation (λ; None to apply the stale gradient as it is)",
+        if self.delay_compensation is not None:  # 0: plain asynchronous SGD, where a sweep starts
+            self.delay_compensation = 0.0 if _is_zero(self.delay_compensation) else check_positive(
+                "delay_compensation (λ; 0 or None to apply the stale gradient as it is)",
                 self.delay_compensation)
         self.devices = list(devices)
         self.parameter_device = self.parameter_device or self.devices[0]
@@ -296,8 +295,7 @@ class AsyncTrainer:
     @property
     def learning_rate(self):
         """The learning rate of the next update (before staleness_aware divides it)."""
-        if self.optimizer is not None and isinstance(
-                self.optimizer._learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+        if self.optimizer is not None and not _fixed_rate(self.optimizer):
             return float(self.optimizer.learning_rate)  # the schedule's, at this iteration
         return self._learning_rate
 
@@ -337,7 +335,7 @@ class AsyncTrainer:
 
     def _apply_update(self, gradients, learning_rate, read=None):
         """The update, in one tf.function; ``read``: the parameters the worker read (DC-ASGD)."""
-        if read is not None:
+        if read is not None and self.delay_compensation:  # λ = 0: plain asynchronous SGD
             gradients = delay_compensated(gradients, self.parameters, read,
                                           self.delay_compensation)
         if self.optimizer is not None:
@@ -349,7 +347,10 @@ class AsyncTrainer:
             parameter.assign_sub(tf.cast(learning_rate, gradient.dtype) * gradient)
 
     def _apply(self, worker, read, loss, gradients, now):
-        """Apply one worker's update atomically and record it."""
+        """Apply one worker's update atomically and record it.
+
+        Shown in the chapter "Asynchronous training".
+        """
         run = self._run
         with self._lock:
             staleness = self.version - read.version
@@ -388,7 +389,8 @@ class AsyncTrainer:
 
         Always true without a ``staleness_bound``; with bound ``s``, true
         when the worker has applied at most ``s`` updates more (in this fit)
-        than the worker with the fewest among those still running.
+        than the worker with the fewest among those still running.  Shown in
+        the chapter "Sync vs async in the same time".
         """
         if self.staleness_bound is None:
             return True
@@ -398,28 +400,25 @@ class AsyncTrainer:
 
     # -- running the workers ------------------------------------------------
 
-    def fit(self, x, y=None, *, steps=None, batch_size=None, mode="scheduled", scenario=None,
+    def fit(self, x, y=None, *, steps, batch_size=None, mode="scheduled", scenario=None,
             seed=0, time_limit=None, virtual_time_limit=None, step_seconds=None,
-            on_update=None, validation_data=None, validation_every=None, **old_names):
+            on_update=None, validation_data=None, validation_every=None):
         """Run ``steps`` updates, each on ``batch_size`` examples *per worker*; return the history.
 
         ``batch_size`` is per worker: each update is one worker's gradient
         on ``batch_size`` random examples of its own shard (the examples are
         dealt out, worker ``i`` gets ``x[i::workers]``; ``None``: its whole
-        shard).  Every argument after ``y`` is keyword-only.  ``updates=``
-        is the older name of ``steps=`` (pass one of them).
+        shard).  Every argument after ``y`` is keyword-only.
 
         ``scenario`` (a :class:`pargrad.Scenario`; default: equal devices,
         no delays) says how fast each device is: ``Scenario(speeds=(1,
         0.5))`` makes device 1 take twice as long, ``jitter`` adds a random
         delay with mean ``jitter`` times a step, exponential or, with
-        ``delay_distribution="pareto"``, heavy-tailed.  (The older
-        ``speeds=``, ``jitter=`` and ``delay_distribution=`` are still
-        accepted, but not together with ``scenario``.)  In
-        ``mode="scheduled"`` the scenario defines a virtual clock (a step
-        takes ``(1 + delay) / speed`` time units) that orders reads and
-        applies; in ``mode="free-running"`` it stretches the real steps: by
-        default to ``(1 + delay) / speed`` times what the computation took,
+        ``delay_distribution="pareto"``, heavy-tailed.  In
+        ``mode="scheduled"`` the scenario defines a virtual clock
+        (:func:`pargrad.scenario.virtual_clock`: a step takes ``(1 +
+        delay) / speed`` time units) that orders reads and applies; in
+        ``mode="free-running"`` it stretches the real steps: by default to ``(1 + delay) / speed`` times what the computation took,
         with ``step_seconds`` to ``step_seconds * (1 + delay) / speed``
         seconds (an emulated device, the same time model as the virtual
         clock).  ``time_limit`` (seconds) stops the run early; in scheduled
@@ -448,7 +447,9 @@ class AsyncTrainer:
         to the trained parameters, also when a worker fails.
         """
         workers = len(self.devices)
-        steps, scenario = fit_length_and_scenario(steps, scenario, old_names, workers)
+        steps = check_whole_number("steps", steps)
+        scenario = Scenario.equal(workers) if scenario is None else check_scenario(scenario,
+                                                                                   workers)
         x, y, validation_data = self._checked_data(x, y, batch_size, validation_data)
         run = _Run(workers=workers, steps=steps, scenario=scenario, batch_size=batch_size,
                    mode=mode, seed=seed, time_limit=time_limit,
@@ -559,32 +560,27 @@ class AsyncTrainer:
         return after_update
 
     def _run_scheduled(self, bar):
-        """One thread; a virtual clock decides the order of reads and applies."""
-        run, workers = self._run, range(len(self.devices))
-        clock_rng = np.random.default_rng(run.seed)
-        started = time.perf_counter()
-        finishing = []  # heap of (virtual time the worker's gradient is ready, worker)
-        reads = {}      # what each computing worker read: the weights DC-ASGD needs, too
-        for worker in workers:
-            reads[worker] = self._read(0.0)
-            heapq.heappush(finishing, (run.scenario.step_time(clock_rng, worker), worker))
-        for _ in range(run.steps):
-            if run.time_limit is not None and time.perf_counter() - started > run.time_limit:
+        """One thread; the virtual clock (:func:`pargrad.scenario.virtual_clock`) orders it all."""
+        run, started = self._run, time.perf_counter()
+        reads = {}  # what each computing worker read: the weights DC-ASGD needs, too
+        # may_start: the staleness bound; a waiting worker reads at the apply it waited for.
+        for event, worker, now in virtual_clock(run.scenario, run.seed, self.may_start):
+            if event == "read":
+                reads[worker] = self._read(now)
+                continue
+            if self._scheduled_fit_over(now, started):
                 break
-            if run.virtual_time_limit is not None and finishing[0][0] > run.virtual_time_limit:
-                break
-            now, worker = heapq.heappop(finishing)
             read = reads.pop(worker)
             loss, gradients = self._gradients(worker, read.parameters)
             self._apply(worker, read, loss, gradients, now)
-            # Read again right away, unless the staleness bound says wait; a
-            # waiting worker starts when the slowest catches up (here, now).
-            for ready in [worker] + [w for w in workers if w != worker]:
-                if ready not in reads and self.may_start(ready):
-                    reads[ready] = self._read(now)
-                    heapq.heappush(finishing, (now + run.scenario.step_time(clock_rng, ready),
-                                               ready))
             bar.update(1)
+
+    def _scheduled_fit_over(self, now, started):
+        """Whether a scheduled fit stops before the update due at virtual time ``now``."""
+        run = self._run
+        return (len(run.records) == run.steps
+                or run.time_limit is not None and time.perf_counter() - started > run.time_limit
+                or run.virtual_time_limit is not None and now > run.virtual_time_limit)
 
     def _trace_gradients(self):
         """Compile every worker's gradient function before the threads start."""
@@ -623,7 +619,10 @@ class AsyncTrainer:
             raise error
 
     def _work(self, worker, started):
-        """The single-device training loop, run by one worker's thread."""
+        """The single-device training loop, run by one worker's thread.
+
+        Shown in the chapter "Asynchronous training".
+        """
         delays = np.random.default_rng([self._run.seed, worker, 1])
         try:
             while self._claim_update(worker):
@@ -717,6 +716,7 @@ def check_model(model):
             "build it first, for example keras.Sequential([keras.Input(shape=(1,)), ...]).")
     if not model.trainable_variables:
         raise ValueError("AsyncTrainer needs a model with trainable weights; this one has none.")
+    # Private, as Keras 3 lists nested layers publicly only one level deep (Model.layers).
     if any(getattr(layer.dtype_policy, "compute_dtype", None) == "float16"
            for layer in model._flatten_layers()):
         raise ValueError(
@@ -726,39 +726,14 @@ def check_model(model):
             "SyncTrainer, or Keras fit, which scale the loss.")
 
 
-def fit_length_and_scenario(steps, scenario, old_names, workers):
-    """``fit``'s ``steps`` and :class:`Scenario` from its arguments, old spellings included.
+def _fixed_rate(optimizer):
+    """Whether ``optimizer``'s learning rate is one settable number (not a schedule or a function)."""
+    return isinstance(optimizer.learning_rate, keras.Variable)
 
-    ``old_names`` holds what fit received as ``updates=`` (for ``steps=``)
-    and ``speeds=``, ``jitter=``, ``delay_distribution=`` (for a
-    ``scenario``); a name fit does not know is a ``TypeError``, a length or
-    a scenario given twice a ``ValueError``.
-    """
-    unknown = sorted(set(old_names) - set(OLD_NAMES))
-    if unknown:
-        raise TypeError(f"AsyncTrainer.fit() got unexpected keyword arguments {unknown}; "
-                        "see help(AsyncTrainer.fit) for the names it takes.")
-    old = {name: value for name, value in old_names.items() if value is not None}
-    updates = old.pop("updates", None)
-    if steps is not None and updates is not None:
-        raise ValueError(f"pass steps= (or its older name updates=), not both: got steps={steps!r} "
-                         f"and updates={updates!r}.")
-    if steps is None and updates is None:
-        raise ValueError("fit needs the number of updates to run: fit(x, y, steps=100).")
-    steps = check_whole_number("steps" if updates is None else "updates",
-                               updates if steps is None else steps)
-    if scenario is not None and old:
-        raise ValueError(f"pass the devices' speeds and delays either as scenario=Scenario(...) "
-                         f"or as the older {sorted(old)}, not both.")
-    if scenario is None:
-        scenario = Scenario(tuple(old.pop("speeds", (1.0,) * workers)), **old)
-    elif not isinstance(scenario, Scenario):
-        raise TypeError(f"scenario must be a pargrad.Scenario, got {scenario!r}; pass for example "
-                        f"Scenario(speeds=(1.0, 0.5), jitter=0.2).")
-    if len(scenario.speeds) != workers:
-        raise ValueError(f"speeds needs one positive number per worker ({workers}), got "
-                         f"{scenario.speeds!r}; for example (1.0, 0.5) makes device 1 twice as slow.")
-    return steps, scenario
+
+def _is_zero(value):
+    """True for a number equal to 0 (not a bool: ``False`` is refused as λ)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)) and value == 0
 
 
 def delay_compensated(gradients, now, read, strength):
@@ -769,7 +744,7 @@ def delay_compensated(gradients, now, read, strength):
     Hessian; DC-ASGD (Zheng et al. 2017) approximates the Hessian by the
     outer product ``g gᵀ`` and keeps its diagonal, scaled by ``λ`` =
     ``strength``, so the correction costs two products an element.  Works
-    on TensorFlow tensors and on NumPy arrays.  Taught in the chapter
+    on TensorFlow tensors and on NumPy arrays.  Shown in the chapter
     "Asynchronous training".
     """
     return [g + strength * g * g * (w - r) for g, w, r in zip(gradients, now, read)]

@@ -25,8 +25,10 @@ A newcomer's map:
    permutation, :func:`epoch_permutation`), a dataset by epoch (one pass),
    a dataset by steps (read on, starting again at its end), and batches of
    a dataset grouped ``steps_per_call`` at a time.
-4. :meth:`Call.advance` moves the position past the steps of a call that
-   ran; the trainer counts ``step`` and ``epoch`` itself.
+4. :meth:`EpochReader.advance` moves the position past the steps of a call
+   that ran, :meth:`EpochReader.end_epoch` past an epoch: the reader is the
+   only writer of the position, as Keras keeps its iteration state in its
+   iterator.  :func:`pargrad.loop.fit_loop` tells it what ran.
 
 Arrays stay in host memory: a call hands the step function the whole
 (permuted) arrays and the first row of its batch, and each replica gathers
@@ -66,6 +68,10 @@ class TrainingPosition(tf.Module):
     pass over in-memory arrays (the next batch's first row), or batches into
     a dataset read by steps; ``seed``: the shuffling seed (-1: none yet).  Taught in the
     chapter "Your own model".
+
+    Only :class:`EpochReader` changes it.  It also remembers (outside the
+    checkpoint) which data the last fit read, so that the same data
+    continue and other data start from their first batch.
     """
 
     def __init__(self, name="training_position"):
@@ -76,6 +82,7 @@ class TrainingPosition(tf.Module):
             self.epoch_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch_step")
             self.position = tf.Variable(0, dtype=tf.int64, trainable=False, name="position")
             self.seed = tf.Variable(-1, dtype=tf.int64, trainable=False, name="seed")
+        self._last = _LastData()      # a plain object: not tracked, not checkpointed
 
     def has_seed(self):
         """Whether a shuffling seed has been set (``seed`` >= 0)."""
@@ -99,6 +106,15 @@ class TrainingPosition(tf.Module):
         elif not self.has_seed():
             self.seed.assign(int(np.random.randint(0, 2**31 - 1)))
 
+    def follow(self, key):
+        """Start a fit on the data of ``key``: the same data (and batch size) as the last fit
+        continue where it ended; other data start from their first batch (a new or
+        restored position continues from where it stands)."""
+        if self._last.key is not None and not same_data(self._last.key, key):
+            self.position.assign(0)
+            self.epoch_step.assign(0)
+        self._last.key = key
+
     def finish_steps(self, completed, by_epoch):
         """Count ``completed`` more updates (and, by epoch, more steps into the epoch)."""
         self.step.assign_add(completed)
@@ -109,6 +125,12 @@ class TrainingPosition(tf.Module):
         """Count one more epoch completed; the next one starts at its first step."""
         self.epoch.assign_add(1)
         self.epoch_step.assign(0)
+
+
+class _LastData:
+    """The key of the data a position's last fit read (None before the first)."""
+
+    key = None
 
 
 def epoch_permutation(seed, epoch, n):
@@ -358,6 +380,15 @@ def validation_arrays(data, model, accepted="arrays"):
     return prepare_arrays(data[0], data[1], model)
 
 
+def host_rows(x, y, start, count, host):
+    """Rows ``start`` .. ``start + count - 1`` of ``x`` and ``y`` (wrapping around their end),
+    gathered on ``host``, where the data stay: how every replica of a strategy trainer
+    takes its shard (``tf.identity`` of them then moves them to the replica's device)."""
+    with tf.device(host):
+        rows = (start + tf.range(count)) % tf.shape(x)[0]
+        return tf.gather(x, rows), tf.gather(y, rows)
+
+
 def evaluation_batches(source, feed):
     """Yield the host tensors ``(x, y)`` of every batch of a source, in order, once."""
     if isinstance(source, ArraySource):
@@ -414,13 +445,47 @@ class EpochReader:
     steps in order from ``position.position``.  Calls group up to
     ``steps_per_call`` steps of equal batches.  While a dataset is being
     read, its iterator is :attr:`iterator`; it is None otherwise.
+
+    The reader is the only writer of ``position``: made, it follows the
+    source (:meth:`TrainingPosition.follow`) and, when ``shuffle``, sets
+    the seed (``seed``, or the one held, or a drawn one); the loop then
+    tells it what ran (:meth:`advance`, :meth:`end_epoch`).
     """
 
-    def __init__(self, source, position, feed, *, steps_per_call=1, steps=None, shuffle=False):
+    def __init__(self, source, position, feed, *, steps_per_call=1, steps=None, shuffle=False,
+                 seed=None):
         self.source, self.position, self.feed = source, position, feed
         self.steps_per_call = check_whole_number("steps_per_call", steps_per_call)
         self.steps, self.shuffle = steps, shuffle
         self.iterator = None
+        if shuffle:
+            position.draw_seed(seed)
+        position.follow(source.key(self.by_epoch))
+
+    @property
+    def steps_per_epoch(self):
+        """Steps of one epoch (of the fit, by steps), or None when a dataset cannot tell."""
+        return self.steps or self.source.steps()
+
+    @property
+    def epoch(self):
+        """Epochs completed so far (the index of the next one)."""
+        return int(self.position.epoch.numpy())
+
+    def first_index(self):
+        """The index in its epoch of the next step (0 for a fit by steps)."""
+        return int(self.position.epoch_step.numpy()) if self.by_epoch else 0
+
+    def advance(self, call, completed):
+        """Move the position past ``completed`` steps of ``call`` (all of them, or those
+        before a step that stopped)."""
+        call.advance(self.position, completed)
+        self.position.finish_steps(completed, self.by_epoch)
+
+    def end_epoch(self, stopped):
+        """An epoch's calls are done: count it, unless the fit is by steps or stopped in it."""
+        if self.by_epoch and not stopped:
+            self.position.finish_epoch()
 
     @property
     def by_epoch(self):

@@ -43,14 +43,28 @@ tf = import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
 
 from pargrad import cost  # noqa: E402
+from pargrad.allreduce import ring_bytes  # noqa: E402
 from pargrad.checks import check_whole_number  # noqa: E402
-from pargrad.data import Feed, array_source, same_data  # noqa: E402
-from pargrad.strategies import variables_outside_scope  # noqa: E402
-from pargrad.training import (  # noqa: E402
-    NonFiniteLossError,
-    per_example_loss,
-    prepare_arrays,
+from pargrad.data import (  # noqa: E402
+    EpochReader,
+    Feed,
+    TrainingPosition,
+    array_source,
+    host_rows,
+    dataset_source,
+    validation_source,
 )
+from pargrad.loop import StoppedCall, fit_loop  # noqa: E402
+from pargrad.scenario import Scenario  # noqa: E402
+from pargrad.strategies import (  # noqa: E402
+    ReplicaEvaluation,
+    check_model_and_strategy,
+    check_optimizer_in_scope,
+    check_rate_or_optimizer,
+    gather_from_replicas,
+    host_device,
+)
+from pargrad.training import NonFiniteLossError, per_example_loss  # noqa: E402
 
 DATA_HINT = "LocalSGDTrainer checks the data before the first round."
 
@@ -75,13 +89,17 @@ class LocalSGDHistory:
       trainer's ``link`` (:func:`pargrad.cost.ring_all_reduce_time`); NaN
       without a link.
     * ``compute_seconds[k]``: the round's modelled compute time on the
-      virtual clock, ``H x step_seconds x`` the largest ``slowdown``: the
-      average waits for the slowest replica.  NaN without ``step_seconds``.
+      virtual clock, ``H x step_seconds / `` the slowest replica's speed
+      (its :class:`pargrad.scenario.Scenario`): the average waits for the
+      slowest replica.  NaN without ``step_seconds``.
     * ``round_seconds[k]``: compute plus communication (what is not
       modelled counts 0; NaN when neither is); ``clock`` is their running sum.
     * ``wall_seconds[k]``: the round as measured on this machine (a
-      slow replica does not make it longer: ``slowdown`` moves only the
+      slow replica does not make it longer: the scenario moves only the
       virtual clock).
+
+    Per epoch, as Keras's ``History`` (a fit is one epoch): ``history``
+    (``loss``, ``val_loss`` with ``validation_data``), ``epoch``, ``params``.
 
     Taught in the chapter "Communicating rarely".
     """
@@ -98,6 +116,9 @@ class LocalSGDHistory:
     local_steps: int
     batch_size: int
     parameter_bytes: int
+    history: dict = dataclasses.field(default_factory=dict)
+    epoch: list = dataclasses.field(default_factory=list)
+    params: dict = dataclasses.field(default_factory=dict)
 
     @property
     def updates(self):
@@ -109,36 +130,29 @@ class LocalSGDHistory:
         """The virtual clock at the end of each round: the running sum of ``round_seconds``."""
         return np.cumsum(self.round_seconds)
 
-    def clock_on(self, link, step_seconds=0.0, slowest=1.0):
+    def clock_on(self, link, step_seconds=0.0, scenario=None):
         """The virtual clock of this run charged on another ``link``, without running it again.
 
-        Each round costs ``H x step_seconds x slowest`` (the slowest
-        replica's factor) plus a ring all-reduce of the parameters on
+        Each round costs ``H x step_seconds /`` the slowest speed of
+        ``scenario`` (a :class:`pargrad.scenario.Scenario`, one speed a
+        replica; None: all 1) plus a ring all-reduce of the parameters on
         ``link``; returns the running sum at the end of each round, so one
         run can be drawn against a fast and a slow network.
         """
         if not isinstance(link, cost.Link):
             raise TypeError(f"link must be a pargrad.cost.Link, got {link!r}.")
         step_seconds = _checked_step_seconds(step_seconds, zero=True) or 0.0   # None: no compute
-        compute = self.local_steps * step_seconds * float(slowest)
+        speeds = _checked_scenario(scenario, self.replicas).speeds
+        compute = self.local_steps * step_seconds / min(speeds)
         communication = cost.ring_all_reduce_time(self.parameter_bytes, self.replicas, link)
         return (compute + communication) * np.arange(1, len(self.loss) + 1)
-
-
-def ring_bytes(parameter_bytes, replicas):
-    """Bytes each replica sends (and receives) in a ring all-reduce of ``parameter_bytes``.
-
-    ``2 (R - 1) / R x parameter_bytes`` (0 for one replica), the traffic of
-    :func:`pargrad.cost.ring_pattern`.
-    """
-    return cost.ring_pattern(replicas).traffic * float(parameter_bytes)
 
 
 # ----------------------------------------------------------------------------
 # The trainer
 # ----------------------------------------------------------------------------
 
-class LocalSGDTrainer:
+class LocalSGDTrainer(tf.Module):
     """Local SGD (outer SGD of rate 1) or DiLoCo (outer Nesterov) on a ``tf.distribute`` strategy.
 
     ``model`` holds the shared parameters: build it inside
@@ -150,25 +164,36 @@ class LocalSGDTrainer:
     (``keras.models.clone_model``, so a Sequential or functional model, or
     one with ``get_config``), placed on its device, and its own copy of
     ``inner_optimizer`` (made from its config; default
-    ``keras.optimizers.SGD(learning_rate)``).  ``outer_optimizer``
+    ``keras.optimizers.SGD(learning_rate)``, 0.01 without one; an optimizer
+    carries its own rate, so ``learning_rate`` beside it raises
+    ``ValueError``, as in :class:`pargrad.SyncTrainer`).  ``outer_optimizer``
     (default ``SGD(1.0)``, plain model averaging) must be created inside
     ``strategy.scope()``.  Only trainable variables are averaged, so a model
     with non-trainable state (BatchNormalization's statistics) is refused.
 
     ``local_steps``: ``H``, the steps each replica takes alone between two
-    averages (a whole number >= 1).  ``loss``: as
+    averages (a whole number >= 1); a round is one call of ``H`` steps of
+    the shared fit loop (:func:`pargrad.loop.fit_loop`).  ``loss``: as
     :class:`pargrad.SyncTrainer` takes it (:func:`pargrad.per_example_loss`);
-    each replica minimises the mean over its shard.
+    each replica minimises the mean over its shard.  Every argument after
+    ``local_steps`` is keyword-only.
 
     The price of communication, on the virtual clock of
     :class:`LocalSGDHistory`: ``link`` (a :class:`pargrad.cost.Link`)
     prices each round's all-reduce; ``step_seconds`` is the virtual time of
-    one local step, and ``slowdown`` (one factor >= 1 a replica, over all
-    processes) makes replica ``r`` take ``slowdown[r]`` times as long, so a
-    straggler makes every round late by its own ``H`` slow steps.  Only the
-    virtual clock: no replica is slowed down on the wall clock (nothing
-    sleeps and no core is held), so ``wall_seconds`` is the same with or
-    without a straggler, and the results do not depend on it.
+    one local step of a device of speed 1, and ``scenario`` (a
+    :class:`pargrad.scenario.Scenario` with one speed a replica, over all
+    processes, and no jitter) makes replica ``r`` take ``1 / speeds[r]``
+    times as long, so a straggler makes every round late by its own ``H``
+    slow steps.  Only the virtual clock: no replica is slowed down on the
+    wall clock (nothing sleeps and no core is held), so ``wall_seconds`` is
+    the same with or without a straggler, and the results do not depend on it.
+
+    Where training stands (the next batch, the local steps taken) is
+    ``trainer.position``, a :class:`pargrad.data.TrainingPosition`;
+    ``tf.train.Checkpoint(trainer=trainer)`` saves it with the shared model,
+    the outer optimizer and every replica's inner optimizer, so a restored
+    run continues exactly.
 
     A NaN or infinite loss of any replica stops :meth:`fit` with
     :class:`pargrad.NonFiniteLossError` naming the round, the replica and
@@ -179,23 +204,31 @@ class LocalSGDTrainer:
     Taught in the chapter "Communicating rarely".
     """
 
-    def __init__(self, model, strategy, local_steps, inner_optimizer=None, outer_optimizer=None,
-                 learning_rate=0.01, loss=None, link=None, step_seconds=None, slowdown=None):
+    def __init__(self, model, strategy, local_steps, *, inner_optimizer=None, outer_optimizer=None,
+                 learning_rate=None, loss=None, link=None, step_seconds=None, scenario=None):
+        super().__init__(name="local_sgd_trainer")
         _check_model_and_strategy(model, strategy)
+        check_rate_or_optimizer("LocalSGDTrainer", inner_optimizer, learning_rate)
         self.local_steps = check_whole_number("local_steps", local_steps)
         self.model, self.strategy = model, strategy
         self.loss = per_example_loss(loss)
         self.link = _checked_link(link)
         self.step_seconds = _checked_step_seconds(step_seconds)
-        self.slowdown = _checked_slowdown(slowdown, self.replicas)
+        self.scenario = _checked_scenario(scenario, self.replicas)
         self.outer_optimizer = _outer_optimizer(outer_optimizer, strategy, model)
+        self.metrics = []       # the loop's protocol: no training metrics (each replica's differ)
+        self.position = TrainingPosition()
         self._devices = list(strategy.extended.worker_devices)
+        self._host = host_device(strategy)
+        self._feed = Feed.for_model(model, host=self._host, replicas=self.replicas,
+                                    finite_hint=DATA_HINT, trainer="LocalSGDTrainer")
         self._first_replica = _first_replica_of_this_process(strategy, len(self._devices))
-        self._copies = [_replica_copy(model, inner_optimizer, learning_rate, device)
+        rate = 0.01 if learning_rate is None else learning_rate
+        self._copies = [_replica_copy(model, inner_optimizer, rate, device)
                         for device in self._devices]
         self.parameter_bytes = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize
                                    for v in model.trainable_variables)
-        self._position, self._rounds, self._last_data = 0, 0, None
+        self._evaluation = ReplicaEvaluation(strategy, model, self.loss, [], self._feed)
         self._local_function = tf.function(self._local_phase, autograph=False)
         self._loss_function = tf.function(self._gather_losses, autograph=False)
         self._average_function = tf.function(self._average_and_apply, autograph=False)
@@ -233,9 +266,7 @@ class LocalSGDTrainer:
         offset = position + (self._first_replica + index) * per_replica
 
         def body(h, losses):
-            with tf.device(self._host()):           # the shard is cut where the data are
-                rows = (offset + h * batch_size + tf.range(per_replica)) % tf.shape(x)[0]
-                xb, yb = tf.gather(x, rows), tf.gather(y, rows)
+            xb, yb = host_rows(x, y, offset + h * batch_size, per_replica, self._host)
             loss = self._local_step(copy, optimizer, tf.identity(xb), tf.identity(yb))
             return h + 1, losses.write(h, tf.cast(loss, tf.float64))
 
@@ -271,15 +302,10 @@ class LocalSGDTrainer:
 
     def _gather_losses(self, losses):
         """Every replica's H losses, on every replica: a small all-reduce for the check."""
-        def share(mine):
-            context = tf.distribute.get_replica_context()
-            row = tf.equal(tf.range(self.replicas), context.replica_id_in_sync_group)
-            placed = tf.where(row[:, None], mine[None, :], tf.zeros_like(mine)[None, :])
-            return context.all_reduce(tf.distribute.ReduceOp.SUM, placed)   # where, not 0 x inf
-
         if self.replicas == 1:                 # nothing to communicate
             return self.strategy.experimental_local_results(losses)[0][None, :]
-        gathered = self.strategy.run(share, args=(losses,))
+        gathered = self.strategy.run(lambda mine: gather_from_replicas(mine, self.replicas),
+                                     args=(losses,))
         return self.strategy.experimental_local_results(gathered)[0]
 
     def _average_and_apply(self, changes):
@@ -300,7 +326,8 @@ class LocalSGDTrainer:
 
     # -- the loop --------------------------------------------------------------
 
-    def fit(self, x, y, *, rounds, batch_size=None):
+    def fit(self, x, y, *, rounds, batch_size=None, validation_data=None,
+            validation_batch_size=None, callbacks=None, progress=False):
         """Train ``rounds`` rounds on arrays ``(x, y)``; return a :class:`LocalSGDHistory`.
 
         Each round reads ``H`` global batches of ``batch_size`` rows (default:
@@ -309,73 +336,91 @@ class LocalSGDTrainer:
         does; a later ``fit`` on the same data continues with the next
         batch (other arrays, or another batch size, start from their first
         batch).  Under ``MultiWorkerMirroredStrategy`` every process passes
-        the same arrays.
+        the same arrays.  ``rounds`` is the length word because a round is
+        this trainer's unit (one average); a fit is one epoch of
+        ``rounds x H`` steps for the callbacks, who see a round as one
+        batch.  ``validation_data`` (arrays or a dataset) is evaluated after
+        the fit as :meth:`evaluate` does (``history.history["val_loss"]``).
         """
         rounds = check_whole_number("rounds", rounds)
         if isinstance(x, tf.data.Dataset):
             raise TypeError("LocalSGDTrainer.fit takes arrays x and y; read the dataset into "
                             "NumPy arrays first (or train it with pargrad.SyncTrainer).")
-        feed = Feed(replicas=self.replicas, finite_hint=DATA_HINT, trainer="LocalSGDTrainer")
-        source = array_source(x, y, batch_size, by_epoch=False, model=self.model, feed=feed)
-        batch_size = source.batch_size
-        if self._last_data is None or not same_data(self._last_data, source.key(False)):
-            self._position = 0                  # other data start from their first batch
-        self._last_data = source.key(False)
-        with tf.device(self._host()):
-            x, y = tf.constant(source.x), tf.constant(source.y)
-        records = [self._round(x, y, batch_size) for _ in range(rounds)]
-        return self._history(records, batch_size)
+        source = array_source(x, y, batch_size, by_epoch=False, model=self.model, feed=self._feed)
+        validation = validation_source(validation_data, validation_batch_size, self.model)
+        reader = EpochReader(source, self.position, self._feed, steps_per_call=self.local_steps,
+                             steps=rounds * self.local_steps)
+        records, keras_history = fit_loop(
+            self, reader, epochs=1, callbacks=callbacks, validation=validation,
+            progress=f"local SGD x{self.replicas}" if progress else None)
+        return self._history(records, source.batch_size, keras_history)
 
-    def _round(self, x, y, batch_size):
-        """One round: local steps, the loss check, the average; returns (losses, wall seconds)."""
+    def run_call(self, call, done):
+        """One round: local steps, the loss check, the average; its rows, one a local step.
+
+        What :func:`pargrad.loop.fit_loop` asks of a trainer.  ``outputs``
+        holds ``loss`` (the replicas' mean) and ``replica_loss`` for each
+        local step; a non-finite loss raises :class:`pargrad.loop.StoppedCall`
+        before the average.
+        """
         begin = time.perf_counter()
-        changes, losses = self._local_function(x, y, tf.constant(self._position), batch_size)
+        changes, losses = self._local_function(call.x, call.y, tf.constant(call.first_row),
+                                               call.batch_size)
         every_loss = self._loss_function(self._per_replica(losses)).numpy()
-        self._raise_if_not_finite(every_loss)
+        if not np.isfinite(every_loss).all():
+            raise StoppedCall(0, lambda step: self._non_finite_error(every_loss, step))
         self._average_function(self._per_replica(changes))
-        self._position = (self._position + self.local_steps * batch_size) % int(x.shape[0])
-        self._rounds += 1
-        return every_loss, time.perf_counter() - begin
+        seconds = time.perf_counter() - begin
+        steps = every_loss.shape[1]
+        starts = begin + seconds * np.arange(steps) / steps
+        return ({"loss": every_loss.mean(axis=0), "replica_loss": every_loss.T},
+                starts, np.full(steps, seconds / steps))
 
-    def _raise_if_not_finite(self, losses):
+    def _non_finite_error(self, losses, step):
         """NonFiniteLossError for the first replica and local step whose loss is NaN or inf."""
-        bad = np.argwhere(~np.isfinite(losses))
-        if len(bad):
-            replica, step = (int(i) for i in bad[0])
-            raise NonFiniteLossError(
-                self._rounds, f"replica {replica} (its local step {step} of round {self._rounds})",
-                losses[replica, step],
-                f"The round's average was not applied: the shared parameters are those "
-                f"before round {self._rounds}.")
+        replica, local = (int(i) for i in np.argwhere(~np.isfinite(losses))[0])
+        round_ = step // self.local_steps
+        return NonFiniteLossError(
+            round_, f"replica {replica} (its local step {local} of round {round_})",
+            losses[replica, local],
+            f"The round's average was not applied: the shared parameters are those "
+            f"before round {round_}.")
 
-    def _history(self, records, batch_size):
+    def _history(self, records, batch_size, keras_history):
         """The rounds' records as a :class:`LocalSGDHistory`."""
-        rounds = len(records)
-        losses = np.stack([loss for loss, _ in records])
+        steps = records.stacked("replica_loss")
+        losses = steps.reshape(-1, self.local_steps, self.replicas).transpose(0, 2, 1)
+        rounds = len(losses)
         sent = np.full(rounds, ring_bytes(self.parameter_bytes, self.replicas))
         communication = np.full(rounds, self.communication_seconds())
         compute = np.full(rounds, self.compute_seconds())
         both = np.stack([communication, compute])
         total = np.where(np.isnan(both).all(axis=0), np.nan, np.nansum(both, axis=0))
+        wall = records.stacked("step_time").reshape(rounds, self.local_steps).sum(axis=1)
         return LocalSGDHistory(
             loss=losses.mean(axis=(1, 2)), replica_loss=losses, bytes_sent=sent,
             bytes_received=sent.copy(), communication_seconds=communication,
-            compute_seconds=compute, round_seconds=total,
-            wall_seconds=np.array([seconds for _, seconds in records]),
+            compute_seconds=compute, round_seconds=total, wall_seconds=wall,
             replicas=self.replicas, local_steps=self.local_steps, batch_size=batch_size,
-            parameter_bytes=self.parameter_bytes)
+            parameter_bytes=self.parameter_bytes, history=keras_history.history,
+            epoch=keras_history.epoch, params=keras_history.params)
 
-    def evaluate(self, x, y):
-        """The mean per-example loss (no regularization) of the shared parameters on ``(x, y)``.
+    def evaluate(self, x, y=None, *, batch_size=None):
+        """The loss of the shared parameters on ``(x, y)`` (or a dataset), as a dict ``{"loss": ...}``.
 
-        What the replicas' round losses are not: the loss of the averaged
-        model, the one the chapter "Communicating rarely" plots against
-        updates, bytes and time.
+        The same contract as :meth:`pargrad.SyncTrainer.evaluate`: inference
+        mode, the mean over every example plus the model's regularization
+        losses.  What the replicas' round losses are not: the loss of the
+        averaged model, the one the chapter "Communicating rarely" plots
+        against updates, bytes and time.
         """
-        x, y = prepare_arrays(x, y, self.model, finite_hint=DATA_HINT)
-        with tf.device(self._host()):
-            losses = self.loss(tf.constant(y), self.model(tf.constant(x), training=False))
-        return float(tf.reduce_mean(tf.cast(losses, tf.float64)))
+        if isinstance(x, tf.data.Dataset):
+            return self.evaluate_source(dataset_source(x, y, batch_size))
+        return self.evaluate_source(validation_source((x, y), batch_size, self.model))
+
+    def evaluate_source(self, source, prefix=""):
+        """``{prefix + "loss": ...}`` of a checked source (the loop's validation)."""
+        return self._evaluation(source, prefix)
 
     def communication_seconds(self):
         """Modelled seconds of one round's all-reduce on ``link`` (NaN without a link).
@@ -388,20 +433,13 @@ class LocalSGDTrainer:
         return cost.ring_all_reduce_time(self.parameter_bytes, self.replicas, self.link)
 
     def compute_seconds(self):
-        """Modelled seconds of one round's local steps: H x step_seconds x the largest slowdown.
+        """Modelled seconds of one round's local steps: H x step_seconds / the slowest speed.
 
         NaN without ``step_seconds``.
         """
         if self.step_seconds is None:
             return float("nan")
-        return self.local_steps * self.step_seconds * float(np.max(self.slowdown))
-
-    # -- the data ----------------------------------------------------------------
-
-    def _host(self):
-        """This process's CPU, where the data are kept."""
-        return tf.DeviceSpec.from_string(self._devices[0]).replace(
-            device_type="CPU", device_index=0).to_string()
+        return self.local_steps * self.step_seconds / min(self.scenario.speeds)
 
 
 # ----------------------------------------------------------------------------
@@ -409,29 +447,18 @@ class LocalSGDTrainer:
 # ----------------------------------------------------------------------------
 
 def _check_model_and_strategy(model, strategy):
-    """TypeError or ValueError saying what to pass, unless the model is the strategy's."""
-    if not isinstance(strategy, tf.distribute.Strategy):
-        raise TypeError(f"LocalSGDTrainer needs a tf.distribute strategy, got {strategy!r}; "
-                        "make one with pargrad.sync_strategy(replicas).")
-    if not isinstance(model, keras.Model):
-        raise TypeError(f"LocalSGDTrainer needs a Keras model, got {type(model).__name__}.")
+    """The trainers' one model and strategy check, then LocalSGDTrainer's own two."""
+    check_model_and_strategy("LocalSGDTrainer", model, strategy)
     if tf.distribute.has_strategy():
         raise ValueError("Create the LocalSGDTrainer outside `with strategy.scope():` (build "
                          "only the model and the outer optimizer inside it): each replica's "
                          "own copy of the model must not be mirrored.")
-    variables = model.trainable_variables
-    if not variables:
-        raise ValueError("The model has no trainable variables yet; build it (give it a "
-                         "keras.Input) inside `with strategy.scope():`.")
     if model.non_trainable_variables:
         raise ValueError(
             "LocalSGDTrainer averages trainable variables only, and the model has non-trainable "
             f"state {[v.path for v in model.non_trainable_variables]} (BatchNormalization's "
             "statistics?) that each replica would keep apart; use a model without it, for "
             "example with LayerNormalization instead of BatchNormalization.")
-    if variables_outside_scope(strategy, variables):
-        raise ValueError("The model's variables were created outside this strategy's scope; "
-                         "build the model inside `with strategy.scope():` and pass that model.")
 
 
 def _outer_optimizer(optimizer, strategy, model):
@@ -439,14 +466,9 @@ def _outer_optimizer(optimizer, strategy, model):
     with strategy.scope():
         if optimizer is None:
             optimizer = keras.optimizers.SGD(1.0)
-        if not isinstance(optimizer, keras.optimizers.Optimizer):
-            raise TypeError(
-                f"outer_optimizer must be a Keras optimizer, got {optimizer!r}; pass for example "
-                "keras.optimizers.SGD(0.7, momentum=0.9, nesterov=True) created inside "
-                "strategy.scope(), or None for plain averaging.")
-        if getattr(optimizer, "_distribution_strategy", strategy) is not strategy:
-            raise ValueError("The outer optimizer was created outside this strategy's scope; "
-                             "create it inside `with strategy.scope():`.")
+        check_optimizer_in_scope("outer_optimizer", optimizer, strategy,
+                                 example="keras.optimizers.SGD(0.7, momentum=0.9, nesterov=True)",
+                                 default="outer_optimizer=None for plain averaging")
         optimizer.build(model.trainable_variables)
     return optimizer
 
@@ -509,11 +531,15 @@ def _checked_step_seconds(seconds, zero=False):
     return float(seconds)
 
 
-def _checked_slowdown(slowdown, replicas):
-    if slowdown is None:
-        return np.ones(replicas)
-    factors = np.asarray(slowdown, dtype=float)
-    if factors.shape != (replicas,) or not np.all(np.isfinite(factors)) or np.any(factors < 1):
-        raise ValueError(f"slowdown needs one factor >= 1 for each of the {replicas} replicas "
-                         f"(1 for full speed, 3 for three times slower), got {slowdown!r}.")
-    return factors
+def _checked_scenario(scenario, replicas):
+    """The devices' speeds (all 1 without a scenario): one a replica, no jitter."""
+    if scenario is None:
+        return Scenario.equal(replicas)
+    if not isinstance(scenario, Scenario):
+        raise TypeError(f"scenario must be a pargrad.scenario.Scenario or None, got {scenario!r}; "
+                        f"pass for example Scenario((1.0,) * {replicas - 1} + (1 / 3,)): the last "
+                        "replica three times slower.")
+    if len(scenario.speeds) != replicas or scenario.jitter:
+        raise ValueError(f"scenario needs one speed for each of the {replicas} replicas and no "
+                         f"jitter (the virtual clock of a round is deterministic), got {scenario!r}.")
+    return scenario

@@ -1,21 +1,32 @@
-"""The loop around a step: Keras's callback protocol, the per-step records, the progress bar.
+"""The fit loop every strategy trainer shares: epochs, calls, callbacks, validation, records.
 
-Taught in the chapter "Synchronous training".  A trainer's ``fit`` is three
-things around its step function, and this module holds them so that the
-trainer holds the step:
+Taught in the chapter "Synchronous training".  A trainer's ``fit`` checks
+its arguments, makes a :class:`pargrad.data.EpochReader` (which batches come
+next, and the position) and hands both to :func:`fit_loop`, which does the
+rest as Keras's ``fit`` does (``keras/src/backend/tensorflow/trainer.py``):
 
-* :func:`fit_with_callbacks`: the order in which Keras's ``fit`` calls its
-  callbacks (``keras/src/backend/tensorflow/trainer.py``), in one short
-  function built on ``keras.callbacks.CallbackList(add_history=True)``, so
-  the per-epoch history is Keras's own ``History``;
+* :func:`fit_loop`: the epochs inside Keras's callback protocol, built on
+  ``keras.callbacks.CallbackList(add_history=True)``, so the per-epoch
+  history is Keras's own ``History``; validation at each epoch's end;
+* :func:`train_epoch`: one epoch, a ``for`` loop over the reader's calls,
+  each run by the trainer between two batch callbacks; the reader is told
+  what ran (it is the only writer of the position);
 * :class:`StepRecords`: what every step left behind (its loss, when it
-  started, how long it took, and whatever else the step function returns),
+  started, how long it took, and whatever else the step returns),
   collected as rows and stacked into arrays at the end;
 * :func:`progress_bar`: a tqdm bar (notebook-aware) or nothing.
 
-It knows nothing of strategies or data: the trainer passes a function
-that trains one epoch.
+What the loop asks of a trainer (composition, not a base class):
+``model`` (its ``stop_training`` flag), ``metrics`` (Keras metrics its
+steps update; may be empty), ``run_call(call, done)`` (run one
+:class:`pargrad.data.Call` of ``call.steps`` steps, ``done`` steps into the
+fit; return ``(outputs, starts, step_times)``, ``outputs`` a dict of arrays
+with one row a step and ``"loss"`` among them; raise :class:`StoppedCall`
+when a step stopped) and ``evaluate_source(source, prefix)`` (the logs of
+validation data).  It knows nothing of strategies.
 """
+
+import contextlib
 
 import numpy as np
 
@@ -25,32 +36,91 @@ import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
 
 
-def fit_with_callbacks(model, callbacks, *, epochs, steps, initial_epoch, train_epoch):
-    """Run ``train_epoch(hooks)`` ``epochs`` times inside Keras's callback protocol.
+class StoppedCall(Exception):
+    """A call stopped after ``completed`` of its steps; ``error(step)`` is the error to raise.
 
-    ``train_epoch`` trains one epoch, calling ``hooks.on_train_batch_begin``
-    and ``on_train_batch_end`` around its steps, and returns the epoch's
-    logs (``loss``, metrics, ``val_*``).  Around it, as Keras's ``fit``:
-    ``on_train_begin``; per epoch ``on_epoch_begin(epoch)`` and
-    ``on_epoch_end(epoch, logs)``, epochs numbered from ``initial_epoch``;
-    a callback that sets ``model.stop_training`` ends the fit after its
-    epoch; ``on_train_end`` with the last epoch's logs.  ``steps`` (per
-    epoch, or None) is what the callbacks' ``params`` say.  Returns Keras's
-    ``History`` (``history``, ``epoch``, ``params``).
+    ``step`` is the position's step once the completed steps are counted,
+    i.e. the step that stopped.  Raised by a trainer's ``run_call``; the loop
+    moves the position past the completed steps and raises ``error(step)``.
     """
+
+    def __init__(self, completed, error):
+        super().__init__(completed)
+        self.completed, self.error = int(completed), error
+
+
+def fit_loop(trainer, reader, *, epochs, callbacks=None, validation=None, progress=None):
+    """Train ``epochs`` epochs of ``reader``'s calls; return ``(StepRecords, keras History)``.
+
+    As Keras's ``fit``: ``on_train_begin``; per epoch ``on_epoch_begin(epoch)``,
+    the epoch (:func:`train_epoch`), validation on ``validation`` (a
+    checked source, logs ``val_*``), the reader counts the epoch, then
+    ``on_epoch_end(epoch, logs)``; epochs are numbered from the epochs the
+    position has completed; a callback that sets ``model.stop_training``
+    ends the fit after its step; ``on_train_end`` with the last logs.
+    ``progress``: None, or the description of a progress bar to show.
+    """
+    model = trainer.model
     hooks = keras.callbacks.CallbackList(callbacks, add_history=True, model=model,
-                                         epochs=epochs, steps=steps, verbose=0)
+                                         epochs=epochs, steps=reader.steps_per_epoch, verbose=0)
+    records = StepRecords()
+    total = reader.steps_per_epoch and reader.steps_per_epoch * epochs
+    bar = progress_bar(total, progress is not None, progress)
     model.stop_training = False
     hooks.on_train_begin()
-    logs = None
-    for epoch in range(initial_epoch, initial_epoch + epochs):
-        hooks.on_epoch_begin(epoch)
-        logs = train_epoch(hooks)
-        hooks.on_epoch_end(epoch, logs)
-        if model.stop_training:
-            break
+    logs, first = None, reader.epoch
+    try:
+        for epoch in range(first, first + epochs):
+            hooks.on_epoch_begin(epoch)
+            logs = train_epoch(trainer, reader, hooks, records, bar)
+            if validation is not None:
+                logs.update(trainer.evaluate_source(validation, prefix="val_"))
+            reader.end_epoch(stopped=model.stop_training)
+            hooks.on_epoch_end(epoch, logs)
+            if model.stop_training:
+                break
+    finally:
+        if bar is not None:
+            bar.close()
     hooks.on_train_end(logs)
-    return next(c for c in hooks.callbacks if isinstance(c, keras.callbacks.History))
+    return records, next(c for c in hooks.callbacks if isinstance(c, keras.callbacks.History))
+
+
+def train_epoch(trainer, reader, hooks, records, bar=None):
+    """One epoch (or a fit's steps): the trainer runs each call between the batch callbacks.
+
+    Callbacks see a call as one batch, indexed by its last step (as Keras's
+    ``steps_per_execution``), with the epoch's running ``loss`` and metrics.
+    Returns the epoch's logs.
+    """
+    for metric in trainer.metrics:
+        metric.reset_state()
+    losses, index = [], reader.first_index()
+    with contextlib.closing(reader.calls()) as calls:
+        for call in calls:
+            hooks.on_train_batch_begin(index)
+            try:
+                outputs, starts, step_times = trainer.run_call(call, records.steps)
+            except StoppedCall as stop:
+                reader.advance(call, stop.completed)
+                raise stop.error(int(reader.position.step.numpy())) from None
+            reader.advance(call, call.steps)
+            records.add({**outputs, "batch_size": [call.batch_size] * call.steps},
+                        starts, step_times)
+            losses.extend(np.asarray(outputs["loss"]).tolist())
+            show_progress(bar, call.steps, losses[-1])
+            index += call.steps
+            hooks.on_train_batch_end(index - 1, epoch_logs(trainer, losses))
+            if trainer.model.stop_training:
+                break
+    return epoch_logs(trainer, losses)
+
+
+def epoch_logs(trainer, losses):
+    """A batch's or an epoch's logs: the mean loss so far and the metrics, as Keras's."""
+    logs = {"loss": float(np.mean(losses)) if losses else float("nan")}
+    logs.update({metric.name: float(metric.result()) for metric in trainer.metrics})
+    return logs
 
 
 class StepRecords:

@@ -6,18 +6,28 @@ the ``tf.distribute`` strategy that :class:`pargrad.sync.SyncTrainer` (and
 ``MultiWorkerMirroredStrategy`` when ``TF_CONFIG`` names workers (see
 :mod:`pargrad.cluster`), else a ``MirroredStrategy`` over this process's
 logical devices (:func:`pargrad.logical_devices`);
-:func:`choose_cross_device_ops` picks its all-reduce.  ``pargrad.sync``
-re-exports all three names.
+:func:`choose_cross_device_ops` picks its all-reduce.
+
+What every strategy trainer shares, so that each mistake has one check, one
+sentence and one exception type: :func:`check_model_and_strategy`,
+:func:`check_optimizer_in_scope`, :func:`check_rate_or_optimizer` (also
+for :class:`pargrad.asynchronous.AsyncTrainer`), and the pieces of a step
+on replicas: :func:`host_device` (where the data stay),
+:func:`gather_from_replicas` (every replica's loss, for the finite-loss
+check) and :class:`ReplicaEvaluation` (``evaluate`` and validation).
 """
 
+import contextlib
 import json
 import os
 
 from pargrad._quiet import import_tensorflow_quietly
 
 tf = import_tensorflow_quietly()
+import keras  # noqa: E402  (after the quiet TensorFlow import)
 
 from pargrad.checks import check_choice, check_whole_number  # noqa: E402
+from pargrad.data import evaluation_batches  # noqa: E402
 
 
 class DevicesNotReadyError(RuntimeError):
@@ -136,3 +146,143 @@ def _tf_config_names_workers():
     except ValueError:
         raise ValueError(f"TF_CONFIG is not valid JSON: {config!r}") from None
     return bool(cluster.get("worker"))
+
+
+# ----------------------------------------------------------------------------
+# The trainers' shared checks and pieces: one check per mistake, one sentence
+# ----------------------------------------------------------------------------
+
+def check_model_and_strategy(trainer, model, strategy):
+    """Raise unless ``model`` is a built Keras model whose variables ``strategy`` mirrors.
+
+    ``trainer`` names the class in the message.  A wrong type raises
+    ``TypeError``; a model without variables, or built outside
+    ``strategy.scope()``, ``ValueError``.  The one check of
+    :class:`pargrad.sync.SyncTrainer` and :class:`pargrad.local_sgd.LocalSGDTrainer`.
+    Taught in the chapter "Synchronous training".
+    """
+    if not isinstance(strategy, tf.distribute.Strategy):
+        raise TypeError(f"{trainer} needs a tf.distribute strategy, got {strategy!r}; "
+                        "make one with pargrad.sync_strategy(replicas).")
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"{trainer} needs a Keras model, got {type(model).__name__}; "
+                        "pass a keras.Model (Sequential, functional or subclassed).")
+    if not model.trainable_variables:
+        raise ValueError("The model has no trainable variables yet; build it (give it a "
+                         "keras.Input) inside `with strategy.scope():`.")
+    outside = variables_outside_scope(strategy, model.trainable_variables)
+    if outside:
+        raise ValueError(
+            f"The model's variables {outside} were created outside this strategy's scope, so "
+            "they are not mirrored on its replicas. Build the model inside "
+            "`with strategy.scope():` and pass that model.")
+
+
+def check_optimizer_in_scope(name, optimizer, strategy, *, example="keras.optimizers.Adam(1e-3)",
+                             default="optimizer=None for plain gradient descent"):
+    """Raise unless ``optimizer`` is a Keras optimizer created inside ``strategy.scope()``.
+
+    ``name`` is the argument's name in the message (``"optimizer"``,
+    ``"outer_optimizer"``).  Whether it belongs to the strategy is read from
+    its public ``iterations`` variable, which Keras creates with the
+    optimizer: a mirrored variable only inside the scope.
+    """
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise TypeError(f"{name} must be a Keras optimizer instance, got {optimizer!r}; pass "
+                        f"for example {example}, created inside strategy.scope().")
+    inner = getattr(optimizer, "inner_optimizer", optimizer)     # a LossScaleOptimizer's
+    if variables_outside_scope(strategy, [inner.iterations]):
+        raise ValueError(f"The {name} was created outside this strategy's scope; create it "
+                         f"inside `with strategy.scope():` or leave {default}.")
+
+
+def check_rate_or_optimizer(trainer, optimizer, learning_rate):
+    """Raise ``ValueError`` when both an optimizer and a ``learning_rate`` are given.
+
+    An optimizer carries its own rate; a rate beside it would be silently
+    ignored.  The one sentence every trainer says (``trainer`` names it).
+    """
+    if optimizer is not None and learning_rate is not None:
+        raise ValueError(
+            f"pass the learning rate to the optimizer, not to {trainer}: keras.optimizers."
+            f"{type(optimizer).__name__}(learning_rate={learning_rate!r}), created inside "
+            "strategy.scope().")
+
+
+def host_device(strategy):
+    """This process's CPU (the host of its replicas), where a trainer keeps the data."""
+    return tf.DeviceSpec.from_string(strategy.extended.worker_devices[0]).replace(
+        device_type="CPU", device_index=0).to_string()
+
+
+def gather_from_replicas(value, replicas):
+    """In replica context: every replica's ``value``, stacked on every replica, shape ``(replicas, ...)``.
+
+    One all-reduce: each replica puts its value in its own row of zeros
+    (with ``tf.where``, not a product, so an infinite value stays in its row
+    alone) and the rows are summed.  How a trainer learns every replica's
+    loss to name the one that is not finite.
+    """
+    context = tf.distribute.get_replica_context()
+    value = tf.convert_to_tensor(value)
+    mine = tf.equal(tf.range(replicas), context.replica_id_in_sync_group)
+    mine = tf.reshape(mine, [replicas] + [1] * value.shape.rank)
+    placed = tf.where(mine, value[None], tf.zeros_like(value)[None])
+    return context.all_reduce(tf.distribute.ReduceOp.SUM, placed)
+
+
+class ReplicaEvaluation:
+    """The loss and metrics of a strategy's model on data, its replicas sharing each batch.
+
+    One evaluation for every strategy trainer: ``evaluate(x, y)`` of
+    :class:`pargrad.sync.SyncTrainer` and
+    :class:`pargrad.local_sgd.LocalSGDTrainer` and their ``validation_data``.
+    Called on a checked source (:mod:`pargrad.data`), it returns
+    ``{prefix + "loss": ..., prefix + metric: ...}``, as Keras's
+    ``evaluate(..., return_dict=True)``: in inference mode, the loss the mean
+    over every example plus the model's regularization losses.  Taught in
+    the chapter "Your own model".
+    """
+
+    def __init__(self, strategy, model, loss, metrics, feed):
+        self.strategy, self.model, self.loss = strategy, model, loss
+        self.metrics, self.feed = metrics, feed
+        self._function = tf.function(self._distributed_sum, autograph=False)
+
+    def __call__(self, source, prefix=""):
+        for metric in self.metrics:
+            metric.reset_state()
+        total, count = 0.0, 0
+        with contextlib.closing(evaluation_batches(source, self.feed)) as batches:
+            for x, y in batches:
+                total += float(self._function(x, y))
+                count += int(x.shape[0])
+        if count == 0:
+            raise ValueError("The evaluation data hold no examples; pass at least one.")
+        logs = {f"{prefix}loss": total / count + sum(float(p) for p in self.model.losses)}
+        logs.update({f"{prefix}{metric.name}": float(metric.result()) for metric in self.metrics})
+        return logs
+
+    def _distributed_sum(self, x, y):
+        """The summed per-example loss of ``(x, y)`` over all replicas (metrics updated).
+
+        Evaluation needs no equal shards: replica ``r`` of ``R`` takes rows
+        ``n r / R`` to ``n (r + 1) / R`` (possibly none), in inference mode.
+        """
+        replicas = self.strategy.num_replicas_in_sync
+
+        def replica_evaluation():
+            replica = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group,
+                              tf.int32)
+            n = tf.shape(x)[0]
+            low, high = n * replica // replicas, n * (replica + 1) // replicas
+            with tf.device(self.feed.host):
+                xb, yb = x[low:high], y[low:high]
+            xb, yb = tf.identity(xb), tf.identity(yb)
+            prediction = self.model(xb, training=False)
+            for metric in self.metrics:
+                metric.update_state(yb, prediction)
+            return tf.reduce_sum(tf.cast(self.loss(yb, prediction), tf.float64))
+
+        losses = self.strategy.run(replica_evaluation)
+        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)

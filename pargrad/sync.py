@@ -19,7 +19,7 @@ adds to *show* a step (each replica's timestamps, stragglers, emulated
 devices, backup workers) is a subclass in the book's layer,
 :class:`pargrad.book.instruments.InstrumentedSyncTrainer`, which wraps those
 instruments around the same lines and sets its per-step plan in the one
-hook of the loop, :meth:`SyncTrainer._before_step`.  What a reader's own
+hook of a call, :meth:`SyncTrainer._before_step`.  What a reader's own
 model and data need before the first step (targets shaped as Keras shapes
 them, dtypes, the loss by name, clear errors) is in :mod:`pargrad.training`,
 shared with the asynchronous trainer; which batches come next, and where
@@ -38,9 +38,9 @@ A reader's map: where ``learning_rate`` goes, from the call to the update.
 2. ``trainer.fit(x, y, steps=..., batch_size=...)``: checks the data and
    casts it (:func:`pargrad.data.fit_source`), checks that ``batch_size``
    splits over replicas x ``accumulation_steps``;
-   :func:`pargrad.loop.fit_with_callbacks` runs the epochs inside Keras's
-   callback protocol, :meth:`_train_epoch` one epoch, whose calls
-   :class:`pargrad.data.EpochReader` says; per call :meth:`_run` calls
+   :func:`pargrad.loop.fit_loop` runs the epochs inside Keras's callback
+   protocol, :func:`pargrad.loop.train_epoch` one epoch, whose calls
+   :class:`pargrad.data.EpochReader` says; per call :meth:`run_call` calls
    ``self._step_function``, the ``tf.function`` of :meth:`_distributed_step`
    (or ``_steps_function``, a graph loop of it, with ``steps_per_call``).
 3. :meth:`_distributed_step`: ``strategy.run`` runs, on every replica,
@@ -64,7 +64,6 @@ the host and passed to the same step, with the batch's size as
 ``batch_size``.
 """
 
-import contextlib
 import dataclasses
 import time
 
@@ -75,30 +74,30 @@ from pargrad._quiet import import_tensorflow_quietly
 tf = import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
 
-from pargrad.allreduce import ring_all_reduce  # noqa: E402,F401  (re-exported)
 from pargrad.checks import check_flag, check_whole_number  # noqa: E402
-from pargrad.strategies import (  # noqa: E402,F401  (re-exported: chapters import them from here)
-    DevicesNotReadyError,
-    choose_cross_device_ops,
-    sync_strategy,
+from pargrad.strategies import (  # noqa: E402
+    ReplicaEvaluation,
+    check_model_and_strategy,
+    check_optimizer_in_scope,
+    check_rate_or_optimizer,
+    gather_from_replicas,
+    host_device,
+    variables_outside_scope,
 )
-from pargrad.strategies import variables_outside_scope  # noqa: E402
 from pargrad.data import (  # noqa: E402
     EpochReader,
     Feed,
     TrainingPosition,
     dataset_source,
-    evaluation_batches,
     fit_source,
-    same_data,
+    host_rows,
     validation_source,
 )
-from pargrad.loop import StepRecords, fit_with_callbacks, progress_bar, show_progress  # noqa: E402
+from pargrad.loop import StoppedCall, fit_loop  # noqa: E402
 from pargrad.training import (  # noqa: E402
     NonFiniteLossError,
     keras_metrics,
     per_example_loss,
-    squared_error_per_example,  # noqa: F401  (re-exported: pargrad.squared_error_per_example)
 )
 
 
@@ -117,51 +116,19 @@ class SyncHistory:
     epochs' indices and ``params`` what the callbacks were told
     (``epochs``, ``steps``).  A fit with ``steps=`` is one epoch.
 
-    Per step, the arrays below, one row a step.  Times are seconds on the
-    wall clock of this process (``time.time()`` and ``tf.timestamp()`` read
-    the same clock).  For each local replica ``r`` and step ``i``:
-
-    * ``compute_start[i, r]``: the replica's input is on its device; its
-      forward pass waits for this timestamp (without that tie the runtime
-      may run the timestamp after the pass; on a busy machine the replica
-      may still queue for a core, which then counts as compute);
-    * ``compute_end[i, r]``: its gradients are computed (for a straggler:
-      after its extra delay);
-    * ``update_end[i, r]``: the all-reduced update has been applied to its
-      copy of the parameters.
-
-    ``launch = compute_start - start`` is the time before the replica began,
-    ``compute = compute_end - compute_start`` the time it worked,
-    ``wait = update_end - compute_end`` the time it spent in the all-reduce:
-    waiting for the slowest replica, the communication itself, and the
-    (small) update.  ``launch + compute + wait <= step_time``; with
-    ``steps_per_call=1`` the step is timed in Python, so the rest is
-    fetching the results, and with more steps a call, the step ends with
-    the last replica's update and the three add up to ``step_time`` for
-    that replica.
-    Only :class:`pargrad.book.instruments.InstrumentedSyncTrainer` records
-    them; the core :class:`SyncTrainer` leaves them NaN.  Under
-    ``MultiWorkerMirroredStrategy`` only this process's replicas are recorded.
-
-    When ``fit`` was given ``replica_times`` (the virtual clock, backup
-    workers): ``used[i, r]`` tells whether replica ``r``'s gradient counted in
-    step ``i``, and ``virtual_step_time[i]`` is the step's length on that
-    clock (:func:`pargrad.book.instruments.sync_step_times`); otherwise both
-    are None.  ``stragglers`` is ``{replica: factor}`` of a run with stragglers.
+    Per step, one entry a step: ``loss`` (the global batch's), ``start``
+    and ``step_time`` (seconds on this process's wall clock; with
+    ``steps_per_call`` > 1 each step of a call gets the call's mean).  The
+    book's instrumented trainer records more per replica (its subclass
+    :class:`pargrad.book.instruments.InstrumentedSyncHistory`).
     """
 
     loss: np.ndarray
     start: np.ndarray
     step_time: np.ndarray
-    compute_start: np.ndarray
-    compute_end: np.ndarray
-    update_end: np.ndarray
     replicas: int
     accumulation_steps: int
     micro_batch_size: int
-    stragglers: dict = dataclasses.field(default_factory=dict)
-    used: np.ndarray = None
-    virtual_step_time: np.ndarray = None
     history: dict = dataclasses.field(default_factory=dict)
     epoch: list = dataclasses.field(default_factory=list)
     params: dict = dataclasses.field(default_factory=dict)
@@ -170,25 +137,6 @@ class SyncHistory:
     def effective_batch_size(self):
         """Examples per update: micro-batch x accumulation steps x replicas."""
         return self.micro_batch_size * self.accumulation_steps * self.replicas
-
-    @property
-    def launch(self):
-        """Seconds from the step's start until each replica began computing.
-
-        It covers launching the step and handing each replica its input; on
-        few cores the replicas also queue for a core here.
-        """
-        return self.compute_start - self.start[:, None]
-
-    @property
-    def compute(self):
-        """Seconds each replica computed, shape (steps, local replicas)."""
-        return self.compute_end - self.compute_start
-
-    @property
-    def wait(self):
-        """Seconds each replica spent in the all-reduce and update."""
-        return self.update_end - self.compute_end
 
     @property
     def steps_per_second(self):
@@ -203,11 +151,13 @@ class SyncHistory:
 # The trainer
 # ----------------------------------------------------------------------------
 
-# The text of the assertion that stops a step whose loss is not finite.
+# The texts of the assertions that stop a step: a loss that is not finite, a
+# global batch whose sample weights are not positive in sum (or hold a negative one).
 NON_FINITE_MARK = "pargrad: the loss of a replica is not finite"
+WEIGHT_MARK = "pargrad: the total weight of the global batch is not positive"
 
 
-class SyncTrainer(tf.__internal__.tracking.Trackable):
+class SyncTrainer(tf.Module):
     """Synchronous data-parallel training: one all-reduce and one update a step.
 
     Usage::
@@ -225,7 +175,7 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
     replica.  The result equals a single device's step on the whole batch,
     up to the order of floating-point additions.
 
-    Arguments:
+    Arguments (keyword-only after ``strategy``):
 
     * ``model``: a built Keras model whose variables were created inside
       ``strategy.scope()``; otherwise ``ValueError``.  It runs with
@@ -290,7 +240,7 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
       then stops after the update).
 
     Where training stands (the next batch, the step and epoch counts, the
-    shuffling seed) lives in variables (:class:`pargrad.training.TrainingPosition`,
+    shuffling seed) lives in variables (:class:`pargrad.data.TrainingPosition`,
     ``trainer.position``) that the trainer hands to ``tf.train.Checkpoint``::
 
         checkpoint = tf.train.Checkpoint(model=model, optimizer=trainer.optimizer,
@@ -318,10 +268,11 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
     # instrumented trainer adds each replica's times).
     step_outputs = ("loss",)
 
-    def __init__(self, model, strategy, loss=None, optimizer=None, learning_rate=None,
+    def __init__(self, model, strategy, *, loss=None, optimizer=None, learning_rate=None,
                  accumulation_steps=1, progress=True, jit_compile=False, metrics=None,
                  stop_on_non_finite=True, sample_weight=None):
-        _check_model(model, strategy)
+        super().__init__(name="sync_trainer")
+        check_model_and_strategy("SyncTrainer", model, strategy)
         self.accumulation_steps = check_whole_number(
             "accumulation_steps", accumulation_steps, advice="Pass 1 for no accumulation.")
         self.stop_on_non_finite = check_flag("stop_on_non_finite", stop_on_non_finite)
@@ -346,17 +297,14 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         self.optimizer = self._make_optimizer(optimizer, learning_rate)
         # Where training stands, saved by tf.train.Checkpoint(..., trainer=self).
         self.position = TrainingPosition()
-        self._track_trackable(self.position, name="position")
-        # The host of this process's replicas, where the data are kept, how
-        # batches must look, and what the last fit read (to tell whether the
-        # next one continues it).
-        self._host = tf.DeviceSpec.from_string(strategy.extended.worker_devices[0]).replace(
-            device_type="CPU", device_index=0).to_string()
+        # The host of this process's replicas, where the data are kept, and how
+        # batches must look.
+        self._host = host_device(strategy)
         hint = ("To train on regardless, pass stop_on_non_finite=False to SyncTrainer."
                 if self.stop_on_non_finite else None)
         self._feed = Feed.for_model(model, host=self._host, replicas=self.replicas,
                                     accumulation_steps=self.accumulation_steps, finite_hint=hint)
-        self._last_data = None
+        self._evaluation = ReplicaEvaluation(strategy, model, self.loss, self.metrics, self._feed)
         self._compile_step()
 
     def _make_optimizer(self, optimizer, learning_rate):
@@ -367,15 +315,11 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         Keras's ``compile`` does; an uncompiled model gets it as
         ``model.optimizer``, for the callbacks that read it.
         """
-        if optimizer is not None and learning_rate is not None:
-            raise ValueError(
-                "pass the learning rate to the optimizer, not to SyncTrainer: "
-                f"keras.optimizers.{type(optimizer).__name__}(learning_rate={learning_rate!r}), "
-                "created inside strategy.scope().")
+        check_rate_or_optimizer("SyncTrainer", optimizer, learning_rate)
         with self.strategy.scope():
             if optimizer is None:
                 optimizer = keras.optimizers.SGD(1e-2 if learning_rate is None else learning_rate)
-            _check_optimizer(optimizer, self.strategy)
+            check_optimizer_in_scope("optimizer", optimizer, self.strategy)
             if (getattr(self.model.dtype_policy, "name", None) == "mixed_float16"
                     and not isinstance(optimizer, keras.optimizers.LossScaleOptimizer)):
                 # As Keras's compile does: float16 gradients underflow without it.
@@ -387,6 +331,8 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
                            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
             self._seen_losses = tf.Variable(tf.zeros([self.replicas], tf.float64), **on_read)
             self._seen_steps = tf.Variable(tf.constant(0, tf.int64), **on_read)
+            self._seen_weight = tf.Variable(tf.constant(0, tf.float64), **on_read)
+            self._weighed_steps = tf.Variable(tf.constant(0, tf.int64), **on_read)
         if getattr(self.model, "optimizer", None) is None:
             # As after Keras's compile: callbacks read model.optimizer (TensorBoard).
             self.model.optimizer = optimizer
@@ -412,7 +358,6 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
             self._replica_gradients = self._weighted_replica_gradients
         self._step_function = tf.function(self._distributed_step, autograph=False)
         self._steps_function = tf.function(self._distributed_steps, autograph=False)
-        self._evaluate_function = tf.function(self._distributed_evaluation, autograph=False)
 
     @property
     def replicas(self):
@@ -434,7 +379,7 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
     # -- one step --------------------------------------------------------------
 
     def _replica_step(self, x, y, global_batch_size):
-        """One replica's part of a step (runs in replica context); returns its loss.
+        """One replica's part of a step (runs in replica context); returns ``{"loss": its loss}``.
 
         ``x, y`` are this replica's shard.  Its loss is its examples' losses
         summed and divided by the *global* batch size, so the sum over the
@@ -445,7 +390,7 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         grads = self._stop_if_not_finite(loss, grads)    # with stop_on_non_finite
         # One all-reduce (a sum over replicas) and one update, inside Keras.
         self.optimizer.apply_gradients(zip(grads, variables))
-        return loss
+        return {"loss": loss}
 
     def _local_gradients(self, x, y, global_batch_size):
         """This replica's loss and gradient sum, before any communication."""
@@ -497,11 +442,7 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         """
         if not self.stop_on_non_finite:
             return grads
-        context = tf.distribute.get_replica_context()
-        mine = tf.equal(tf.range(self.replicas), context.replica_id_in_sync_group)
-        losses = context.all_reduce(
-            tf.distribute.ReduceOp.SUM,
-            tf.where(mine, tf.cast(loss, tf.float64), tf.zeros([self.replicas], tf.float64)))
+        losses = gather_from_replicas(tf.cast(loss, tf.float64), self.replicas)
         noted = [self._seen_losses.assign(losses), self._seen_steps.assign_add(1)]
         with tf.control_dependencies(noted):
             check = tf.debugging.Assert(tf.reduce_all(tf.math.is_finite(losses)),
@@ -516,13 +457,17 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         of that one number (per update) gives the total weight ``W`` of the
         global batch, by which every replica divides its weighted loss sum.
         """
-        local = tf.add_n([tf.reduce_sum(tf.cast(self.sample_weight(xb, yb), tf.float64))
-                          for xb, yb in self._micro_batches(x, y)])
+        weights = [tf.cast(self.sample_weight(xb, yb), tf.float64)
+                   for xb, yb in self._micro_batches(x, y)]
+        local = tf.add_n([tf.reduce_sum(w) for w in weights])
+        # A negative weight spoils the sum (NaN), so that every replica stops at the check.
+        negative = tf.reduce_any([tf.reduce_any(w < 0) for w in weights])
+        local = tf.where(negative, tf.constant(np.nan, tf.float64), local)
         context = tf.distribute.get_replica_context()
         total = context.all_reduce(tf.distribute.ReduceOp.SUM, local)
-        check = tf.debugging.assert_positive(
-            total, message="sample_weight: the whole global batch has weight 0 (only padding?); "
-                           "pass batches with at least one weighted value")
+        noted = [self._seen_weight.assign(total), self._weighed_steps.assign_add(1)]
+        with tf.control_dependencies(noted):
+            check = tf.debugging.Assert(total > 0, [WEIGHT_MARK])   # False for NaN too
         with tf.control_dependencies([check]):
             total = tf.identity(total)
         return self._shard_gradients(x, y, total)
@@ -594,9 +539,7 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         replica = tf.distribute.get_replica_context().replica_id_in_sync_group
         per_replica = global_batch_size // self.replicas
         start = tf.cast(position, tf.int32) + tf.cast(replica, tf.int32) * per_replica
-        with tf.device(self._host):
-            rows = (start + tf.range(per_replica)) % tf.shape(x)[0]
-            xb, yb = tf.gather(x, rows), tf.gather(y, rows)
+        xb, yb = host_rows(x, y, start, per_replica, self._host)   # on the host
         k = self.accumulation_steps
         if k > 1:
             xb = tf.reshape(xb, [k, -1] + list(x.shape[1:]))
@@ -604,14 +547,20 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         return tf.identity(xb), tf.identity(yb)   # on the replica's own device
 
     def _distributed_step(self, x, y, position, global_batch_size):
-        """One step on every replica; returns ``{"loss": the global batch's loss}``."""
+        """One step on every replica; returns what :meth:`_replica_step` returns, reduced.
+
+        ``"loss"``: the global batch's loss (the replicas' sum); any other
+        output: this process's replicas' values, stacked (one row a replica).
+        """
         def replica_step():
             xb, yb = self._shard(x, y, position, global_batch_size)
             return self._replica_step(xb, yb, global_batch_size)
 
-        losses = self.strategy.run(replica_step)
-        loss = self.strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
-        return {"loss": tf.cast(loss, tf.float64)}
+        outputs = self.strategy.run(replica_step)
+        loss = self.strategy.reduce(tf.distribute.ReduceOp.SUM, outputs.pop("loss"), axis=None)
+        return {"loss": tf.cast(loss, tf.float64),
+                **{name: tf.stack(self.strategy.experimental_local_results(value))
+                   for name, value in outputs.items()}}
 
     def _distributed_steps(self, x, y, position, global_batch_size, steps):
         """``steps`` synchronous steps in one call (a graph loop, no Python between).
@@ -628,27 +577,6 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
             (tf.constant(0), {name: tf.TensorArray(tf.float64, size=steps)
                               for name in self.step_outputs}))
         return {name: row.stack() for name, row in rows.items()}
-
-    def _distributed_evaluation(self, x, y):
-        """The summed per-example loss of ``(x, y)`` over all replicas (metrics updated).
-
-        Evaluation needs no equal shards: replica ``r`` of ``R`` takes rows
-        ``n r / R`` to ``n (r + 1) / R`` (possibly none), in inference mode.
-        """
-        def replica_evaluation():
-            replica = tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group,
-                              tf.int32)
-            n = tf.shape(x)[0]
-            low, high = n * replica // self.replicas, n * (replica + 1) // self.replicas
-            with tf.device(self._host):
-                xb, yb = x[low:high], y[low:high]
-            xb, yb = tf.identity(xb), tf.identity(yb)
-            prediction = self.model(xb, training=False)
-            self._update_metrics(yb, prediction)
-            return tf.reduce_sum(tf.cast(self.loss(yb, prediction), tf.float64))
-
-        losses = self.strategy.run(replica_evaluation)
-        return self.strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
 
     # -- the loop --------------------------------------------------------------
 
@@ -707,7 +635,7 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         callbacks' logs, in batches of ``validation_batch_size`` (default 1024).
 
         ``callbacks``: Keras callbacks, called in Keras's order
-        (:func:`pargrad.loop.fit_with_callbacks`): ``on_train_begin/end``,
+        (:func:`pargrad.loop.fit_loop`): ``on_train_begin/end``,
         ``on_epoch_begin/end`` (logs with ``loss``, metrics, ``val_*``) and
         ``on_train_batch_begin/end`` (the batch's index in the epoch; logs
         with the epoch's running ``loss`` and metrics); setting
@@ -731,57 +659,23 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         source = fit_source(x, y, batch_size, by_epoch=by_epoch, shuffle=shuffle,
                             model=self.model, feed=self._feed)
         validation = validation_source(validation_data, validation_batch_size, self.model)
-        if shuffle:
-            self.position.draw_seed(seed)
         reader = EpochReader(source, self.position, self._feed, steps_per_call=steps_per_call,
-                             steps=steps, shuffle=shuffle)
-        self._continue_or_restart(source.key(by_epoch))
-        records = StepRecords()
+                             steps=steps, shuffle=shuffle, seed=seed)
         show = self.progress if progress is None else progress
-        bar = progress_bar(steps or (source.steps() and source.steps() * epochs), show,
-                           f"sync x{self.replicas}")
-        try:
-            keras_history = fit_with_callbacks(
-                self.model, callbacks, epochs=epochs or 1, steps=steps or source.steps(),
-                initial_epoch=int(self.position.epoch.numpy()),
-                train_epoch=lambda hooks: self._train_epoch(hooks, reader, records, bar,
-                                                            validation))
-        finally:
-            if bar is not None:
-                bar.close()
+        records, keras_history = fit_loop(self, reader, epochs=epochs or 1, callbacks=callbacks,
+                                          validation=validation,
+                                          progress=f"sync x{self.replicas}" if show else None)
         return self._history(records, keras_history, source)
 
-    def _train_epoch(self, hooks, reader, records, bar, validation):
-        """One epoch (or a fit's steps): its calls between the batch callbacks; its logs."""
-        for metric in self.metrics:
-            metric.reset_state()
-        losses = []
-        index = int(self.position.epoch_step.numpy()) if reader.by_epoch else 0
-        with contextlib.closing(reader.calls()) as calls:
-            for call in calls:
-                hooks.on_train_batch_begin(index)
-                outputs, starts, step_times = self._run(call, records.steps, reader.by_epoch)
-                call.advance(self.position, call.steps)
-                self.position.finish_steps(call.steps, reader.by_epoch)
-                records.add({**outputs, "batch_size": [call.batch_size] * call.steps},
-                            starts, step_times)
-                losses.extend(outputs["loss"].tolist())
-                show_progress(bar, call.steps, losses[-1])
-                index += call.steps
-                hooks.on_train_batch_end(index - 1, self._logs(losses))
-                if self.model.stop_training:
-                    break
-        logs = self._logs(losses)
-        if validation is not None:
-            logs.update(self._evaluate(validation, prefix="val_"))
-        if reader.by_epoch and not self.model.stop_training:
-            self.position.finish_epoch()
-        return logs
+    def run_call(self, call, done):
+        """Run one :class:`pargrad.data.Call` (``done`` steps into the fit); return its
+        outputs (a row a step), the steps' starts and lengths.
 
-    def _run(self, call, done, by_epoch):
-        """Run one :class:`pargrad.data.Call`; return its outputs (a row a step), starts, times."""
+        What :func:`pargrad.loop.fit_loop` asks of a trainer; a step whose loss is
+        not finite raises :class:`pargrad.loop.StoppedCall` with the steps before it.
+        """
         self._before_step(done)
-        seen = int(self._seen_steps.numpy()) if self.stop_on_non_finite else 0
+        seen = self._counts()
         start = time.time()
         try:
             position = tf.constant(call.first_row, tf.int32)
@@ -792,9 +686,10 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
             outputs = self._steps_function(call.x, call.y, position, call.batch_size,
                                            tf.constant(call.steps))
         except tf.errors.InvalidArgumentError as error:
-            if NON_FINITE_MARK not in str(error):
+            stop = self._stopped(str(error), seen)
+            if stop is None:
                 raise
-            self._raise_non_finite(seen, call, by_epoch)
+            raise stop from None
         outputs = {name: value.numpy() for name, value in outputs.items()}
         ends = self._step_ends(outputs, start)
         starts = np.concatenate([[start], ends[:-1]])
@@ -805,44 +700,46 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
         n = len(outputs["loss"])
         return start + (time.time() - start) * np.arange(1, n + 1) / n
 
-    def _raise_non_finite(self, seen, call, by_epoch):
-        """After a step stopped on a non-finite loss: keep the position right, then raise."""
-        completed = int(self._seen_steps.numpy()) - seen - 1   # steps of the call before it
-        call.advance(self.position, completed)
-        self.position.finish_steps(completed, by_epoch)
+    def _counts(self):
+        """Steps that reached the finite-loss check, and the weight check, so far."""
+        return int(self._seen_steps.numpy()), int(self._weighed_steps.numpy())
+
+    def _stopped(self, message, seen):
+        """The :class:`pargrad.loop.StoppedCall` of a step stopped by one of the trainer's
+        checks (the steps of the call before it completed), or None for another error."""
+        if WEIGHT_MARK in message:
+            return StoppedCall(self._counts()[1] - seen[1] - 1, self._weight_error)
+        if NON_FINITE_MARK in message:
+            return StoppedCall(self._counts()[0] - seen[0] - 1, self._non_finite_error)
+        return None
+
+    def _weight_error(self, step):
+        """The error of step ``step``, whose global batch's weights were refused."""
+        if np.isnan(self._seen_weight.numpy()):
+            return ValueError(
+                f"sample_weight must be >= 0 (a mask of 0s and 1s, or weights), but the global "
+                f"batch of step {step} holds a negative (or NaN) weight; nothing was applied. "
+                "Return weights >= 0 from sample_weight(x, y).")
+        return ValueError(
+            f"sample_weight: the global batch of step {step} has total weight 0 (only "
+            "padding?), so its weighted mean is undefined; nothing was applied. Pass batches "
+            "with at least one weighted value.")
+
+    def _non_finite_error(self, step):
+        """The error of step ``step``, which stopped on a replica's non-finite loss."""
         losses = self._seen_losses.numpy()
         replica = int(np.flatnonzero(~np.isfinite(losses))[0])
-        raise NonFiniteLossError(
-            int(self.position.step.numpy()), f"replica {replica}", losses[replica],
-            "To train on regardless, pass stop_on_non_finite=False to SyncTrainer.") from None
-
-    def _logs(self, losses):
-        """A batch's or an epoch's logs: the mean loss so far and the metrics, as Keras's."""
-        logs = {"loss": float(np.mean(losses)) if losses else float("nan")}
-        logs.update({metric.name: float(metric.result()) for metric in self.metrics})
-        return logs
-
-    def _continue_or_restart(self, key):
-        """The same data (and batch size) as the last fit continue where it ended; other
-        data start from their first batch (a new or restored trainer continues from its
-        position)."""
-        if self._last_data is not None and not same_data(self._last_data, key):
-            self.position.position.assign(0)
-            self.position.epoch_step.assign(0)
-        self._last_data = key
+        return NonFiniteLossError(
+            step, f"replica {replica}", losses[replica],
+            "To train on regardless, pass stop_on_non_finite=False to SyncTrainer.")
 
     def _history(self, records, keras_history, source):
         """The :class:`SyncHistory` of a fit: its step records and Keras's History."""
-        loss = records.stacked("loss")
-        local = len(self.strategy.extended.worker_devices)
-        times = (records.stacked("times") if "times" in records.rows
-                 else np.full((len(loss), local, 3), np.nan))
         batches = records.stacked("batch_size")
         batch = source.batch_size or (int(batches[0]) if len(batches) else 0)
         return SyncHistory(
-            loss=loss, start=records.stacked("start"), step_time=records.stacked("step_time"),
-            compute_start=times[:, :, 0], compute_end=times[:, :, 1], update_end=times[:, :, 2],
-            replicas=self.replicas, accumulation_steps=self.accumulation_steps,
+            loss=records.stacked("loss"), start=records.stacked("start"),
+            step_time=records.stacked("step_time"), replicas=self.replicas, accumulation_steps=self.accumulation_steps,
             micro_batch_size=batch // (self.replicas * self.accumulation_steps),
             history=keras_history.history, epoch=keras_history.epoch,
             params=keras_history.params)
@@ -865,69 +762,17 @@ class SyncTrainer(tf.__internal__.tracking.Trackable):
             source = dataset_source(x, y, batch_size)
         else:
             source = validation_source((x, y), batch_size, self.model)
-        return self._evaluate(source)
+        return self.evaluate_source(source)
 
-    def _evaluate(self, source, prefix=""):
+    def evaluate_source(self, source, prefix=""):
         """``{prefix + "loss": ..., prefix + metric: ...}`` of a checked source."""
-        for metric in self.metrics:
-            metric.reset_state()
-        total, count = 0.0, 0
-        with contextlib.closing(evaluation_batches(source, self._feed)) as batches:
-            for x, y in batches:
-                total += float(self._evaluate_function(x, y))
-                count += int(x.shape[0])
-        if count == 0:
-            raise ValueError("The evaluation data hold no examples; pass at least one.")
-        logs = {f"{prefix}loss": total / count + sum(float(p) for p in self.model.losses)}
-        logs.update({f"{prefix}{metric.name}": float(metric.result()) for metric in self.metrics})
-        return logs
+        return self._evaluation(source, prefix)
 
     def _before_step(self, step):
         """Called before each call of the step function; nothing to do in the core.
 
         (The book's instrumented trainer sets its backup-worker plan here.)
         """
-
-
-def _check_model(model, strategy):
-    """Raise a clear error unless ``model`` is a built Keras model of ``strategy``'s scope."""
-    if not isinstance(strategy, tf.distribute.Strategy):
-        raise TypeError(
-            f"SyncTrainer needs a tf.distribute strategy, got {strategy!r}; "
-            "make one with pargrad.sync_strategy(replicas)."
-        )
-    if not isinstance(model, keras.Model):
-        raise TypeError(f"SyncTrainer needs a Keras model, got {type(model).__name__}; "
-                        "pass a keras.Model (Sequential, functional or subclassed).")
-    if not model.trainable_variables:
-        raise ValueError(
-            "The model has no trainable variables yet; build it (give it a "
-            "keras.Input) inside `with strategy.scope():`."
-        )
-    outside = variables_outside_scope(strategy, model.trainable_variables)
-    if outside:
-        raise ValueError(
-            f"The model's variables {outside} were created outside this "
-            "strategy's scope, so they are not mirrored on its replicas. "
-            "Build the model inside `with strategy.scope():` and pass that "
-            "model."
-        )
-
-
-def _check_optimizer(optimizer, strategy):
-    """Raise a clear error unless ``optimizer`` is a Keras optimizer of ``strategy``'s scope."""
-    if not isinstance(optimizer, keras.optimizers.Optimizer):
-        raise TypeError(
-            f"optimizer must be a Keras optimizer instance, got {optimizer!r}; pass "
-            "for example keras.optimizers.Adam(1e-3), created inside strategy.scope()."
-        )
-    inner = getattr(optimizer, "inner_optimizer", optimizer)
-    if getattr(inner, "_distribution_strategy", strategy) is not strategy:
-        raise ValueError(
-            "The optimizer was created outside this strategy's scope; "
-            "create it inside `with strategy.scope():` or leave "
-            "optimizer=None for plain gradient descent."
-        )
 
 
 def _fit_length(steps, epochs):

@@ -51,15 +51,11 @@ The interface (stable; both trainers use it):
     The dtypes :func:`prepare_arrays` casts to (``input_dtype`` is None for a
     model without a ``keras.Input``: then float features go to ``loss_dtype``).
 
-``check_whole_number(name, value, minimum=1)`` -> ``int``
-    Re-exported from :mod:`pargrad.checks`, the one module of argument
-    checks: ``batch_size=16.0`` is refused saying "pass 16".
-
 ``keras_metrics(metrics, advice="")`` -> ``list``
     The one check of a ``metrics=`` argument: Keras metric objects (one
     alone becomes a list), anything else a ``TypeError`` saying what to pass.
 
-``TrainingPosition(name)`` (in :mod:`pargrad.data`, re-exported here)
+``TrainingPosition(name)`` (in :mod:`pargrad.data`)
     A ``tf.Module`` of int64 variables that say where training stands:
     ``step`` (updates applied), ``epoch`` (epochs completed), ``epoch_step``
     (updates into the current epoch), ``position`` (examples into the
@@ -77,8 +73,6 @@ from pargrad._quiet import import_tensorflow_quietly
 
 tf = import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
-
-from pargrad.checks import check_whole_number  # noqa: E402,F401  (re-exported)
 
 
 # ----------------------------------------------------------------------------
@@ -430,19 +424,3 @@ def _cast_targets(y, model):
         if y.dtype != target:
             y = y.astype(target)
     return y
-
-
-# ----------------------------------------------------------------------------
-# Where training stands: in pargrad.data, re-exported here
-# ----------------------------------------------------------------------------
-
-def __getattr__(name):
-    """``TrainingPosition`` lives in :mod:`pargrad.data`; this name keeps old imports working.
-
-    Resolved on first use, because :mod:`pargrad.data` imports this module.
-    """
-    if name == "TrainingPosition":
-        from pargrad.data import TrainingPosition
-
-        return TrainingPosition
-    raise AttributeError(f"module 'pargrad.training' has no attribute {name!r}")

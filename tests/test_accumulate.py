@@ -7,7 +7,6 @@ import pargrad  # noqa: F401  (quiet TensorFlow first)
 import keras
 import tensorflow as tf
 from pargrad.accumulate import GradientAccumulator
-from pargrad.book.accumulation_memory import peak_memory
 from pargrad.book.parabola import initial_weights, parabola_data, parabola_forward, squared_error
 
 TOLERANCE = 1e-6
@@ -181,13 +180,6 @@ def test_zero_examples_as_a_tensor_raise_in_a_function():
     add = tf.function(lambda g, n: accumulator.accumulate(g, n))
     with pytest.raises(tf.errors.InvalidArgumentError, match="at least 1"):
         add(gradients(variables, x, y), tf.constant(0))
-
-
-def test_peak_memory_validates_its_arguments():
-    with pytest.raises(ValueError, match="increasing"):
-        peak_memory([256, 64], 16)
-    with pytest.raises(ValueError, match="micro_batch_size"):
-        peak_memory([64], micro_batch_size=0)
 
 
 @pytest.mark.claim

@@ -97,6 +97,6 @@ def test_choices():
 
 
 def test_the_checks_are_the_ones_the_trainers_use():
-    import pargrad.training
+    import pargrad.data
 
-    assert pargrad.training.check_whole_number is check_whole_number
+    assert pargrad.data.check_whole_number is check_whole_number

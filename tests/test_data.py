@@ -13,6 +13,7 @@ from pargrad.data import (
     TrainingPosition,
     epoch_permutation,
     fit_source,
+    host_rows,
     validation_source,
 )
 
@@ -32,8 +33,7 @@ def read(reader):
     with contextlib.closing(reader.calls()) as calls:
         for call in calls:
             out.append((call.first_row, call.batch_size, call.steps, call.x.numpy()[:, 0]))
-            call.advance(reader.position, call.steps)
-            reader.position.finish_steps(call.steps, reader.by_epoch)
+            reader.advance(call, call.steps)
     return out
 
 
@@ -162,3 +162,27 @@ def test_a_drawn_seed_is_kept_and_a_given_one_replaces_it():
     assert position.numbers()["seed"] == drawn >= 0
     position.draw_seed(5)
     assert position.numbers()["seed"] == 5
+
+
+def test_the_position_follows_the_data_and_only_the_reader_moves_it():
+    x, y = arrays(10)
+    feed, position = Feed(), TrainingPosition()
+    source = fit_source(x, y, 4, by_epoch=False, shuffle=False, model=model(), feed=feed)
+    read(EpochReader(source, position, feed, steps=2))
+    assert position.numbers()["position"] == 8
+    read(EpochReader(source, position, feed, steps=1))          # the same arrays continue
+    assert position.numbers()["position"] == 2
+    other = fit_source(x.copy(), y, 4, by_epoch=False, shuffle=False, model=model(), feed=feed)
+    reader = EpochReader(other, position, feed, steps=1)         # other arrays: row 0 again
+    assert position.numbers()["position"] == 0 and position.numbers()["step"] == 3
+    with contextlib.closing(reader.calls()) as calls:
+        call = next(calls)
+    reader.advance(call, 0)                                      # a call stopped at its first step
+    assert position.numbers()["position"] == 0 and position.numbers()["step"] == 3
+
+
+def test_host_rows_wrap_around_the_end_of_the_data():
+    x, y = arrays(5)
+    xb, yb = host_rows(tf.constant(x), tf.constant(y), 3, 4, "/CPU:0")
+    np.testing.assert_array_equal(xb.numpy()[:, 0], x[[3, 4, 0, 1], 0])
+    np.testing.assert_array_equal(yb.numpy()[:, 0], y[[3, 4, 0, 1], 0])

@@ -5,7 +5,7 @@ each with 10 tuning seeds, four workers, one ten times slower, as on the page.""
 import numpy as np
 import pytest
 
-from pargrad.book import experiments, parabola_async
+from pargrad.book import experiments, parabola_async, replay
 from pargrad.book.parabola import parabola_data
 
 UNEVEN = [1.0, 1.0, 1.0, 0.1]
@@ -56,7 +56,7 @@ def test_tuned_dc_asgd_is_ahead_of_the_staleness_aware_rule(outcome):
 def above_start(seeds, rate, **options):
     """How many runs end above their starting loss (a diverged run counts)."""
     x, y = parabola_data(dtype="float64")
-    start = parabola_async.full_loss(parabola_async.stacked_weights(seeds), x, y)
+    start = replay.full_loss(replay.stacked_weights(seeds), x, y)
     return int(np.sum(~(final_losses(rate, seeds, **options) < start)))
 
 

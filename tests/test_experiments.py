@@ -363,3 +363,14 @@ def test_the_results_table_of_a_replication_shows_both_seed_sets():
     row = experiments.results_table(both, "B").rows[0]
     assert row[0] == "A" and row[2] == "0.5 · 1" and row[3] == "30 of 30 · 0 of 30"
     assert row[4] == "not shown"
+
+
+def test_seeds_alpha_and_min_seeds_are_checked_in_the_librarys_voice():
+    with pytest.raises(TypeError, match="each of seeds must be a whole number >= 0 .*pass 0"):
+        experiments.sweep(quadratic_method("q", 0.4), [0.0, 1.0])
+    with pytest.raises(ValueError, match="each of seeds must be a whole number >= 0, got -1."):
+        experiments.sweep(quadratic_method("q", 0.4), [-1, 1])
+    with pytest.raises(ValueError, match="alpha must be a share strictly between 0 and 1"):
+        experiments.compare(np.zeros(20), np.ones(20), alpha=1.5)
+    with pytest.raises(ValueError, match="min_seeds must be a whole number >= 1"):
+        experiments.compare(np.zeros(20), np.ones(20), min_seeds=0)

@@ -11,12 +11,16 @@ import keras
 import numpy as np
 import psutil
 import pytest
+import tensorflow as tf
 
 import pargrad
 from pargrad import cost
 from pargrad.cluster import ClusterError, LocalCluster
-from pargrad.local_sgd import LocalSGDTrainer, ring_bytes
-from pargrad.sync import SyncTrainer, sync_strategy, tf
+from pargrad.allreduce import ring_bytes
+from pargrad.local_sgd import LocalSGDTrainer
+from pargrad.scenario import Scenario
+from pargrad.strategies import sync_strategy
+from pargrad.sync import SyncTrainer
 
 from local_sgd_problem import (
     START,
@@ -119,11 +123,12 @@ def test_matches_numpy_local_sgd_and_diloco(outer, replicas, local_steps):
 def test_evaluate_is_the_shared_models_mean_loss():
     x, y = least_squares_data()
     trainer = local_sgd_trainer(sync_strategy(2), 3)
-    assert trainer.evaluate(x, y) == pytest.approx(np.mean((x @ START[0] + START[1] - y) ** 2),
-                                                   rel=1e-12)
+    assert trainer.evaluate(x, y) == pytest.approx(
+        {"loss": np.mean((x @ START[0] + START[1] - y) ** 2)}, rel=1e-12)
     trainer.fit(x, y, rounds=3, batch_size=8)
     w, b = trainer.model.get_weights()
-    assert trainer.evaluate(x, y) == pytest.approx(np.mean((x @ w + b - y) ** 2), rel=1e-12)
+    assert trainer.evaluate(x, y) == pytest.approx({"loss": np.mean((x @ w + b - y) ** 2)},
+                                                   rel=1e-12)
 
 
 def test_two_fits_continue_as_one():
@@ -134,6 +139,68 @@ def test_two_fits_continue_as_one():
     twice.fit(x, y, rounds=1, batch_size=8)
     twice.fit(x, y, rounds=3, batch_size=8)
     assert max_gap(once.model.get_weights(), twice.model.get_weights()) == 0
+
+
+def test_a_fit_of_2k_rounds_equals_two_fits_of_k_resumed_from_a_checkpoint(tmp_path):
+    # The position, the outer optimizer and every replica's inner optimizer
+    # (momentum) are in the checkpoint: bit for bit in float64.
+    x, y = least_squares_data()
+    once = local_sgd_trainer(sync_strategy(2), 2)
+    whole = once.fit(x, y, rounds=6, batch_size=8)
+    first = local_sgd_trainer(sync_strategy(2), 2)
+    first.fit(x, y, rounds=3, batch_size=8)
+    path = tf.train.Checkpoint(trainer=first).save(str(tmp_path / "ckpt"))
+    resumed = local_sgd_trainer(sync_strategy(2), 2)
+    tf.train.Checkpoint(trainer=resumed).restore(path).assert_consumed()
+    assert resumed.position.numbers()["step"] == 6
+    second = resumed.fit(x, y, rounds=3, batch_size=8)
+    assert max_gap(once.model.get_weights(), resumed.model.get_weights()) == 0
+    assert np.array_equal(whole.replica_loss[3:], second.replica_loss)
+
+
+def test_callbacks_see_rounds_and_validation_is_logged():
+    x, y = least_squares_data()
+    trainer = local_sgd_trainer(sync_strategy(2), 2)
+    seen = []
+    logger = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs: seen.append(batch),
+        on_epoch_end=lambda epoch, logs: seen.append(sorted(logs)))
+    history = trainer.fit(x, y, rounds=3, batch_size=8, callbacks=[logger],
+                          validation_data=(x, y))
+    assert seen == [1, 3, 5, ["loss", "val_loss"]]
+    assert history.history["val_loss"] == [pytest.approx(trainer.evaluate(x, y)["loss"])]
+    assert history.history["loss"] == [pytest.approx(float(history.loss.mean()))]
+
+
+def test_evaluate_adds_the_regularization_as_sync_does():
+    strategy = sync_strategy(2)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((2,), dtype="float64"), keras.layers.Dense(
+            1, dtype="float64", kernel_regularizer=keras.regularizers.L2(0.5))])
+        model.set_weights([w.copy() for w in START])
+    trainer = LocalSGDTrainer(model, strategy, 2)
+    x, y = least_squares_data()
+    penalty = 0.5 * float(np.sum(START[0] ** 2))
+    assert trainer.evaluate(x, y)["loss"] == pytest.approx(
+        np.mean((x @ START[0] + START[1] - y) ** 2) + penalty, rel=1e-12)
+
+
+def test_a_learning_rate_beside_an_inner_optimizer_is_refused_as_sync_refuses_it():
+    strategy = sync_strategy(2)
+    with strategy.scope():
+        model = linear_model()
+    with pytest.raises(ValueError, match=r"pass the learning rate to the optimizer, not to "
+                                         r"LocalSGDTrainer.*SGD\(learning_rate=0.5\)"):
+        LocalSGDTrainer(model, strategy, 2, inner_optimizer=keras.optimizers.SGD(0.1),
+                        learning_rate=0.5)
+
+
+def test_constructor_arguments_after_local_steps_are_keyword_only():
+    strategy = sync_strategy(2)
+    with strategy.scope():
+        model = linear_model()
+    with pytest.raises(TypeError):
+        LocalSGDTrainer(model, strategy, 2, keras.optimizers.SGD(0.1))
 
 
 def test_other_data_start_from_their_first_batch():
@@ -209,11 +276,11 @@ def test_one_run_is_charged_on_another_link_as_if_it_had_run_there():
     slow = cost.Link(latency=50e-3, bandwidth=1e6, name="between data centres")
     fast = cost.Link(latency=5e-6, bandwidth=3e11, name="NVLink-class")
     ran_slow = local_sgd_trainer(sync_strategy(4), 3, link=slow, step_seconds=0.01,
-                                 slowdown=[1, 2, 1, 1]).fit(x, y, rounds=3, batch_size=8)
+                                 scenario=Scenario((1, 0.5, 1, 1))).fit(x, y, rounds=3, batch_size=8)
     ran_fast = local_sgd_trainer(sync_strategy(4), 3, link=fast, step_seconds=0.01,
-                                 slowdown=[1, 2, 1, 1]).fit(x, y, rounds=3, batch_size=8)
-    assert ran_fast.clock_on(slow, 0.01, slowest=2) == pytest.approx(ran_slow.clock, rel=1e-12)
-    assert ran_slow.clock_on(fast, 0.01, slowest=2) == pytest.approx(ran_fast.clock, rel=1e-12)
+                                 scenario=Scenario((1, 0.5, 1, 1))).fit(x, y, rounds=3, batch_size=8)
+    assert ran_fast.clock_on(slow, 0.01, Scenario((1, 0.5, 1, 1))) == pytest.approx(ran_slow.clock, rel=1e-12)
+    assert ran_slow.clock_on(fast, 0.01, Scenario((1, 0.5, 1, 1))) == pytest.approx(ran_fast.clock, rel=1e-12)
     assert ran_slow.clock_on(fast)[-1] == pytest.approx(3 * cost.ring_all_reduce_time(24, 4, fast))
     with pytest.raises(TypeError, match="pargrad.cost.Link"):
         ran_slow.clock_on("fast")
@@ -232,7 +299,7 @@ def test_a_straggler_makes_every_round_late_on_the_virtual_clock_only():
     link = cost.Link(latency=1e-3, bandwidth=1e6)
     even = local_sgd_trainer(sync_strategy(4), 3, link=link, step_seconds=0.01)
     uneven = local_sgd_trainer(sync_strategy(4), 3, link=link, step_seconds=0.01,
-                               slowdown=[1, 1, 2.5, 1])
+                               scenario=Scenario((1, 1, 0.4, 1)))
     fast = even.fit(x, y, rounds=4, batch_size=8)
     slow = uneven.fit(x, y, rounds=4, batch_size=8)
     communication = cost.ring_all_reduce_time(24, 4, link)
@@ -292,8 +359,9 @@ def test_a_model_with_non_trainable_state_is_refused():
 @pytest.mark.parametrize("options, error, says", [
     ({"link": "fast"}, TypeError, "pargrad.cost.Link"),
     ({"step_seconds": -1.0}, ValueError, "positive number of seconds"),
-    ({"slowdown": [1, 2, 3]}, ValueError, "each of the 2 replicas"),
-    ({"slowdown": [1, 0.5]}, ValueError, "factor >= 1"),
+    ({"scenario": Scenario((1, 2, 3))}, ValueError, "each of the 2 replicas"),
+    ({"scenario": Scenario((1, 0.5), jitter=0.1)}, ValueError, "no jitter"),
+    ({"scenario": [1, 2]}, TypeError, "pargrad.scenario.Scenario"),
 ])
 def test_bad_cost_settings(options, error, says):
     with pytest.raises(error, match=says):

@@ -6,8 +6,8 @@ import pytest
 
 import pargrad
 from pargrad.asynchronous import AsyncTrainer
-from pargrad.scenario import Scenario
-from pargrad.book import delay, experiments, parabola_async
+from pargrad.scenario import Scenario, virtual_schedule
+from pargrad.book import delay, experiments, parabola_async, replay
 
 SEEDS = np.arange(20)
 TUNING = np.arange(100, 110)
@@ -31,7 +31,7 @@ def test_the_replica_replays_the_trainer(devices, speeds, jitter, aware, rate):
                            devices[:workers], learning_rate=rate, staleness_aware=aware,
                            progress=False)
     history = trainer.fit(x, y, steps=200, scenario=Scenario(speeds, jitter), seed=7)
-    schedule = parabola_async.virtual_schedule(speeds, 200, jitter=jitter, seed=7)
+    schedule = virtual_schedule(Scenario(speeds, jitter), 200, seed=7)
     np.testing.assert_array_equal(schedule["worker"], history["worker"])
     np.testing.assert_array_equal(schedule["read_version"], history["read_version"])
     np.testing.assert_allclose(schedule["time"], history["time"])
@@ -39,24 +39,17 @@ def test_the_replica_replays_the_trainer(devices, speeds, jitter, aware, rate):
     model.set_weights(trainer.get_weights())
     trained = float(pargrad.squared_error(y, model(x)))
     x64, y64 = pargrad.parabola_data(dtype="float64")
-    replayed = parabola_async.train(parabola_async.stacked_weights([3]), x64, y64, workers,
-                                    schedule, rate, staleness_aware=aware)[0]
+    replayed = replay.train_async(replay.stacked_weights([3]), x64, y64, workers,
+                                  schedule, rate, staleness_aware=aware)[0]
     assert abs(replayed - trained) <= pargrad.rounding_tolerance("float32", 200, scale=trained)
-
-
-def test_equal_workers_read_tau_updates_back():
-    schedule = parabola_async.virtual_schedule([1.0] * 4, 40)
-    t = np.arange(40)
-    np.testing.assert_array_equal(schedule["worker"], t % 4)
-    np.testing.assert_array_equal(schedule["read_version"], np.where(t < 4, 0, t - 3))
 
 
 def test_a_schedule_a_seed_equals_running_seeds_one_by_one():
     x, y = pargrad.parabola_data(dtype="float64")
-    schedules = [parabola_async.virtual_schedule([1.0, 0.5], 60, jitter=0.5, seed=s) for s in (0, 1)]
+    schedules = [virtual_schedule(Scenario((1.0, 0.5), 0.5), 60, seed=s) for s in (0, 1)]
     both = {key: np.stack([s[key] for s in schedules], axis=1) for key in ("worker", "read_version")}
-    together = parabola_async.train(parabola_async.stacked_weights([0, 1]), x, y, 2, both, 0.05)
-    alone = [parabola_async.train(parabola_async.stacked_weights([s]), x, y, 2, schedules[s], 0.05)[0]
+    together = replay.train_async(replay.stacked_weights([0, 1]), x, y, 2, both, 0.05)
+    alone = [replay.train_async(replay.stacked_weights([s]), x, y, 2, schedules[s], 0.05)[0]
              for s in (0, 1)]
     np.testing.assert_allclose(together, alone, rtol=1e-12)
 
@@ -64,10 +57,10 @@ def test_a_schedule_a_seed_equals_running_seeds_one_by_one():
 def test_bad_schedules_are_refused():
     x, y = pargrad.parabola_data(dtype="float64")
     with pytest.raises(ValueError, match="read_version"):
-        parabola_async.train(parabola_async.stacked_weights([0]), x, y, 1,
+        replay.train_async(replay.stacked_weights([0]), x, y, 1,
                              {"worker": [0, 0], "read_version": [1, 1]}, 0.1)
-    with pytest.raises(ValueError, match="positive number per worker"):
-        parabola_async.virtual_schedule([1.0, 0.0], 10)
+    with pytest.raises(TypeError, match="updates must be a whole number"):
+        parabola_async.sequential_schedule(2, 10.0)
 
 
 # -- the chapter's conclusions, over 20 seeds ------------------------------------------------
@@ -89,7 +82,7 @@ def test_each_at_its_best_rate_more_workers_end_higher_with_smaller_rates():
 
 def test_the_largest_stable_rate_shrinks_as_the_delay_bound_says():
     x, y = pargrad.parabola_data(dtype="float64")
-    weights = parabola_async.stacked_weights(SEEDS)
+    weights = replay.stacked_weights(SEEDS)
     one = parabola_async.largest_stable_rate(weights, x, y, 1)
     for n in (2, 4, 8):
         ratios = parabola_async.largest_stable_rate(weights, x, y, n) / one
@@ -115,7 +108,7 @@ def test_the_staleness_aware_rate_is_a_guard_not_a_gain():
         4, r, s, speeds=uneven, staleness_aware=True), RATES)
     result = experiments.run_experiment([plain, rule], SEEDS, TUNING)
     assert result.compare("plain", "rule").verdict == "plain ahead"
-    start = parabola_async.full_loss(parabola_async.stacked_weights(SEEDS),
+    start = replay.full_loss(replay.stacked_weights(SEEDS),
                                      *pargrad.parabola_data(dtype="float64"))
     guarded = parabola_async.final_losses(4, 0.2, SEEDS, speeds=uneven, staleness_aware=True)
     unguarded = parabola_async.final_losses(4, 0.2, SEEDS, speeds=uneven)
@@ -125,7 +118,7 @@ def test_the_staleness_aware_rate_is_a_guard_not_a_gain():
 def test_against_the_same_mean_step_the_rule_gains_nothing_worth_the_name():
     # at base 0.1 the rule wins most seeds, but by under 1 %: negligible by the floor (issue 31)
     uneven = [1.0, 1.0, 1.0, 0.1]
-    schedule = parabola_async.virtual_schedule(uneven, 400)
+    schedule = virtual_schedule(Scenario(uneven), 400)
     verdicts = []
     for base in (0.1, 0.2):
         same_mean = parabola_async.mean_rate(schedule, base, staleness_aware=True)
@@ -137,7 +130,7 @@ def test_against_the_same_mean_step_the_rule_gains_nothing_worth_the_name():
 
 
 def test_the_mean_matched_control_really_matches():
-    schedule = parabola_async.virtual_schedule([1.0, 1.0, 1.0, 0.1], 400)
+    schedule = virtual_schedule(Scenario((1.0, 1.0, 1.0, 0.1)), 400)
     staleness = np.arange(400) - schedule["read_version"]
     assert parabola_async.mean_rate(schedule, 0.1, True) == pytest.approx(
         np.mean(0.1 / (staleness + 1)), rel=1e-12)
@@ -162,3 +155,15 @@ def test_trainer_on_repeated_data_follows_the_delayed_recursion(devices):
         assert np.abs(np.array(path) - exact).max() <= pargrad.rounding_tolerance(
             "float32", 81, np.abs(exact).max())
         assert (delay.growth_per_update(path, 3) < 1) == (factor < 1)
+
+
+def test_the_measurements_refuse_bad_input_saying_what_to_pass():
+    x, y = pargrad.parabola_data(dtype="float64")
+    weights = replay.stacked_weights([0])
+    with pytest.raises(ValueError, match="high must be above low"):
+        parabola_async.largest_stable_rate(weights, x, y, 2, low=0.5, high=0.1)
+    with pytest.raises(ValueError, match="low must be a positive number"):
+        parabola_async.largest_stable_rate(weights, x, y, 2, low=0.0)
+    schedules = {"worker": np.zeros((4, 2), int), "read_version": np.zeros((4, 2), int)}
+    with pytest.raises(ValueError, match="schedule must be one schedule for all seeds"):
+        parabola_async.mean_rate(schedules, 0.1, staleness_aware=True)

@@ -120,3 +120,14 @@ def test_wall_clock_claims_can_fail():
     assert len(good) == 2 and all(good.values())
     bad = race.wall_clock_claims(races(2.0, 4.0, 3.0), 0.95, resolution=0.2)
     assert list(bad.values()) == [True, False]
+
+
+def test_race_arguments_say_what_to_pass(devices, data):
+    with pytest.raises(ValueError, match="mode must be one of 'scheduled', 'free-running'"):
+        race.race("sync", "equal devices", mode="wall", data=data, devices=devices)
+    with pytest.raises(ValueError, match="budget must be a positive number, got 0"):
+        race.race("sync", "equal devices", budget=0, data=data, devices=devices)
+    with pytest.raises(TypeError, match="scenario must be a pargrad.Scenario"):
+        race.race("sync", (1.0, 1.0), data=data, devices=devices)
+    with pytest.raises(ValueError, match="name must be one of 'sync_vs_async'"):
+        race.stored_sweep("sync")

@@ -1,7 +1,7 @@
 """The chapter "Communicating rarely": its replay, its conclusions, its stored sweeps, its handovers.
 
-The replay (pargrad.book.rare_communication) is checked against
-LocalSGDTrainer; the chapter's verdicts are re-run on its 20 test seeds at
+The replay the chapter runs (pargrad.book.replay, on the chapter's problem
+of pargrad.book.rare_communication) is checked against LocalSGDTrainer; the chapter's verdicts are re-run on its 20 test seeds at
 the stored best rates (cheap: the replay is vectorised), so that a change
 that flips one fails; part of the stored sweep is measured again; and the
 leave/join handover runs across processes.
@@ -12,11 +12,11 @@ import psutil
 import pytest
 
 import pargrad
-from pargrad.book import experiments
+from pargrad.book import experiments, replay
 from pargrad.book import rare_communication as rc
 from pargrad.cluster import LocalCluster
 from pargrad.local_sgd import LocalSGDTrainer
-from pargrad.sync import sync_strategy
+from pargrad.strategies import sync_strategy
 
 
 def largest_gap(weights, state):
@@ -26,7 +26,7 @@ def largest_gap(weights, state):
 # -- the replay against the trainer ------------------------------------------------
 
 @pytest.mark.claim
-@pytest.mark.parametrize("outer", rc.OUTERS)
+@pytest.mark.parametrize("outer", replay.OUTERS)
 @pytest.mark.parametrize("local_steps", [1, 4, 16])
 def test_the_replay_is_what_the_trainer_computes(outer, local_steps):
     x, y = rc.problem_data()
@@ -38,10 +38,10 @@ def test_the_replay_is_what_the_trainer_computes(outer, local_steps):
     trainer = LocalSGDTrainer(model, strategy, local_steps, learning_rate=rate,
                               outer_optimizer=outer_step)
     trainer.fit(x, y, rounds=updates // local_steps, batch_size=len(x))
-    state, losses = rc.train_rounds(rc.start([3]), rate, local_steps, updates // local_steps,
-                                    outer)
+    state, losses = replay.train_rounds(replay.start([3]), (x, y), rc.REPLICAS, rate,
+                                        local_steps, updates // local_steps, outer)
     assert largest_gap(model.get_weights(), state) < pargrad.rounding_tolerance("float64", updates)
-    assert trainer.evaluate(x, y) == pytest.approx(losses[-1, 0], rel=1e-10)
+    assert trainer.evaluate(x, y)["loss"] == pytest.approx(losses[-1, 0], rel=1e-10)
     assert losses[-1, 0] < losses[0, 0]                      # it trained
 
 
@@ -168,10 +168,10 @@ def test_a_worker_leaves_and_one_joins_across_processes():
         assert [r["replicas"] for r in out] == [workers] * workers
         results.append(out[0])
         handed = {"weights": out[0]["weights"], "velocity": out[0]["velocity"]}
-    state, losses = rc.replay_phases(phases, rate, steps)
+    state, losses = replay.replay_phases(phases, rc.problem_data(), rate, steps)
     tolerance = pargrad.rounding_tolerance("float64", 6 * steps)
     assert largest_gap(results[-1]["weights"], state) < tolerance
-    keras_buffer = [-np.asarray(v) / rc.OUTER_RATE for v in results[-1]["velocity"]]
+    keras_buffer = [-np.asarray(v) / replay.OUTER_RATE for v in results[-1]["velocity"]]
     assert max(float(np.max(np.abs(a - b[0]))) for a, b in zip(keras_buffer, state.buffer)) \
         < tolerance
     assert np.allclose([r["loss"] for r in results], losses, rtol=1e-9)
@@ -184,27 +184,24 @@ def test_a_worker_leaves_and_one_joins_across_processes():
 # -- bad input -------------------------------------------------------------------------
 
 def test_bad_input_says_what_to_pass():
-    x, y = rc.problem_data()
-    with pytest.raises(ValueError, match="divisor of 48"):
-        rc.shards(x, y, 5)
-    with pytest.raises(ValueError, match="outer must be one of"):
-        rc.train_rounds(rc.start([0]), 0.1, 4, 2, outer="adam")
-    with pytest.raises(ValueError, match="local_steps must be a whole number"):
-        rc.train_rounds(rc.start([0]), 0.1, 0, 2)
     with pytest.raises(ValueError, match="multiple of local_steps"):
         rc.final_losses(0.1, [0], 4, 10)
+    with pytest.raises(ValueError, match="updates must be a whole number >= 1"):
+        rc.final_losses(0.1, [0], 4, 0)
     with pytest.raises(ValueError, match="seeds must be a non-empty list"):
-        rc.start([])
+        rc.final_losses(0.1, [], 4, 8)
+    with pytest.raises(ValueError, match="divisor of 48"):
+        rc.final_losses(0.1, [0], 4, 8, replicas=5)
     with pytest.raises(TypeError, match="score must be a function"):
         rc.GridRunner(None, [0.1])
-    with pytest.raises(ValueError, match="does not fit one round"):
+    with pytest.raises(ValueError, match="budget must fit one round"):
         rc.losses_in_time(0.1, [0], 16, 1e-3, rc.SLOW, rc.STEP_SECONDS)
-    with pytest.raises(ValueError, match="does not fit one update"):
+    with pytest.raises(ValueError, match="budget must fit one update"):
         rc.async_losses_in_time(0.1, [0], 1e-3, rc.SLOW, rc.STEP_SECONDS, rc.SPEEDS)
     with pytest.raises(ValueError, match="outer must be one of"):
         rc.outer_optimizer("adam")
 
 
 def test_a_handover_with_the_wrong_momentum_is_refused():
-    with pytest.raises(ValueError, match="velocity needs 4 arrays"):
+    with pytest.raises(ValueError, match="velocity must be 4 arrays"):
         rc.train_phase(rounds=1, local_steps=1, learning_rate=0.1, velocity=[np.zeros(1)])

@@ -1,6 +1,6 @@
 """A straggler of InstrumentedSyncTrainer works: busy on its core, its update unchanged.
 
-A ``stragglers={replica: k}`` replica computes its gradients k times a step
+A replica of speed 1/k (``scenario=Scenario(...)``) computes its gradients k times a step
 (``InstrumentedSyncTrainer._straggler_work``) and applies the first: real
 work in the graph, compiled by XLA with ``jit_compile``, not a sleep that
 would lend its core to the other replicas.
@@ -14,9 +14,17 @@ import pytest
 
 from pargrad._quiet import import_tensorflow_quietly
 from pargrad.book.instruments import InstrumentedSyncTrainer
-from pargrad.sync import sync_strategy
+from pargrad.scenario import Scenario
+from pargrad.strategies import sync_strategy
 
 tf = import_tensorflow_quietly()
+
+
+def speeds(replicas, stragglers):
+    """The Scenario of ``replicas`` devices, ``{replica: k}`` of them k times slower (or None)."""
+    if not stragglers:
+        return None
+    return Scenario(tuple(1 / stragglers.get(r, 1) for r in range(replicas)))
 
 
 def perceptron_trainer(replicas, stragglers=None, jit_compile=False, record_times=False,
@@ -30,7 +38,7 @@ def perceptron_trainer(replicas, stragglers=None, jit_compile=False, record_time
                                   keras.layers.Dense(1)])
     return InstrumentedSyncTrainer(
         model, strategy, loss=lambda y, p: tf.reduce_mean(tf.square(y - p), axis=-1),
-        stragglers=stragglers, jit_compile=jit_compile, record_times=record_times,
+        scenario=speeds(replicas, stragglers), jit_compile=jit_compile, record_times=record_times,
         progress=False)
 
 
@@ -63,7 +71,7 @@ def test_a_straggler_with_batch_statistics_changes_no_state_of_its_own():
             keras.utils.set_random_seed(0)
             model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(32),
                                       keras.layers.BatchNormalization(), keras.layers.Dense(1)])
-        return InstrumentedSyncTrainer(model, strategy, stragglers=stragglers, progress=False,
+        return InstrumentedSyncTrainer(model, strategy, scenario=speeds(2, stragglers), progress=False,
                                        loss=lambda y, p: tf.reduce_mean(tf.square(y - p), -1))
 
     plain, slow = trainer(None), trainer({0: 4})

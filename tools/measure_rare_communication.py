@@ -2,7 +2,8 @@
 
 Every method of the chapter (the dial and the uneven race on two links) is
 swept over its grid of inner learning rates on the tuning seeds with the
-float64 replay of pargrad.book.rare_communication; the per-seed scores, the
+float64 replay of pargrad.book.replay (the chapter's experiment sets are in
+pargrad.book.rare_communication); the per-seed scores, the
 medians and the best rate of each are written to
 pargrad/book/data/rare_communication_sweeps.json.  The chapter then runs
 only the test seeds, at these rates; tests/test_rare_communication.py

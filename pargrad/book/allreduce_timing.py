@@ -32,8 +32,8 @@ DEFAULT_SIZES = [4, 2 ** 10, 2 ** 16, 2 ** 20, 2 ** 24]
 
 def _elements(nbytes):
     if nbytes % FLOAT32_BYTES or nbytes <= 0:
-        raise ValueError(f"Payload sizes are whole float32 tensors: a positive multiple of 4 bytes, "
-                         f"got {nbytes!r}.")
+        raise ValueError(f"nbytes must be a positive multiple of 4 bytes (a whole float32 tensor), "
+                         f"got {nbytes!r}; pass for example {FLOAT32_BYTES * max(1, nbytes // 4)}.")
     return nbytes // FLOAT32_BYTES
 
 
@@ -109,7 +109,7 @@ def time_all_reduce_in_worker(sizes=DEFAULT_SIZES, repeats=3, packing_tensors=0,
     ``{"seconds": [...], "replicas": R, "packing": {...} or None}``.
     Taught in the chapter "What communication costs".
     """
-    from pargrad.sync import sync_strategy
+    from pargrad.strategies import sync_strategy
 
     strategy = sync_strategy()  # TF_CONFIG names the workers: MultiWorkerMirroredStrategy
     seconds = time_all_reduce(strategy, sizes, repeats)
@@ -133,6 +133,7 @@ def time_parameter_server_in_coordinator(sizes=DEFAULT_SIZES, repeats=3):
     a time, so it also holds the coordinator's round trip to the worker.
     Returns ``{"seconds": [...]}``.  Taught in the chapter "What
     communication costs".
+    Shown in the chapter "What communication costs".
     """
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     strategy = tf.distribute.ParameterServerStrategy(resolver)

@@ -11,12 +11,14 @@ import math
 
 import numpy as np
 
+from pargrad.checks import check_whole_number
+
 
 def stable_rate_bound(staleness):
     """The largest ``η λ`` for which ``w(t+1) = w(t) − η λ w(t − τ)`` converges.
 
     ``2 sin(π / (2 (2τ + 1)))``: 2 for fresh gradients (τ = 0), 1 for τ = 1,
-    about 0.445 for τ = 3 and 0.209 for τ = 7.  Taught in the chapter
+    about 0.445 for τ = 3 and 0.209 for τ = 7.  Shown in the chapter
     "Asynchronous training".
     """
     staleness = _staleness(staleness)
@@ -32,8 +34,7 @@ def delayed_gradient_path(rate_times_curvature, staleness, start=1.0, updates=50
     stale-gradient article).  Taught in the chapter "Asynchronous training".
     """
     staleness = _staleness(staleness)
-    if not isinstance(updates, (int, np.integer)) or isinstance(updates, bool) or updates < 0:
-        raise ValueError(f"updates must be a whole number >= 0, got {updates!r}.")
+    updates = check_whole_number("updates", updates, minimum=0)
     path = np.empty(updates + 1, dtype=np.float64)
     path[0] = float(start)
     for t in range(updates):
@@ -43,10 +44,7 @@ def delayed_gradient_path(rate_times_curvature, staleness, start=1.0, updates=50
 
 
 def _staleness(staleness):
-    if not isinstance(staleness, (int, np.integer)) or isinstance(staleness, bool) or staleness < 0:
-        raise ValueError(f"staleness must be a whole number of updates >= 0 (0 = fresh), "
-                         f"got {staleness!r}.")
-    return int(staleness)
+    return check_whole_number("staleness (in updates; 0 = fresh)", staleness, minimum=0)
 
 
 def growth_per_update(path, staleness):

@@ -352,6 +352,8 @@ def compare(first_scores, second_scores, first="A", second="B", alpha=ALPHA, min
     ``ValueError`` with fewer than ``min_seeds`` seeds: no verdict rests on
     a handful of runs.  Taught in the chapter "Asynchronous training".
     """
+    alpha = checks.check_share("alpha", alpha, strict=True)
+    min_seeds = checks.check_whole_number("min_seeds", min_seeds)
     count = len(np.asarray(first_scores).reshape(-1))
     if count < min_seeds:
         raise ValueError(f"a verdict needs at least {min_seeds} paired seeds, got {count}; "
@@ -538,8 +540,10 @@ def _paired(first_scores, second_scores):
 
 def _seeds(seeds):
     seeds = np.asarray(seeds)
-    if seeds.ndim != 1 or len(seeds) == 0 or seeds.dtype.kind not in "iu":
+    if seeds.ndim != 1 or len(seeds) == 0:
         raise ValueError(f"seeds must be a non-empty list of whole numbers, got {seeds!r}.")
+    for seed in seeds.tolist():  # Python numbers: the message shows -1, not np.int64(-1)
+        checks.check_whole_number("each of seeds", seed, minimum=0)
     if len(np.unique(seeds)) != len(seeds):
         raise ValueError("seeds must differ from each other: a repeated seed counts one run twice.")
     return seeds

@@ -17,8 +17,9 @@ that adds exactly that, and nothing else:
   sleep and the backup weights wrapped around the same lines
   (``self._replica_gradients``, the finite-loss check
   ``self._stop_if_not_finite`` and ``self.optimizer.apply_gradients``); it
-  returns the replica's three timestamps beside its loss, and
-  :meth:`~InstrumentedSyncTrainer._distributed_step` hands them to ``fit``;
+  returns the replica's three timestamps beside its loss (the core's
+  :meth:`~pargrad.sync.SyncTrainer._distributed_step` stacks them), and
+  ``fit`` returns them in an :class:`InstrumentedSyncHistory`;
 * its :meth:`~InstrumentedSyncTrainer.fit` takes ``replica_times`` (the
   virtual clock), decides before every step who is a backup and how long
   each emulated device works, and sets that plan in the core loop's one
@@ -28,6 +29,7 @@ With no instrument switched on it computes the same update as the core
 trainer, bit for bit.
 """
 
+import dataclasses
 import numbers
 import time
 
@@ -35,8 +37,9 @@ import numpy as np
 
 from pargrad._quiet import import_tensorflow_quietly
 from pargrad.checks import check_whole_number
+from pargrad.scenario import Scenario
 from pargrad.strategies import tf_variable as _tf_variable
-from pargrad.sync import SyncTrainer
+from pargrad.sync import SyncHistory, SyncTrainer
 
 tf = import_tensorflow_quietly()
 
@@ -76,13 +79,78 @@ def sync_step_times(replica_times, backup_workers=0):
     return np.where(used, times, -np.inf).max(axis=1)
 
 
+@dataclasses.dataclass
+class InstrumentedSyncHistory(SyncHistory):
+    """A :class:`pargrad.sync.SyncHistory` with each replica's times, stragglers and backups.
+
+    Times are seconds on the wall clock of this process (``time.time()`` and
+    ``tf.timestamp()`` read the same clock).  For each local replica ``r``
+    and step ``i``:
+
+    * ``compute_start[i, r]``: the replica's input is on its device; its
+      forward pass waits for this timestamp (without that tie the runtime
+      may run the timestamp after the pass; on a busy machine the replica
+      may still queue for a core, which then counts as compute);
+    * ``compute_end[i, r]``: its gradients are computed (for a straggler:
+      after its extra work);
+    * ``update_end[i, r]``: the all-reduced update has been applied to its
+      copy of the parameters.
+
+    ``launch = compute_start - start`` is the time before the replica began,
+    ``compute = compute_end - compute_start`` the time it worked,
+    ``wait = update_end - compute_end`` the time it spent in the all-reduce:
+    waiting for the slowest replica, the communication itself, and the
+    (small) update.  ``launch + compute + wait <= step_time``; with
+    ``steps_per_call=1`` the step is timed in Python, so the rest is
+    fetching the results, and with more steps a call, the step ends with
+    the last replica's update and the three add up to ``step_time`` for
+    that replica.  NaN without ``record_times``.  Under
+    ``MultiWorkerMirroredStrategy`` only this process's replicas are recorded.
+
+    When ``fit`` was given ``replica_times`` (the virtual clock, backup
+    workers): ``used[i, r]`` tells whether replica ``r``'s gradient counted in
+    step ``i``, and ``virtual_step_time[i]`` is the step's length on that
+    clock (:func:`sync_step_times`); otherwise both are None.
+    ``stragglers`` is ``{replica: factor}`` of a run with stragglers.
+    Taught in the chapters "Synchronous training" and "Sync vs async in the
+    same time".
+    """
+
+    compute_start: np.ndarray = None
+    compute_end: np.ndarray = None
+    update_end: np.ndarray = None
+    stragglers: dict = dataclasses.field(default_factory=dict)
+    used: np.ndarray = None
+    virtual_step_time: np.ndarray = None
+
+    @property
+    def launch(self):
+        """Seconds from the step's start until each replica began computing.
+
+        It covers launching the step and handing each replica its input; on
+        few cores the replicas also queue for a core here.
+        """
+        return self.compute_start - self.start[:, None]
+
+    @property
+    def compute(self):
+        """Seconds each replica computed, shape (steps, local replicas)."""
+        return self.compute_end - self.compute_start
+
+    @property
+    def wait(self):
+        """Seconds each replica spent in the all-reduce and update."""
+        return self.update_end - self.compute_end
+
+
 class InstrumentedSyncTrainer(SyncTrainer):
     """:class:`pargrad.sync.SyncTrainer` with per-replica timing, stragglers,
     emulated devices and backup workers.
 
     Its step returns each replica's times beside the loss
-    (``step_outputs``), which ``fit`` stacks into the history's
-    ``compute_start``, ``compute_end`` and ``update_end``.
+    (``step_outputs``), which ``fit`` stacks into the
+    :class:`InstrumentedSyncHistory`'s ``compute_start``, ``compute_end``
+    and ``update_end``.
 
     Takes every argument of :class:`~pargrad.sync.SyncTrainer` and these:
 
@@ -91,9 +159,11 @@ class InstrumentedSyncTrainer(SyncTrainer):
       forward pass then waits for a timestamp, which costs about a tenth of
       a step as small as the book's (0.4 ms on two CPU cores).  The default
       (None) records them only when the run needs them: with ``step_seconds``.
-    * ``stragglers``: ``{replica: factor}`` (whole numbers), makes these
-      replicas ``factor`` times slower: after computing its gradients, a
-      straggler computes them ``factor - 1`` more times, inside the step
+    * ``scenario``: a :class:`pargrad.scenario.Scenario` of the replicas'
+      speeds (one a replica, no jitter), each ``1 / factor`` with a whole
+      ``factor``: a replica of speed 1/3 is a straggler three times slower.
+      After computing its gradients, a straggler of factor ``k`` computes
+      them ``k - 1`` more times, inside the step
       (:meth:`_straggler_work`), and its update still uses the first ones,
       unchanged bit for bit.  Busy work, not a sleep: a slower device does
       not lend its core to the others, so a straggler must not either (a
@@ -103,9 +173,10 @@ class InstrumentedSyncTrainer(SyncTrainer):
       uses the gradients of the first N - b replicas to finish and drops the
       rest; who finishes when is given by ``fit(replica_times=...)``; see
       :meth:`fit` for what is real and what is decided from those times.
-    * ``step_seconds``: emulated devices: every replica's step is stretched
-      by sleeping to ``step_seconds`` times its ``replica_times`` entry
-      (default 1), and a dropped backup replica is cut off (no sleep).
+    * ``step_seconds``: emulated devices: the seconds of one step of a
+      device of speed 1; every replica's step is stretched by sleeping to
+      ``step_seconds`` times its ``replica_times`` entry (in units of such a
+      step; default 1), and a dropped backup replica is cut off (no sleep).
 
     How the times are measured: the step is one ``tf.function``; inside each
     replica's part, ``tf.timestamp()`` ops tied by control dependencies run
@@ -121,24 +192,11 @@ class InstrumentedSyncTrainer(SyncTrainer):
 
     step_outputs = ("loss", "times")
 
-    def __init__(self, model, strategy, *, record_times=None, stragglers=None, backup_workers=0,
+    def __init__(self, model, strategy, *, record_times=None, scenario=None, backup_workers=0,
                  step_seconds=None, **options):
         super().__init__(model, strategy, **options)
         replicas = self.replicas
-        stragglers = dict(stragglers or {})
-        for replica, factor in stragglers.items():
-            if not isinstance(replica, numbers.Integral) or not 0 <= replica < replicas:
-                raise ValueError(
-                    f"stragglers names replica {replica!r}, but the replicas are "
-                    f"0..{replicas - 1}."
-                )
-            if (not isinstance(factor, numbers.Real) or isinstance(factor, bool) or factor < 1
-                    or factor != int(factor)):
-                raise ValueError(
-                    f"A straggler's slow-down factor must be a whole number >= 1 (it computes "
-                    f"its gradients that many times a step), got {factor!r} for replica "
-                    f"{replica}; 1 means no slow-down."
-                )
+        stragglers = _stragglers(scenario, replicas)
         if record_times is None:
             record_times = step_seconds is not None
         if (isinstance(backup_workers, bool) or not isinstance(backup_workers, numbers.Integral)
@@ -151,12 +209,13 @@ class InstrumentedSyncTrainer(SyncTrainer):
                                          or not step_seconds > 0 or stragglers
                                          or not record_times):
             raise ValueError(
-                "step_seconds (emulated devices) must be a positive number of seconds, "
-                "with record_times=True and without stragglers (give slow replicas "
-                f"larger replica_times instead); got {step_seconds!r}."
+                "step_seconds (emulated devices: the seconds of one step of a device of "
+                "speed 1) must be a positive number of seconds, with record_times=True and "
+                "without a scenario of stragglers (give slow replicas larger replica_times "
+                f"instead); got {step_seconds!r}."
             )
         self.record_times = bool(record_times)
-        self.stragglers = {int(r): int(f) for r, f in stragglers.items()}
+        self.stragglers = stragglers
         self.backup_workers = int(backup_workers)
         self.step_seconds = None if step_seconds is None else float(step_seconds)
         self._plan = None
@@ -176,8 +235,8 @@ class InstrumentedSyncTrainer(SyncTrainer):
         """The core replica step with timestamps, a straggler's extra work, an emulated
         device's sleep and backup weights around it.
 
-        Returns the replica's loss and its ``[compute_start, compute_end,
-        update_end]`` (NaN without ``record_times``).
+        Returns ``{"loss": the replica's loss, "times": its [compute_start,
+        compute_end, update_end]}`` (NaN times without ``record_times``).
         """
         variables = self.model.trainable_variables
         if self.record_times:
@@ -213,22 +272,10 @@ class InstrumentedSyncTrainer(SyncTrainer):
         self.optimizer.apply_gradients(zip(grads, variables))
 
         if not self.record_times:
-            return loss, tf.fill([3], tf.constant(np.nan, tf.float64))
+            return {"loss": loss, "times": tf.fill([3], tf.constant(np.nan, tf.float64))}
         with tf.control_dependencies([tf.identity(_tf_variable(v)) for v in variables]):
             update_end = tf.timestamp()
-        return loss, tf.stack([compute_start, compute_end, update_end])
-
-    def _distributed_step(self, x, y, position, global_batch_size):
-        """One step on every replica: ``{"loss": the batch's loss, "times": this process's
-        replicas' [compute_start, compute_end, update_end]}``."""
-        def replica_step():
-            xb, yb = self._shard(x, y, position, global_batch_size)
-            return self._replica_step(xb, yb, global_batch_size)
-
-        losses, times = self.strategy.run(replica_step)
-        loss = self.strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
-        return {"loss": tf.cast(loss, tf.float64),
-                "times": tf.stack(self.strategy.experimental_local_results(times))}
+        return {"loss": loss, "times": tf.stack([compute_start, compute_end, update_end])}
 
     def _step_ends(self, outputs, start):
         """When each step of a call ended: its last replica's update (with ``record_times``)."""
@@ -357,9 +404,44 @@ class InstrumentedSyncTrainer(SyncTrainer):
                                   steps_per_call=steps_per_call, progress=progress)
         finally:
             self._plan = None
-        history.stragglers = dict(self.stragglers)
         history.used, history.virtual_step_time = used, virtual_step_time
         return history
+
+    def _history(self, records, keras_history, source):
+        """The core's history with each replica's times: an :class:`InstrumentedSyncHistory`."""
+        core = super()._history(records, keras_history, source)
+        local = len(self.strategy.extended.worker_devices)
+        times = records.stacked("times").reshape(len(core.loss), local, 3)
+        return InstrumentedSyncHistory(
+            **{field.name: getattr(core, field.name) for field in dataclasses.fields(core)},
+            compute_start=times[:, :, 0], compute_end=times[:, :, 1], update_end=times[:, :, 2],
+            stragglers={r: f for r, f in self.stragglers.items() if f > 1})
+
+
+def _stragglers(scenario, replicas):
+    """``{replica: whole slow-down factor}`` of every replica of a scenario ({} without one).
+
+    A replica of speed 1 gets factor 1: it runs the same straggler step
+    and repeats its pass 0 times, so the replicas' steps differ only in the
+    repeats, and a timing against speed 1 compares like with like.
+    """
+    if scenario is None:
+        return {}
+    if not isinstance(scenario, Scenario):
+        raise TypeError(f"scenario must be a pargrad.scenario.Scenario or None, got {scenario!r}; "
+                        "pass for example Scenario((1.0, 1 / 3)): replica 1 three times slower.")
+    if len(scenario.speeds) != replicas or scenario.jitter:
+        raise ValueError(f"scenario needs one speed for each of the {replicas} replicas and no "
+                         f"jitter (the replicas are 0..{replicas - 1}), got {scenario!r}.")
+    factors = {r: 1.0 / speed for r, speed in enumerate(scenario.speeds)}
+    for replica, factor in factors.items():
+        if factor < 1 - 1e-9 or abs(factor - round(factor)) > 1e-9:
+            raise ValueError(
+                f"A straggler's slow-down factor must be a whole number >= 1 (it computes its "
+                f"gradients that many times a step): a speed 1/k, got the speed "
+                f"{scenario.speeds[replica]!r} (factor {factor:.4g}) for replica {replica}; "
+                "1 means no slow-down.")
+    return {r: int(round(f)) for r, f in factors.items()}
 
 
 def _dense_part(gradient):

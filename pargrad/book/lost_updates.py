@@ -8,6 +8,8 @@ an add and a write, and two threads can tear them apart.
 
 import threading
 
+from pargrad.checks import check_whole_number
+
 
 def lost_updates(variable, threads=2, increments=2000):
     """Add 1 to ``variable`` from several threads at once; return how many adds were lost.
@@ -20,8 +22,8 @@ def lost_updates(variable, threads=2, increments=2000):
 
     Shown in the chapter "Asynchronous training".
     """
-    if threads < 1 or increments < 1:
-        raise ValueError(f"threads and increments must be >= 1, got {threads} and {increments}.")
+    threads = check_whole_number("threads", threads)
+    increments = check_whole_number("increments", increments)
     variable.assign(0.0)
 
     def add_ones():

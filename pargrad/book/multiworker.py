@@ -59,7 +59,8 @@ def train_parabola_multiworker(steps=600, points=48, checkpoint_dir=None, checkp
     Taught in the chapter "Beyond one machine".
     """
     from pargrad.book.parabola import parabola_data, parabola_model
-    from pargrad.sync import SyncTrainer, sync_strategy
+    from pargrad.strategies import sync_strategy
+    from pargrad.sync import SyncTrainer
 
     _check_intervals(checkpoint_dir, checkpoint_every, report_every)
     if deterministic:

@@ -11,7 +11,9 @@ from pargrad._quiet import import_tensorflow_quietly
 tf = import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
 
-from pargrad.sync import SyncTrainer, sync_strategy  # noqa: E402
+from pargrad.checks import check_whole_number  # noqa: E402
+from pargrad.strategies import sync_strategy  # noqa: E402
+from pargrad.sync import SyncTrainer  # noqa: E402
 
 LEARNING_RATE = 1e-2
 STEPS = 2000
@@ -19,8 +21,7 @@ STEPS = 2000
 
 def parabola_data(n=50, low=-2.0, high=2.0, dtype="float32"):
     """``n`` evenly spaced points x in [low, high] and y = x², as columns of ``dtype``."""
-    if n < 1:
-        raise ValueError(f"parabola_data needs n >= 1 points, got {n}.")
+    n = check_whole_number("n", n)
     x = np.linspace(low, high, n, dtype=_float_dtype(dtype))[:, np.newaxis]
     return x, np.square(x)
 
@@ -37,7 +38,8 @@ def _float_dtype(dtype):
     except TypeError:
         kind = None
     if kind not in (np.float32, np.float64):
-        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}.")
+        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}; pass 'float64' "
+                         "to show an equality that holds in exact arithmetic.")
     return kind.type
 
 
@@ -64,7 +66,10 @@ def initial_weights(seed=0, hidden=5, dtype="float32"):
 
 
 def add_layer(inputs, weights, biases, activation=None):
-    """One fully connected layer, as the y = x² question writes it: ``activation(x @ W + b)``."""
+    """One fully connected layer, as the y = x² question writes it: ``activation(x @ W + b)``.
+
+    Shown in the chapter "The training loop".
+    """
     outputs = tf.matmul(inputs, weights) + biases
     return outputs if activation is None else activation(outputs)
 
@@ -101,6 +106,7 @@ def fit_one_device(x, y, steps=STEPS, learning_rate=LEARNING_RATE, seed=0):
     Returns ``(losses, weights)``: the loss before each update and the final
     weights as NumPy arrays.  The weights take the dtype of ``x`` (float32
     or float64).  Taught in the chapter "The training loop".
+    Shown in the chapter "The training loop".
     """
     variables = [tf.Variable(value) for value in initial_weights(seed, dtype=np.asarray(x).dtype)]
     x, y = tf.constant(x), tf.constant(y)
@@ -137,6 +143,7 @@ def train_parabola(replicas=None, steps=2000, learning_rate=1e-2, seed=0, steps_
     friendly so that worker processes can hand it back.
 
     Taught in the chapter "Synchronous training".
+    Shown in the chapter "Synchronous training".
     """
     strategy = sync_strategy(replicas)
     with strategy.scope():

@@ -5,6 +5,7 @@ Each figure is drawn from numbers that code in the book computed.
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib import ticker
 
 
 def loss_curve(losses, ax=None, label=None, title="Training loss"):
@@ -218,15 +219,20 @@ def paired_scores(panels, title="One dot a seed: the same initial weights, two m
         ax.plot([low, high], [low, high], color="0.4", lw=0.8, ls=":")
         ax.set_xscale("log")
         ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):  # plain numbers at 1, 2 and 5 of a decade, no minor ones
+            axis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+            axis.set_major_formatter(ticker.FuncFormatter(lambda value, _: f"{value:g}"))
+            axis.set_minor_formatter(ticker.NullFormatter())
+        ax.tick_params(labelsize=9)
         ax.set_xlim(low, high)
         ax.set_ylim(low, high)
         ax.set_xlabel(f"{second}: final loss")
         ax.set_ylabel(f"{first}: final loss")
         ax.set_title(panel, fontsize=10)
         ax.text(0.04, 0.96, f"{first} lower: {int(np.sum(a < b))}", transform=ax.transAxes,
-                va="top", fontsize=8)
+                va="top", fontsize=9)
         ax.text(0.96, 0.04, f"{second} lower: {int(np.sum(b < a))}", transform=ax.transAxes,
-                ha="right", fontsize=8)
+                ha="right", fontsize=9)
     figure.suptitle(title, fontsize=11)
     figure.tight_layout()
     return figure
@@ -312,7 +318,7 @@ def peak_memory_against_batch(batch_sizes, big_batch_mb, accumulated_mb, micro_b
     """Peak memory against batch size: one big batch vs accumulated micro-batches.
 
     Chapter "Accumulation in TF2 and Keras 3".  ``big_batch_mb`` and
-    ``accumulated_mb`` are the peaks (MB) that ``pargrad.book.accumulation_memory.peak_memory``
+    ``accumulated_mb`` are the peaks (MB) that ``pargrad.book.memory.peak_memory``
     measured for the same ``batch_sizes``.
     """
     fig, ax = plt.subplots(figsize=(5, 3.2))
@@ -372,12 +378,13 @@ def ring_all_reduce_steps(states, sent, counts, title="Ring all-reduce, step by 
 def device_timeline(history, steps=range(4), ax=None, title="What each replica did, step by step"):
     """Per replica: launch, compute and waiting (all-reduce) bars for a few steps.
 
-    ``history``: a :class:`pargrad.SyncHistory`; times are shown in ms from
-    the start of the first step drawn; dotted lines end the steps.
-    (Chapter "Synchronous training".)
+    ``history``: a :class:`pargrad.book.instruments.InstrumentedSyncHistory`;
+    times are shown in ms from the start of the first step drawn; dotted
+    lines end the steps.  (Chapter "Synchronous training".)
     """
     steps = list(steps)
-    if np.isnan(history.compute_start[steps]).any():
+    times = getattr(history, "compute_start", None)     # the core SyncHistory has none
+    if times is None or np.isnan(times[steps]).any():
         raise ValueError(
             "This history has no per-replica times; train with "
             "pargrad.InstrumentedSyncTrainer(..., record_times=True) to draw its timeline."
@@ -491,11 +498,11 @@ def race_curves(results, key="accuracy", ax=None, title=None, target=None, xlabe
             for r in runs])
         style = ("-" if method.startswith("sync") else ":" if method.startswith("sequential")
                  else "--")
-        ax.plot(grid, np.median(values, axis=0), style, color=f"C{index}",
-                label=f"{method} ({len(runs)} seeds)")
-        if len(runs) > 1:
+        ax.plot(grid, np.median(values, axis=0), style, color=f"C{index}", linewidth=2,
+                label=f"{method} ({len(runs)} seeds)", zorder=3)
+        if len(runs) > 1:  # faint, so that overlapping bands do not merge into one wash
             ax.fill_between(grid, values.min(axis=0), values.max(axis=0), color=f"C{index}",
-                            alpha=0.15, linewidth=0)
+                            alpha=0.07, linewidth=0)
     if target is not None:
         ax.axhline(target, color="black", linewidth=0.8, linestyle=":")
     if ylim is not None:
@@ -503,8 +510,8 @@ def race_curves(results, key="accuracy", ax=None, title=None, target=None, xlabe
     ax.set_xlabel(xlabel)
     ax.set_ylabel("test accuracy" if key == "accuracy" else f"test {key}")
     if title:
-        ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7)
+        ax.set_title(title, fontsize=11)
+    ax.legend(fontsize=9)
     return ax.figure
 
 
@@ -539,6 +546,65 @@ def time_to_target_chart(table, ax=None, title="Time to the target accuracy", un
     ax.set_title(title)
     ax.figure.tight_layout()
     return ax.figure
+
+
+def dial_figure(curves, histories, fast, slow, step_seconds):
+    """The dial: loss against updates, bytes sent, and modelled time on a ``fast`` and a ``slow`` link.
+
+    ``curves[H]`` is a dict of loss curves (one value a round, for example
+    the median over seeds), one per outer step
+    (:data:`pargrad.book.replay.OUTERS`); ``histories[H]`` the
+    :class:`pargrad.LocalSGDHistory` of a trainer run with that ``H``,
+    which gives every axis: its updates, its bytes (summed over rounds) and
+    its clock charged on each link (:meth:`~pargrad.LocalSGDHistory.clock_on`).
+    Taught in the chapter "Communicating rarely".
+    """
+    from pargrad.book.replay import AVERAGE, NESTEROV
+
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7), sharey=True)
+    colours = plt.cm.viridis(np.linspace(0, 0.85, len(curves)))
+    styles = {AVERAGE: "--", NESTEROV: "-"}
+    for colour, (steps, by_outer) in zip(colours, curves.items()):
+        history = histories[steps]
+        axes_x = [history.updates, np.cumsum(history.bytes_sent),
+                  history.clock_on(fast, step_seconds), history.clock_on(slow, step_seconds)]
+        for outer, curve in by_outer.items():
+            label = f"H = {steps}, {'local SGD' if outer == AVERAGE else 'DiLoCo'}"
+            for ax, xs in zip(axes.flat, axes_x):
+                ax.plot(xs, curve, styles[outer], color=colour, label=label)
+    titles = ["(a) against local steps a replica", "(b) against bytes each replica sent",
+              f"(c) against modelled time: {fast.name}", f"(d) against modelled time: {slow.name}"]
+    labels = ["local steps a replica", "bytes sent a replica", "seconds", "seconds"]
+    for ax, title, label in zip(axes.flat, titles, labels):
+        ax.set(title=title, xlabel=label, xscale="log", yscale="log")
+        ax.grid(True, which="major", alpha=0.3)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("loss on all points (median over seeds)")
+    axes[0, 0].legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+def seeds_figure(experiments, titles):
+    """Per-seed final losses of every method, one panel an experiment (a strip of dots a method).
+
+    ``experiments``: :class:`pargrad.book.experiments.Experiment` objects;
+    a line joins each method's median.  Taught in the chapter "Communicating rarely".
+    """
+    fig, axes = plt.subplots(1, len(experiments), figsize=(5 * len(experiments), 3.8),
+                             squeeze=False)
+    for ax, experiment, title in zip(axes[0], experiments, titles):
+        names = list(experiment.scores)
+        for i, name in enumerate(names):
+            scores = np.asarray(experiment.scores[name])
+            jitter = np.linspace(-0.15, 0.15, len(scores))
+            ax.plot(i + jitter, scores, "o", ms=3, alpha=0.6)
+            ax.plot([i - 0.25, i + 0.25], [np.median(scores)] * 2, "k-", lw=2)
+        ax.set_xticks(range(len(names)), [n.replace(", ", "\n") for n in names], fontsize=8)
+        ax.set(yscale="log", title=title, ylabel="loss on all points at the end")
+        ax.grid(True, axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
 
 
 def parameter_server_updates(result, kill_time=None, reference_loss=None,
@@ -695,5 +761,180 @@ def alpha_beta_fits(fits, title="Measured time against payload, and the fitted �
     bottom.axhline(0, color="gray", lw=0.8)
     bottom.set_ylabel("residual (%)")
     bottom.set_xlabel("payload per replica (bytes)")
+    figure.tight_layout()
+    return figure
+
+
+# -- Part II: a schematic of synchronous and asynchronous steps ----------------
+
+# The tiny fixed schedule the schematic draws (time units, not measured):
+# device 0 computes a gradient in 2 units, device 1 in 3; an all-reduce with
+# its update takes 0.6 units, an asynchronous apply 0.3.
+SCHEMATIC_COMPUTE = (2.0, 3.0)
+SCHEMATIC_ALL_REDUCE = 0.6
+SCHEMATIC_APPLY = 0.3
+SCHEMATIC_END = 7.5
+SCHEMATIC_COLORS = {"compute": "tab:blue", "wait": "0.85", "update": "tab:red",
+                    "stale": "tab:orange"}
+
+
+def _schematic_sync_spans():
+    """``(device, start, end, kind, label)`` bars of synchronous steps, and the steps' ends."""
+    spans, ends, start = [], [], 0.0
+    slowest = max(SCHEMATIC_COMPUTE)
+    while start + slowest + SCHEMATIC_ALL_REDUCE <= SCHEMATIC_END:
+        for device, compute in enumerate(SCHEMATIC_COMPUTE):
+            spans.append((device, start, start + compute, "compute", f"w{len(ends)}"))
+            if compute < slowest:
+                spans.append((device, start + compute, start + slowest, "wait", "waits"))
+            spans.append((device, start + slowest, start + slowest + SCHEMATIC_ALL_REDUCE,
+                          "update", ""))
+        start += slowest + SCHEMATIC_ALL_REDUCE
+        ends.append(start)
+    return spans, ends
+
+
+def _schematic_async_spans():
+    """``(device, read, apply, version read, staleness)`` of asynchronous updates in time order."""
+    clocks, updates, version = [0.0, 0.0], [], 0
+    read_version = [0, 0]
+    while True:
+        device = int(np.argmin([c + d for c, d in zip(clocks, SCHEMATIC_COMPUTE)]))
+        apply_at = clocks[device] + SCHEMATIC_COMPUTE[device]
+        if apply_at + SCHEMATIC_APPLY > SCHEMATIC_END:
+            return updates
+        updates.append((device, clocks[device], apply_at, read_version[device],
+                        version - read_version[device]))
+        version += 1
+        clocks[device] = apply_at + SCHEMATIC_APPLY
+        read_version[device] = version
+
+
+def _schematic_axes(ax, title):
+    """Two device rows, time along the bottom, no frame but the time axis."""
+    ax.set_yticks([0, 1], ["device 0\n(fast)", "device 1\n(slow)"], fontsize=10)
+    ax.set_ylim(1.7, -0.8)
+    ax.set_xlim(-0.2, SCHEMATIC_END + 0.2)
+    ax.tick_params(axis="x", labelsize=9)
+    ax.set_title(title, fontsize=11, loc="left")
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+
+
+def _draw_sync_schematic(ax):
+    """Synchronous steps: compute on the same weights, the fast device waits, one update."""
+    spans, ends = _schematic_sync_spans()
+    for device, start, end, kind, label in spans:
+        ax.barh(device, end - start, left=start, height=0.55, color=SCHEMATIC_COLORS[kind],
+                hatch="//" if kind == "wait" else None,
+                edgecolor="0.5" if kind == "wait" else "none")
+        if label:
+            ax.text((start + end) / 2, device, label, ha="center", va="center", fontsize=9,
+                    color="white" if kind == "compute" else "black")
+    for step, end in enumerate(ends):
+        ax.axvline(end, color="0.3", linestyle=":", linewidth=1)
+        ax.text(end - 0.08, -0.55, f"update {step + 1}", ha="right", fontsize=9, color="tab:red")
+    _schematic_axes(ax, "synchronous: every step waits for the slowest device")
+
+
+def _draw_async_schematic(ax):
+    """Asynchronous updates: each device reads, computes and applies; stale reads labelled."""
+    for device, read, applied, version, staleness in _schematic_async_spans():
+        ax.barh(device, applied - read, left=read, height=0.55,
+                color=SCHEMATIC_COLORS["stale" if staleness else "compute"])
+        ax.barh(device, SCHEMATIC_APPLY, left=applied, height=0.55,
+                color=SCHEMATIC_COLORS["update"])
+        ax.text((read + applied) / 2, device, f"w{version}", ha="center", va="center",
+                fontsize=9, color="white")
+        ax.plot([read], [device - 0.38], marker="v", color="black", markersize=5)
+        if staleness:
+            ax.text(applied, device + 0.5 if device else device - 0.5,
+                    f"stale read: {staleness} update{'s' * (staleness > 1)} behind",
+                    ha="right", va="center", fontsize=9, color=SCHEMATIC_COLORS["stale"])
+    _schematic_axes(ax, "asynchronous: each device reads (▼), computes and applies on its own")
+    ax.set_xlabel("time (units of a fixed schedule)", fontsize=10)
+
+
+def sync_async_timelines(title="Two devices, a fast and a slow one: synchronous and asynchronous"):
+    """A schematic of two devices' timelines, synchronous (top) against asynchronous (bottom).
+
+    Drawn from the fixed schedule above, not measured.  Synchronous: both
+    devices compute on the same weights, the fast one waits, an all-reduce
+    and one update end every step.  Asynchronous: each device reads the
+    weights, computes and applies on its own; an update computed on weights
+    that others have updated since its read is marked stale, with its
+    staleness.  Shown at the start of the chapter "Synchronous training".
+    """
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(8.5, 5.2), sharex=True)
+    _draw_sync_schematic(top)
+    _draw_async_schematic(bottom)
+    kinds = ("compute", "wait", "update", "stale")
+    handles = [plt.Rectangle((0, 0), 1, 1, facecolor=SCHEMATIC_COLORS[kind],
+                             hatch="//" if kind == "wait" else None, edgecolor="0.5")
+               for kind in kinds]
+    figure.legend(handles, ["compute a gradient on weights wk", "wait for the slowest",
+                            "all-reduce + update / apply", "compute on stale weights"],
+                  loc="lower center", ncol=2, fontsize=9, frameon=False)
+    figure.suptitle(title, fontsize=11)
+    figure.tight_layout(rect=(0, 0.09, 1, 1))
+    return figure
+
+
+# -- chapter "Accumulating sequences" ------------------------------------------
+
+DIAGRAM_LENGTHS = (8, 6, 2, 1)    # four sequences, padded to 8 tokens, two a micro-batch
+DIAGRAM_PADDED = 8
+
+
+def _diagram_losses():
+    """Fixed per-token losses of the diagram's sequences (short sequences: higher losses)."""
+    return [np.round(0.1 + 1.2 / n + 0.02 * np.arange(n), 2) for n in DIAGRAM_LENGTHS]
+
+
+def _draw_micro_batch(ax, micro, losses):
+    """Micro-batch ``micro``'s two padded sequences as rows of cells; returns its token losses."""
+    rows = range(2 * micro, 2 * micro + 2)
+    top = 2.5 * micro
+    for offset, r in enumerate(rows):
+        y = top + offset
+        for t in range(DIAGRAM_PADDED):
+            real = t < DIAGRAM_LENGTHS[r]
+            ax.add_patch(plt.Rectangle((t, y), 0.95, 0.9, edgecolor="0.4", linewidth=0.6,
+                                       facecolor=f"C{micro}" if real else "white",
+                                       alpha=0.35 if real else 1.0, hatch=None if real else "//"))
+            if real:
+                ax.text(t + 0.47, y + 0.45, f"{losses[r][t]:.2f}", ha="center", va="center",
+                        fontsize=9)
+        ax.text(-0.2, y + 0.45, f"sequence {r + 1}", ha="right", va="center", fontsize=9)
+    tokens = np.concatenate([losses[r] for r in rows])
+    ax.text(DIAGRAM_PADDED + 0.3, top + 0.95,
+            f"micro-batch {micro + 1}: {tokens.size} tokens\nmean {tokens.mean():.3f}",
+            va="center", fontsize=10, color=f"C{micro}")
+    return tokens
+
+
+def token_weighting_diagram(title="Padded sequences cut into micro-batches: which mean?"):
+    """Padded sequences of unequal length, cut into two micro-batches, and their means.
+
+    Every cell is a position: a real token shows its loss, a padding cell is
+    hatched and counts nothing.  Each micro-batch's token mean is written
+    beside it; below, the mean of the two micro-batch means against the
+    token-weighted mean (every token counts once), which is the big batch's.
+    Drawn from fixed numbers.  Shown in the chapter "Accumulating sequences".
+    """
+    losses = _diagram_losses()
+    figure, ax = plt.subplots(figsize=(8.5, 4.2))
+    first, second = (_draw_micro_batch(ax, micro, losses) for micro in range(2))
+    everything = np.concatenate(losses)
+    ax.text(DIAGRAM_PADDED / 2, 5.4,
+            f"mean of the micro-batch means: ({first.mean():.3f} + {second.mean():.3f}) / 2 = "
+            f"{(first.mean() + second.mean()) / 2:.3f}\n"
+            f"token-weighted mean: ({first.size} × {first.mean():.3f} + {second.size} × "
+            f"{second.mean():.3f}) / {everything.size} = {everything.mean():.3f} = the big batch's",
+            ha="center", va="top", fontsize=10)
+    ax.set_xlim(-2.4, DIAGRAM_PADDED + 3.2)
+    ax.set_ylim(7.0, -0.4)
+    ax.axis("off")
+    ax.set_title(title + "  (hatched: padding)", fontsize=11)
     figure.tight_layout()
     return figure

@@ -11,8 +11,9 @@ races into DAWNBench's measure: the time to reach a test accuracy.
 Two clocks:
 
 * ``mode="scheduled"``: the *virtual clock*.  Device ``d`` needs
-  ``(1 + delay) / speed[d]`` time units for one step on its batch (the delay
-  drawn by :func:`pargrad.asynchronous.random_delay`).  An asynchronous
+  ``(1 + delay) / speed[d]`` time units for one step on its batch
+  (:meth:`pargrad.scenario.Scenario.step_time`, the delay drawn by
+  :func:`pargrad.scenario.random_delay`).  An asynchronous
   worker applies its update when its step ends; a synchronous step lasts as
   long as the slowest replica, or, with ``b`` backup workers, as long as the
   ``(N - b)``-th fastest (:func:`pargrad.book.instruments.sync_step_times`).  Every
@@ -38,15 +39,13 @@ import time
 import numpy as np
 
 from pargrad._quiet import import_tensorflow_quietly
-from pargrad.devices import logical_device_names
-from pargrad.asynchronous import AsyncTrainer, random_delay
+from pargrad.asynchronous import MODES, AsyncTrainer
 from pargrad.book.digits import digits_data, digits_model
+from pargrad.checks import check_choice, check_positive
+from pargrad.devices import logical_device_names
+from pargrad.scenario import Scenario, check_scenario
 
 tf = import_tensorflow_quietly()
-
-
-from pargrad.scenario import Scenario  # noqa: E402  (promoted to the library; kept importable here)
-
 
 SCENARIOS = {
     "equal devices": Scenario((1.0, 1.0, 1.0, 1.0)),
@@ -87,14 +86,14 @@ TARGET = TARGETS[-1]
 
 
 def replica_times(steps, scenario, seed):
-    """``(steps, devices)`` virtual durations of each synchronous replica's step.
+    """``(steps, devices)`` virtual durations of each synchronous replica's step, for race ``seed``.
 
-    Drawn like :class:`AsyncTrainer`'s virtual clock: ``(1 + delay) / speed``.
-    Taught in the chapter "Sync vs async in the same time".
+    :meth:`pargrad.scenario.Scenario.step_times` on the race's own stream
+    of ``seed`` (``[seed, 2]``): ``(1 + delay) / speed``, as
+    :class:`AsyncTrainer`'s virtual clock draws them.  Taught in the chapter
+    "Sync vs async in the same time".
     """
-    rng = np.random.default_rng([seed, 2])
-    return np.array([[(1.0 + random_delay(rng, scenario.jitter, scenario.delay_distribution)) / s
-                      for s in scenario.speeds] for _ in range(steps)])
+    return scenario.step_times(steps, np.random.default_rng([seed, 2]))
 
 
 def cross_entropy_per_example(y, logits):
@@ -139,11 +138,9 @@ def race(method, scenario, seed=0, budget=150.0, every=5.0, mode="scheduled",
     """
     options = dict({**METHODS, **CONTROLS}[method] if isinstance(method, str) else method,
                    **overrides)
-    conditions = SCENARIOS[scenario] if isinstance(scenario, str) else scenario
-    if mode not in ("scheduled", "free-running"):
-        raise ValueError(f"mode must be 'scheduled' or 'free-running', got {mode!r}.")
-    if not budget > 0 or not every > 0:
-        raise ValueError(f"budget and every must be positive, got {budget!r} and {every!r}.")
+    conditions = SCENARIOS[scenario] if isinstance(scenario, str) else check_scenario(scenario)
+    check_choice("mode", mode, MODES)
+    budget, every = check_positive("budget", budget), check_positive("every", every)
     x_train, y_train, x_test, y_test = data or digits_data(seed=0)
     if devices is None:
         devices = logical_device_names()   # logical CPUs, or logical GPUs on a GPU
@@ -220,7 +217,7 @@ _TRAINERS = {}
 
 def _race_sync(options, scenario, seed, budget, every, mode, step_seconds, devices, data, hidden):
     from pargrad.book.instruments import InstrumentedSyncTrainer, sync_step_times
-    from pargrad.sync import sync_strategy
+    from pargrad.strategies import sync_strategy
 
     replicas = len(devices)
     if replicas not in _STRATEGIES:  # one strategy per size, reused by every race
@@ -410,8 +407,6 @@ def stored_sweep(name):
     import importlib.resources
     import json
 
-    names = ("sync_vs_async", "sync_vs_async_virtual")
-    if name not in names:
-        raise ValueError(f"name must be one of {names}, got {name!r}.")
+    check_choice("name", name, ("sync_vs_async", "sync_vs_async_virtual"))
     return json.loads(importlib.resources.files("pargrad.book").joinpath(
         "data", f"{name}.json").read_text())

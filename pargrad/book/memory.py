@@ -1,0 +1,216 @@
+"""What an update costs in memory, measured in a fresh process: the book's two memory probes.
+
+* :func:`peak_memory` (taught in the chapter "Accumulation in TF2 and
+  Keras 3"): the peak memory of one update as the batch grows, with the
+  gradients of the whole batch computed at once or accumulated from
+  micro-batches with :class:`pargrad.GradientAccumulator`;
+* :func:`sync_update_peak_memory` (taught in the chapter "Accumulate and
+  distribute"): how far one update of :class:`pargrad.SyncTrainer` on four
+  logical devices raises the peak, without accumulation and accumulating
+  ``k`` micro-batches on every replica.
+
+Both read the peak with :class:`PeakMeter` in a child process started for
+the measurement: memory that a finished run gave back to the allocator
+stays in the process and would hide the next run's peak, and nothing the
+notebook holds should count.  Measurements for the book, not training
+tools: they live in the book's layer.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+from pargrad._quiet import import_tensorflow_quietly
+
+tf = import_tensorflow_quietly()
+
+from pargrad.accumulate import GradientAccumulator  # noqa: E402
+from pargrad.checks import check_whole_number  # noqa: E402
+
+MEMORY_FEATURES = 2048   # the batch probe's model: 2048 inputs, two hidden layers of 512, 1 output
+MEMORY_HIDDEN = 512
+WIDTH = 2048             # the replica probe's model: WIDTH inputs, two hidden layers of WIDTH, 10 outputs
+REPLICAS = 4
+
+
+class PeakMeter:
+    """Peak memory of the current process (MB) since :meth:`reset`.
+
+    GPU: TensorFlow's peak device memory.  Linux CPU: the peak resident set
+    (``VmHWM``), reset through ``/proc/self/clear_refs``.  Elsewhere: the peak
+    resident set since the process started (``ru_maxrss``), which cannot be
+    reset, so measurements must come in increasing order.
+    """
+
+    def __init__(self):
+        self.gpu = bool(tf.config.list_physical_devices("GPU"))
+        self.resettable = self.gpu or self._clear_refs()
+        self.device = "GPU" if self.gpu else "CPU"
+
+    @staticmethod
+    def _clear_refs():
+        try:
+            with open("/proc/self/clear_refs", "w") as handle:
+                handle.write("5")
+            return True
+        except OSError:
+            return False
+
+    def reset(self):
+        if self.gpu:
+            tf.config.experimental.reset_memory_stats("GPU:0")
+        elif self.resettable:
+            self._clear_refs()
+
+    def peak_mb(self):
+        if self.gpu:
+            return tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
+        if self.resettable:
+            with open("/proc/self/status") as handle:
+                for line in handle:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) / 1024
+        import resource  # Unix only; Linux has taken the /proc branch above
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KB; bytes on macOS
+        return peak / 2**20 if sys.platform == "darwin" else peak / 1024
+
+
+def _in_fresh_process(probe, arguments, timeout):
+    """Run ``probe(*arguments)`` of this module in a new Python process; return its JSON result."""
+    code = ("import json, sys\n"
+            f"from pargrad.book.memory import {probe}\n"
+            f"print(json.dumps({probe}(*map(json.loads, sys.argv[1:]))))\n")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, "-c", code, *map(json.dumps, arguments)],
+                            capture_output=True, text=True, timeout=timeout, env=env, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"the memory probe failed:\n{result.stderr[-2000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+# ----------------------------------------------------------------------------
+# The whole batch against accumulated micro-batches
+# ----------------------------------------------------------------------------
+
+def peak_memory(batch_sizes, micro_batch_size, timeout=180):
+    """Peak memory (MB) of one update per batch size: whole, and accumulated.
+
+    Measured in one fresh process on a model with 2048 inputs and two hidden
+    layers of 512: for each batch size, once with the gradients of the
+    whole batch computed at once, once accumulated from micro-batches of
+    ``micro_batch_size`` (each built only when needed).  Returns
+    ``{"device": "CPU" or "GPU", "resettable": bool, "whole_mb": [...],
+    "accumulated_mb": [...]}``; on a CPU the figures are peak resident
+    memory, TensorFlow itself included.
+
+    Taught in the chapter "Accumulation in TF2 and Keras 3".
+    """
+    sizes = [int(size) for size in batch_sizes]
+    if not sizes or sizes != sorted(sizes) or sizes[0] < 1:
+        raise ValueError(f"batch_sizes must be positive and increasing, got {batch_sizes!r}.")
+    micro_batch_size = check_whole_number("micro_batch_size", micro_batch_size)
+    return _in_fresh_process("_batch_probe", [sizes, micro_batch_size], timeout)
+
+
+def _batch_probe(batch_sizes, micro_batch_size, features=MEMORY_FEATURES, hidden=MEMORY_HIDDEN):
+    """Run in a child process: peak memory (MB) of one update per batch size, both ways.
+
+    First every batch size accumulated from micro-batches (built one at a
+    time, as a data pipeline delivers them), then every batch size at once,
+    so that even a peak that cannot be reset is measured in increasing order.
+    """
+    import keras
+
+    keras.utils.set_random_seed(0)
+    meter = PeakMeter()
+    model = keras.Sequential([
+        keras.Input(shape=(features,)),
+        keras.layers.Dense(hidden, activation="relu"),
+        keras.layers.Dense(hidden, activation="relu"),
+        keras.layers.Dense(1),
+    ])
+    accumulator = GradientAccumulator(model.trainable_variables, 1, keras.optimizers.SGD(1e-3))
+    spec = [tf.TensorSpec([None, features]), tf.TensorSpec([None, 1])]
+
+    @tf.function(input_signature=spec)
+    def add(x, y):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+        accumulator.accumulate(tape.gradient(loss, model.trainable_variables), tf.shape(x)[0])
+
+    apply = tf.function(accumulator.apply)
+
+    def update(size, piece):
+        for start in range(0, size, piece):
+            n = min(piece, size - start)
+            generator = tf.random.Generator.from_seed(start)
+            add(generator.normal([n, features]), generator.normal([n, 1]))
+        apply()
+
+    update(micro_batch_size, micro_batch_size)  # trace and warm up before measuring
+    report = {"device": meter.device, "resettable": meter.resettable}
+    for name, piece in (("accumulated_mb", micro_batch_size), ("whole_mb", None)):
+        report[name] = []
+        for size in batch_sizes:
+            meter.reset()
+            update(size, piece or size)
+            report[name].append(round(meter.peak_mb(), 1))
+    return report
+
+
+# ----------------------------------------------------------------------------
+# Accumulating on every replica
+# ----------------------------------------------------------------------------
+
+def probe_parameter_bytes(width=WIDTH):
+    """Bytes of the replica probe model's float32 parameters (weights and biases)."""
+    parameters = width * width + width + width * width + width + width * 10 + 10
+    return 4 * parameters
+
+
+def sync_update_peak_memory(accumulation_steps, micro_batch=8, width=WIDTH, timeout=180):
+    """Peak-memory rise (MB) of one update on four replicas, in a fresh process.
+
+    Returns ``{"device": "CPU" or "GPU", "resettable": bool, "rise_mb": float}``.
+    Taught in the chapter "Accumulate and distribute".
+    """
+    arguments = [check_whole_number(name, value) for name, value in (
+        ("accumulation_steps", accumulation_steps), ("micro_batch", micro_batch),
+        ("width", width))]
+    return _in_fresh_process("_replica_probe", arguments, timeout)
+
+
+def _replica_probe(accumulation_steps, micro_batch, width):
+    """Run in a child process: MB the peak rose during the first update, and the device."""
+    import pargrad
+
+    pargrad.logical_devices(REPLICAS)
+    import keras
+    import numpy as np
+
+    from pargrad.strategies import sync_strategy
+    from pargrad.sync import SyncTrainer
+
+    keras.utils.set_random_seed(0)
+    strategy = sync_strategy(REPLICAS)
+    with strategy.scope():
+        model = keras.Sequential([
+            keras.Input((width,)),
+            keras.layers.Dense(width, activation="relu"),
+            keras.layers.Dense(width, activation="relu"),
+            keras.layers.Dense(10),
+        ])
+    trainer = SyncTrainer(model, strategy, loss="mse", learning_rate=1e-3,
+                          accumulation_steps=accumulation_steps, progress=False)
+    batch = micro_batch * accumulation_steps * REPLICAS
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, width)).astype(np.float32)
+    y = rng.standard_normal((batch, 10)).astype(np.float32)
+    meter = PeakMeter()
+    meter.reset()
+    before = meter.peak_mb()
+    trainer.fit(x, y, steps=1, batch_size=batch)
+    return {"device": meter.device, "resettable": meter.resettable,
+            "rise_mb": meter.peak_mb() - before}

@@ -1,0 +1,123 @@
+"""Figures a reader reads: the Part II schematic, the token diagram and the figures fixed for it.
+
+Every figure returns a matplotlib Figure whose every text is at least 9 pt;
+the schematic marks a stale read; the paired-scores axes' tick labels do not
+overlap.
+"""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from matplotlib.text import Text  # noqa: E402
+
+from pargrad.book import plots  # noqa: E402
+
+SMALLEST_POINTS = 9
+
+
+def drawn_texts(figure):
+    """Every non-empty Text artist of ``figure`` after drawing it (tick labels exist only then)."""
+    figure.canvas.draw()
+    return [text for text in figure.findobj(Text) if text.get_visible() and text.get_text().strip()]
+
+
+def paired_scores_figure():
+    """Final losses between 0.035 and 0.6: the range in which the old log ticks overlapped."""
+    rng = np.random.default_rng(0)
+    one = np.exp(rng.uniform(np.log(0.035), np.log(0.6), 30))
+    return plots.paired_scores({
+        "rate 0.03": ("4 workers", one * np.exp(rng.normal(0.05, 0.1, 30)), "1 worker", one),
+        "8 workers": ("8 workers", one * np.exp(rng.normal(1.0, 0.7, 30)), "1 worker", one),
+    })
+
+
+def race_curves_figure():
+    """Three methods, five seeds each, accuracy rising along a virtual clock."""
+    rng = np.random.default_rng(0)
+    results = [{"method": method, "time": np.arange(0.0, 50.0, 5.0),
+                "accuracy": 1 - 0.5 * np.exp(-np.arange(10) / (2 + i) + rng.normal(0, 0.1, 10))}
+               for i, method in enumerate(("sync", "sync, 1 backup", "async")) for _ in range(5)]
+    return plots.race_curves(results, title="equal devices", target=0.9)
+
+
+FIGURES = {
+    "sync_async_timelines": plots.sync_async_timelines,
+    "token_weighting_diagram": plots.token_weighting_diagram,
+    "paired_scores": paired_scores_figure,
+    "race_curves": race_curves_figure,
+}
+
+
+@pytest.mark.parametrize("name", FIGURES)
+def test_figure_text_is_at_least_9_points(name):
+    figure = FIGURES[name]()
+    try:
+        assert isinstance(figure, matplotlib.figure.Figure)
+        small = [(text.get_text(), text.get_fontsize()) for text in drawn_texts(figure)
+                 if text.get_fontsize() < SMALLEST_POINTS]
+        assert not small, f"{name}: text under {SMALLEST_POINTS} pt: {small}"
+    finally:
+        plt.close(figure)
+
+
+def test_schematic_marks_waiting_and_a_stale_read():
+    figure = plots.sync_async_timelines()
+    try:
+        labels = [text.get_text() for text in drawn_texts(figure)]
+    finally:
+        plt.close(figure)
+    assert any(label.startswith("stale read") for label in labels)
+    assert "waits" in labels
+
+
+def test_schematic_schedule_waits_for_the_slowest_and_has_stale_updates():
+    spans, ends = plots._schematic_sync_spans()
+    fast, slow = np.argmin(plots.SCHEMATIC_COMPUTE), np.argmax(plots.SCHEMATIC_COMPUTE)
+    waits = [span for span in spans if span[3] == "wait"]
+    assert waits and all(device == fast for device, *_ in waits)
+    assert all(device != slow for device, *_ in waits)
+    assert len(ends) >= 2 and np.allclose(np.diff(ends), max(plots.SCHEMATIC_COMPUTE)
+                                          + plots.SCHEMATIC_ALL_REDUCE)
+    updates = plots._schematic_async_spans()
+    assert updates[0][4] == 0                       # the first update is computed on fresh weights
+    assert any(staleness > 0 for *_, staleness in updates)
+    assert {device for device, *_ in updates} == {0, 1}
+    counts = [sum(device == d for device, *_ in updates) for d in (fast, slow)]
+    assert counts[0] > counts[1]                    # the fast device applies more often
+
+
+def test_token_diagram_states_both_means():
+    losses = plots._diagram_losses()
+    everything = np.concatenate(losses)
+    means = [np.concatenate(losses[:2]).mean(), np.concatenate(losses[2:]).mean()]
+    assert abs(np.mean(means) - everything.mean()) > 0.1   # the diagram shows a visible gap
+    figure = plots.token_weighting_diagram()
+    try:
+        text = "\n".join(t.get_text() for t in drawn_texts(figure))
+    finally:
+        plt.close(figure)
+    assert f"= {np.mean(means):.3f}" in text
+    assert f"= {everything.mean():.3f} = the big batch's" in text
+    assert f"{len(everything)}" in text
+
+
+def test_paired_scores_tick_labels_do_not_overlap():
+    figure = paired_scores_figure()
+    try:
+        figure.canvas.draw()
+        renderer = figure.canvas.get_renderer()
+        for ax in figure.axes:
+            low, high = ax.get_xlim()
+            labels = [label for label in ax.xaxis.get_ticklabels(which="both")
+                      if label.get_visible() and label.get_text()
+                      and low <= label.get_position()[0] <= high]
+            boxes = sorted((label.get_window_extent(renderer) for label in labels),
+                           key=lambda box: box.x0)
+            assert len(boxes) >= 2
+            assert all(left.x1 <= right.x0 for left, right in zip(boxes, boxes[1:]))
+    finally:
+        plt.close(figure)
