@@ -113,6 +113,258 @@ def test_bad_input_says_what_to_pass():
         experiments.sweep(experiments.Method("c", lambda r, s: np.ones(len(s))), [0, 1])
 
 
+# ---------------------------------------------------------------------------
+# Sweeps that choose fairly (issue 31): ties, the plateau, the edge of the grid
+# ---------------------------------------------------------------------------
+
+def plateau_method(medians, means=None, resolution=0.0, rates=(0.1, 0.2, 0.4, 0.8, 1.6, 3.2)):
+    """Deterministic scores: each rate's 10 tuning-seed scores have the given median and mean."""
+    means = medians if means is None else means
+
+    def run(rate, seeds):
+        i = list(rates).index(rate)
+        base = np.full(len(seeds), float(medians[i]))
+        base[0] += len(seeds) * (means[i] - medians[i])   # moves the mean, not the median
+        return base
+
+    return experiments.Method("p", run, rates, resolution=resolution)
+
+
+def test_a_tie_goes_to_the_lower_mean_not_the_smaller_rate():
+    # rates 0.2, 0.4, 0.8 tie on the median; 0.8 has the lowest mean over the tuning seeds
+    result = experiments.sweep(plateau_method([5, 3, 3, 3, 4, 6], [5, 3.4, 3.2, 3.1, 4, 6]),
+                               np.arange(10))
+    assert result.best == 0.8
+    assert result.plateau == (0.2, 0.4, 0.8)
+    assert result.tiebreak == pytest.approx((3.4, 3.2, 3.1))
+
+
+def test_medians_within_the_resolution_tie():
+    # a time on a 5-unit checkpoint grid: 30 and 33 are the same to that resolution
+    medians, means = [40, 33, 30, 34, 45, 50], [40, 33, 31, 30.5, 45, 50]
+    exact = experiments.sweep(plateau_method(medians, means), np.arange(10))
+    coarse = experiments.sweep(plateau_method(medians, means, resolution=5), np.arange(10))
+    assert exact.best == 0.4 and exact.plateau == (0.4,)
+    assert coarse.plateau == (0.2, 0.4, 0.8) and coarse.best == 0.8
+
+
+def test_a_complete_tie_takes_the_middle_of_the_plateau():
+    result = experiments.sweep(plateau_method([5, 3, 3, 3, 3, 6]), np.arange(10))
+    assert result.plateau == (0.2, 0.4, 0.8, 1.6) and result.best == 0.8
+
+
+def test_a_secondary_score_breaks_the_tie():
+    rates = (0.1, 0.2, 0.4, 0.8, 1.6)
+    method = experiments.Method(
+        "s", lambda r, s: np.full(len(s), 1.0 if r in (0.2, 0.4, 0.8) else 2.0), rates,
+        secondary=lambda r, s: np.full(len(s), abs(r - 0.35)))
+    assert experiments.sweep(method, np.arange(10)).best == 0.4
+
+
+def test_a_plateau_at_the_edge_raises_though_the_best_is_inside():
+    # the lowest mean (0.4) lies inside, but the tie reaches the smallest rate: the grid is short
+    method = plateau_method([3, 3, 3, 4, 5, 6], [3.3, 3.2, 3.0, 4, 5, 6])
+    with pytest.raises(ValueError, match="tied rate 0.1 is at the edge of the grid.*3 settings tie.*add smaller rates"):
+        experiments.sweep(method, np.arange(10))
+
+
+def test_the_old_rule_would_have_taken_the_smallest_of_the_plateau():
+    # what issue 31 found: argmin of the medians takes the first tied rate
+    medians = np.array([5, 3, 3, 3, 4, 6.0])
+    assert np.argmin(medians) == 1
+    result = experiments.sweep(plateau_method(medians, [5, 3.2, 3.1, 3.0, 4, 6]), np.arange(10))
+    assert result.best == 0.8
+
+
+# ---------------------------------------------------------------------------
+# Every knob tuned: a grid of settings
+# ---------------------------------------------------------------------------
+
+def bowl_method(best_rate, best_momentum, momenta=(0.0, 0.5, 0.8, 0.9, 0.95), limits=None):
+    def run(setting, seeds):
+        assert set(setting) == {"rate", "momentum"}
+        loss = (math.log(setting["rate"] / best_rate)) ** 2 + (setting["momentum"]
+                                                                - best_momentum) ** 2
+        return np.full(len(seeds), loss)
+
+    return experiments.Method("bowl", run, grid={"rate": (0.1, 0.2, 0.4, 0.8),
+                                                 "momentum": momenta}, limits=limits)
+
+
+def test_a_grid_sweep_tunes_every_knob():
+    result = experiments.sweep(bowl_method(0.4, 0.8), np.arange(10))
+    assert result.best == {"rate": 0.4, "momentum": 0.8}
+    assert result.scores.shape == (20, 10) and len(result.rates) == 20
+
+
+@pytest.mark.parametrize("rate, momentum, where", [
+    (0.4, 0.95, "larger values of momentum"), (0.1, 0.8, "smaller values of rate")])
+def test_an_optimum_at_the_end_of_any_axis_is_at_the_edge(rate, momentum, where):
+    with pytest.raises(ValueError, match=f"edge of the grid.*add {where}"):
+        experiments.sweep(bowl_method(rate, momentum), np.arange(10))
+
+
+def test_a_declared_limit_is_an_answer_not_an_edge():
+    with pytest.raises(ValueError, match="smaller values of momentum"):
+        experiments.sweep(bowl_method(0.4, 0.0), np.arange(10))
+    result = experiments.sweep(bowl_method(0.4, 0.0, limits={"momentum": (0.0,)}), np.arange(10))
+    assert result.best == {"rate": 0.4, "momentum": 0.0}
+
+
+def test_a_knob_with_one_value_is_fixed_and_run_experiment_uses_the_grid():
+    method = experiments.Method(
+        "g", lambda s, seeds: np.full(len(seeds), (s["rate"] - 0.4) ** 2 + s["H"]),
+        grid={"rate": (0.2, 0.4, 0.8), "H": (4,)})
+    result = experiments.run_experiment([method], np.arange(20))
+    assert result.rates["g"] == {"rate": 0.4, "H": 4.0}
+
+
+def test_a_grid_is_checked():
+    run = lambda s, seeds: np.zeros(len(seeds))  # noqa: E731
+    with pytest.raises(ValueError, match="at least 3"):
+        experiments.Method("g", run, grid={"rate": (0.1, 0.2)})
+    with pytest.raises(ValueError, match="increasing"):
+        experiments.Method("g", run, grid={"rate": (0.2, 0.1, 0.3)})
+    with pytest.raises(ValueError, match="not both"):
+        experiments.Method("g", run, rates=(0.1, 0.2, 0.3), grid={"rate": (0.1, 0.2, 0.3)})
+    with pytest.raises(ValueError, match="not in the grid"):
+        experiments.Method("g", run, grid={"rate": (0.1, 0.2, 0.3)}, limits={"H": (1,)})
+    with pytest.raises(ValueError, match="resolution must be a positive number"):
+        experiments.Method("g", run, rates=(0.1, 0.2, 0.3), resolution=-1)
+
+
+# ---------------------------------------------------------------------------
+# Effect sizes, the floor, replication
+# ---------------------------------------------------------------------------
+
+def test_the_effect_is_the_median_of_per_seed_ratios():
+    a = np.array([1.0, 2.0, 3.0, np.inf, np.inf, 5.0, 0.0])
+    b = np.array([2.0, 2.0, 2.0, np.inf, 4.0, np.nan, 0.0])
+    # ratios 0.5, 1, 1.5, 1 (both inf), inf, 0 (second diverged), 1 (0 / 0) -> median 1
+    assert experiments.effect_size(a, b) == 1.0
+    assert experiments.effect_size([1.0, 1.0, 9.0], [2.0, 2.0, 3.0]) == 0.5
+    assert math.isnan(experiments.effect_size([-1.0, 1.0], [1.0, 1.0]))
+
+
+def test_a_significant_lead_below_the_floor_is_negligible():
+    base = np.linspace(1.0, 2.0, 30)
+    small = experiments.compare(base * 0.99, base, "A", "B")   # 30-0, 1 % better
+    assert small.p_value < 1e-6 and small.effect == pytest.approx(0.99)
+    assert small.verdict == "negligible"
+    assert experiments.compare(base * 0.99, base, "A", "B", floor=0.0).verdict == "A ahead"
+    large = experiments.compare(base * 0.95, base, "A", "B")
+    assert large.verdict == "A ahead" and "median ratio 0.95" in str(large)
+    assert experiments.compare(base * 1.05, base, "A", "B").verdict == "B ahead"
+
+
+def shifted_method(name, shift_on):
+    """Scores 1 + shift on seeds where shift_on(seed), else 1, times a seeded spread."""
+
+    def run(rate, seeds):
+        seeds = np.asarray(seeds)
+        spread = 1 + np.array([np.random.default_rng(int(s)).uniform(0, 1) for s in seeds])
+        return spread * np.where(shift_on(seeds), 0.5, 1.0)
+
+    return experiments.Method(name, run)
+
+
+def test_a_verdict_that_holds_on_only_one_seed_set_is_not_shown():
+    # A is better only on the seeds below 100: the page's seeds, not the held-out ones
+    lucky = shifted_method("A", lambda s: s < 100)
+    plain = shifted_method("B", lambda s: np.zeros(len(s), bool))
+    both = experiments.replicate([lucky, plain], np.arange(30), np.arange(30, 40),
+                                 np.arange(1000, 1030), np.arange(1030, 1040))
+    verdict = both.compare("A", "B")
+    assert verdict.page.verdict == "A ahead" and verdict.page.effect == pytest.approx(0.5)
+    assert verdict.held_out.verdict == "no difference shown"
+    assert verdict.verdict == "not shown" and "held-out seeds: 0-0" in str(verdict)
+
+
+def test_a_verdict_that_holds_on_both_seed_sets_stands():
+    good = shifted_method("A", lambda s: np.ones(len(s), bool))
+    plain = shifted_method("B", lambda s: np.zeros(len(s), bool))
+    both = experiments.replicate([good, plain], np.arange(30), np.arange(30, 40),
+                                 np.arange(1000, 1030), np.arange(1030, 1040))
+    assert both.compare("A", "B").verdict == "A ahead"
+    assert both.compare("B", "A").verdict == "A ahead"
+
+
+def test_the_held_out_run_sweeps_again_on_its_own_tuning_seeds():
+    tuned_on = []
+
+    def run(rate, seeds):
+        tuned_on.append(tuple(int(s) for s in seeds))
+        return np.full(len(seeds), (math.log(rate / 0.4)) ** 2)
+
+    method = experiments.Method("m", run, (0.1, 0.2, 0.4, 0.8))
+    control = experiments.Method("c", lambda r, s: np.ones(len(s)))
+    experiments.replicate([method, control], np.arange(20), np.arange(20, 30),
+                          np.arange(100, 120), np.arange(120, 130))
+    assert tuple(range(120, 130)) in tuned_on and tuple(range(20, 30)) in tuned_on
+    with pytest.raises(ValueError, match="tuning_seeds and held_out_seeds share"):
+        experiments.replicate([method], np.arange(20), np.arange(20, 30), np.arange(25, 45),
+                              np.arange(50, 60))
+
+
+@pytest.mark.parametrize("page, held_out, expected", [
+    ("A ahead", "A ahead", "A ahead"), ("A ahead", "B ahead", "not shown"),
+    ("A ahead", "no difference shown", "not shown"), ("A ahead", "negligible", "negligible"),
+    ("negligible", "negligible", "negligible"),
+    ("no difference shown", "no difference shown", "not shown")])
+def test_replicated_combines_two_verdicts(page, held_out, expected):
+    def verdict(text):
+        wins, losses = (20, 0) if text != "B ahead" else (0, 20)
+        return experiments.Verdict("A", "B", wins, losses, 0, 1e-6, text, 1.0)
+
+    assert experiments.replicated(verdict(page), verdict(held_out)).verdict == expected
+
+
+# ---------------------------------------------------------------------------
+# Robust metrics and the results table
+# ---------------------------------------------------------------------------
+
+def test_the_last_quarter_mean_ignores_where_an_oscillation_stops():
+    steps = np.arange(40)
+    # two seeds oscillating about 1 with opposite phases: final points 0.5 and 1.5
+    curves = 1 + 0.5 * np.stack([np.cos(np.pi * steps), -np.cos(np.pi * steps)], axis=1)
+    assert curves[-1].tolist() == [0.5, 1.5]
+    assert experiments.last_quarter_mean(curves).tolist() == [1.0, 1.0]
+    assert experiments.last_quarter_mean(curves.T, axis=1).tolist() == [1.0, 1.0]
+    assert experiments.last_quarter_mean(np.arange(8.0)[:, None]).tolist() == [6.5]
+
+
+def test_the_last_quarter_mean_of_a_diverged_run_is_infinite():
+    curves = np.ones((8, 2))
+    curves[-1, 1] = np.nan
+    assert experiments.last_quarter_mean(curves).tolist() == [1.0, np.inf]
+
+
+def test_the_results_table_shows_median_ratio_wins_and_verdict():
+    base = np.linspace(1.0, 2.0, 30)
+    result = experiments.Experiment(np.arange(30), {"ref": base, "fast": base * 0.5,
+                                                    "same": base * 0.995}, {}, {})
+    table = experiments.results_table(result, "ref")
+    assert table.columns[2:4] == ("ratio to ref", "wins vs ref")
+    assert table.rows[0] == ("ref", "1.5", "1", "", "reference")
+    assert table.rows[1] == ("fast", "0.75", "0.5", "30 of 30", "fast ahead")
+    assert table.rows[2][3:] == ("30 of 30", "negligible")
+    markdown = table.to_markdown().splitlines()
+    assert markdown[0] == "| method | median | ratio to ref | wins vs ref | verdict |"
+    assert "<td>fast ahead</td>" in table._repr_html_()
+    with pytest.raises(ValueError, match="method must be one of"):
+        experiments.results_table(result, "nope")
+
+
+def test_the_results_table_of_a_replication_shows_both_seed_sets():
+    good = shifted_method("A", lambda s: s < 100)
+    plain = shifted_method("B", lambda s: np.zeros(len(s), bool))
+    both = experiments.replicate([good, plain], np.arange(30), np.arange(30, 40),
+                                 np.arange(1000, 1030), np.arange(1030, 1040))
+    row = experiments.results_table(both, "B").rows[0]
+    assert row[0] == "A" and row[2] == "0.5 · 1" and row[3] == "30 of 30 · 0 of 30"
+    assert row[4] == "not shown"
+
+
 def test_seeds_alpha_and_min_seeds_are_checked_in_the_librarys_voice():
     with pytest.raises(TypeError, match="each of seeds must be a whole number >= 0 .*pass 0"):
         experiments.sweep(quadratic_method("q", 0.4), [0.0, 1.0])

@@ -116,7 +116,8 @@ def test_the_staleness_aware_rate_is_a_guard_not_a_gain():
     assert np.all(unguarded > start) and np.all(guarded < start)
 
 
-def test_against_the_same_mean_step_the_rule_wins_only_at_the_smaller_base_rate():
+def test_against_the_same_mean_step_the_rule_gains_nothing_worth_the_name():
+    # at base 0.1 the rule wins most seeds, but by under 1 %: negligible by the floor (issue 31)
     uneven = [1.0, 1.0, 1.0, 0.1]
     schedule = virtual_schedule(Scenario(uneven), 400)
     verdicts = []
@@ -126,7 +127,7 @@ def test_against_the_same_mean_step_the_rule_wins_only_at_the_smaller_base_rate(
             parabola_async.final_losses(4, base, SEEDS, speeds=uneven, staleness_aware=True),
             parabola_async.final_losses(4, same_mean, SEEDS, speeds=uneven), "rule", "same mean"
         ).verdict)
-    assert verdicts == ["rule ahead", "no difference shown"]
+    assert verdicts == ["negligible", "no difference shown"]
 
 
 def test_the_mean_matched_control_really_matches():
