@@ -92,7 +92,7 @@ for result in results:
 # devices of one machine: each device holds a copy of the model, a
 # {term}`replica`, and the replicas' gradients are summed with an
 # {term}`all-reduce` before every update; the chapter
-# [Synchronous training](04_synchronous) builds it up.)
+# [Synchronous training](03_synchronous) builds it up.)
 #
 # ## What a logical device is not
 #

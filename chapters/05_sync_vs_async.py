@@ -791,7 +791,7 @@ plt.close(figure)
 # page does: each worker takes many steps on its own copy of the parameters
 # between averages of them (local SGD), and DiLoCo trains language models on
 # islands of accelerators that synchronise only now and then. The chapter
-# {doc}`13_communicating_rarely` takes that up.
+# {doc}`11_communicating_rarely` takes that up.
 #
 # **What is about this small problem, and what is known at scale.** The
 # verdicts of this page are about a perceptron of {glue:text}`parameters`

@@ -34,7 +34,7 @@ def balls(widget):
 
 
 def test_playground_redraws_what_pargrad_computes(browser, shots):
-    widget = open_page(browser, "chapters/03_asynchronous", "pargrad-staleness-playground")
+    widget = open_page(browser, "chapters/04_asynchronous", "pargrad-staleness-playground")
     browser.execute_script("arguments[0].scrollIntoView()", widget)
     rate = widget.find_element(By.NAME, "rate")
     staleness = widget.find_element(By.NAME, "staleness")

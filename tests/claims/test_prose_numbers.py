@@ -34,7 +34,7 @@ CHAPTERS = ROOT / "chapters"
 # Only figures from a datasheet or a paper's result belong here.
 CITED_CONSTANTS = {
     "00_sources": {"2.4": "parabolaquestion", "2.0": "parabolaquestion"},  # its author's test
-    "04_synchronous": {"90%": "goyal2017accurate"},
+    "03_synchronous": {"90%": "goyal2017accurate"},
     "05_sync_vs_async": {  # DAWNBench's final ImageNet times
         "2 min": "dawnbench2020leaderboard", "38 s": "dawnbench2020leaderboard",
         "43 s": "dawnbench2020leaderboard", "9 min": "dawnbench2020leaderboard",

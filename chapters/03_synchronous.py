@@ -702,7 +702,7 @@ print("examples per second:", [f"{rate:,.0f}" for rate in rates])
 # training went back to communicating rarely, not asynchronously: every
 # worker takes many steps on its own copy and the copies are averaged now and
 # then (local SGD {cite}`lin2020dont`, DiLoCo {cite}`douillard2023diloco`).
-# The chapter {doc}`13_communicating_rarely` runs that dial.
+# The chapter {doc}`11_communicating_rarely` runs that dial.
 #
 # ## The answer in TensorFlow 1: one tower per device
 #

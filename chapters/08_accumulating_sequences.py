@@ -623,7 +623,7 @@ assert int(keras_optimizer._iterations) % K == 2 and left > 0
 # never does: accumulation is then not the big batch, with or without
 # tokens. The chapter [Accumulation in TF2 and Keras 3](07_accumulation_tf2)
 # measures it (its section "BatchNorm: micro-batches are not the big batch"),
-# and [Accumulate and distribute](08_accumulate_and_distribute) the replicas'
+# and [Accumulate and distribute](07_accumulate_and_distribute) the replicas'
 # side. Sequence models mostly use layer normalisation, which looks at one
 # token at a time and so accumulates exactly.
 #

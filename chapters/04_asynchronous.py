@@ -1254,7 +1254,7 @@ print("tf.Variable: lost", lost_updates(tf.Variable(0.0), threads=2, increments=
 # data centres, though, where the network is slow, communicating rarely came
 # back: workers that take many local steps and average their parameters now
 # and then (local SGD, DiLoCo), the subject of the chapter
-# {doc}`13_communicating_rarely`. The chapter after the
+# {doc}`11_communicating_rarely`. The chapter after the
 # next one measures sync against async on the same clock.
 #
 # ## Summary
