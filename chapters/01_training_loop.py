@@ -1,6 +1,15 @@
 # %% [markdown]
 # # The training loop
 #
+# ```{admonition} Takeaway
+# :class: tip
+# Training repeats one iteration: forward pass, loss, backward pass, update.
+# TF1 describes it as a graph that a `Session` runs; TF2 runs it as plain
+# Python calls recorded by `GradientTape`. From the same initial weights both
+# follow the same loss curve, and every parallel version in this book is
+# checked against this one-device loop.
+# ```
+#
 # Every way of training on several {term}`devices <device>` in this book (a
 # device is a processor TensorFlow runs operations on: the CPU or a GPU; the
 # next chapter looks at them closely) is a way of running
@@ -18,7 +27,7 @@
 #
 # Runs in a few seconds on a CPU; no GPU needed.
 
-# %% tags=["colab"]
+# %% tags=["colab", "hide-input"]
 # On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
 import sys
 
@@ -129,8 +138,9 @@ print(f"TF1: loss {tf1_losses[0]:.4f} at the first step, {tf1_losses[-1]:.4f} af
 # update (`apply_gradients`) to the graph as the single operation
 # `train_step`. One `sess.run([train_step, loss])` runs one whole iteration;
 # the loss it returns is the one computed *before* the update. Keep this
-# picture of "fetching an op runs everything it depends on": the accumulation
-# chapters show how it bites.
+# picture of "fetching an op runs everything it depends on":
+# [Accumulating gradients in TF1 graphs](06_accumulation_tf1) shows how it
+# bites.
 #
 # ## The same loop in TF2
 #
@@ -152,11 +162,12 @@ print(f"TF2: loss {tf2_losses[0]:.4f} at the first step, {tf2_losses[-1]:.4f} af
 # Same data, same initial weights, same learning rate: the two programs should
 # follow the same loss curve. Floating-point sums may be ordered differently in
 # the two runtimes, and every float32 addition is rounded to about 7 digits,
-# so we compare within the rounding that 2000 steps can accumulate:
+# so we compare within the {term}`rounding tolerance` of 2000 steps:
 # `pargrad.rounding_tolerance` allows 10 × steps × float32's unit roundoff
-# ($2^{-24}$), about $10^{-3}$, still far below the loss itself. (The
-# chapter "Synchronous training" explains this tolerance and shows the same
-# kind of comparison in float64.)
+# ($2^{-24}$), about $10^{-3}$, still far below the loss itself.
+# ([Synchronous training](03_synchronous) shows the same kind of comparison
+# in float64, and [How the book decides](a0_methods) explains the
+# tolerance.)
 
 # %%
 tolerance = pargrad.rounding_tolerance("float32", 2000)
@@ -165,6 +176,8 @@ weight_gap = max(np.max(np.abs(a - b)) for a, b in zip(tf1_weights, tf2_weights)
 print(f"tolerance: {tolerance:.1e}")
 print("same loss curve (within the tolerance):", curve_gap < tolerance)
 print("same final weights (within the tolerance):", weight_gap < tolerance)
+
+# %% tags=["remove-cell"]
 assert curve_gap < tolerance and weight_gap < tolerance
 
 # %% mystnb={"figure": {"caption": "Left: the loss of the y = x\u00b2 network over 2000 steps of the TF1 program and of its TF2 twin, from the same initial weights. Right: the network's predictions before and after training, and the data.", "name": "fig-training-loop"}}
@@ -188,7 +201,8 @@ fig.tight_layout()
 # changes it.
 #
 # `pargrad.book.parabola.parabola_model` builds the same network as a Keras model holding the
-# same initial weights; the synchronous chapter trains it on several devices.
+# same initial weights; [Synchronous training](03_synchronous) trains it on
+# several devices.
 #
 # ## Summary
 #
@@ -200,7 +214,7 @@ fig.tight_layout()
 #   produce the same loss curve.
 # - {term}`Data parallelism <data parallelism>` (each device gets a full
 #   copy of the model and a part of the data) splits the *batch* of this loop
-#   over devices; the next chapter makes the devices.
+#   over devices; [Devices](02_devices) makes the devices.
 #
 # ## Exercises
 #
@@ -222,9 +236,11 @@ fig.tight_layout()
 #
 # ### Solutions
 #
-# **Exercise 1.** At 0.1 the two programs still agree, and the loss ends far
-# lower than at 0.01. At 0.5 the steps are too large: both programs diverge
-# to NaN (not a number), the same way:
+# ```{dropdown} Solution to exercise 1
+# At 0.1 the two programs still agree, and the loss ends far lower than at
+# 0.01. At 0.5 the steps are too large: both programs diverge to NaN (not a
+# number), the same way. The collapsed cell below runs both.
+# ```
 
 # %% tags=["hide-cell"]
 def tf1_training(learning_rate, steps=2000):
@@ -253,11 +269,14 @@ for learning_rate in (0.1, 0.5):
 assert diverged == {0.1: False, 0.5: True}
 
 # %% [markdown]
-# **Exercise 2.** With halves of 25 the average of the two gradients is the
-# full-batch gradient, to float32 rounding. With 20 and 30 points the plain
-# average gives the 20 points too much weight; weighting each part by its
-# size (20/50 and 30/50) gives the full-batch gradient again. This is why the
-# synchronous chapter scales each shard's loss by the *global* batch size.
+# ```{dropdown} Solution to exercise 2
+# With halves of 25 the average of the two gradients is the full-batch
+# gradient, to float32 rounding. With 20 and 30 points the plain average
+# gives the 20 points too much weight; weighting each part by its size
+# (20/50 and 30/50) gives the full-batch gradient again. This is why
+# [Synchronous training](03_synchronous) scales each shard's loss by the
+# *global* batch size. The collapsed cell below checks both.
+# ```
 
 # %% tags=["hide-cell"]
 variables = [tf.Variable(value) for value in weights]
@@ -283,9 +302,11 @@ for sizes in ([25, 25], [20, 30]):
 assert largest_gap(weighted, full) < 1e-5 < largest_gap(plain, full)
 
 # %% [markdown]
-# **Exercise 3.** The curve is flat: fetching `loss` runs only what `loss`
-# depends on, the forward pass, and never the update, so the weights never
-# change and every step prints the initial loss.
+# ```{dropdown} Solution to exercise 3
+# The curve is flat: fetching `loss` runs only what `loss` depends on, the
+# forward pass, and never the update, so the weights never change and every
+# step prints the initial loss. The collapsed cell below shows it.
+# ```
 
 # %% tags=["hide-cell"]
 with tf.compat.v1.Session(graph=graph) as sess:

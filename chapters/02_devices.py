@@ -1,9 +1,20 @@
 # %% [markdown]
 # # Devices
 #
+# ```{admonition} Takeaway
+# :class: tip
+# A device is a processor TensorFlow places operations on. One physical CPU
+# or GPU can be split into several *logical* devices with
+# `pargrad.logical_devices(n)`, before TensorFlow starts. They run
+# multi-device programs anywhere and compute what real devices compute; they
+# share the same hardware, so they are not faster.
+# ```
+#
 # Data-parallel training needs several devices. Most readers have one: a laptop
-# CPU, or one Colab GPU. TensorFlow can *split* one physical device into several
-# logical ones, and every later chapter starts by doing so.
+# CPU, or one Colab GPU. TensorFlow can *split* one physical device into
+# several {term}`logical devices <logical device>` (devices that TensorFlow
+# places operations on but that share one piece of hardware), and every
+# later chapter starts by doing so.
 #
 # **In this chapter you will**
 #
@@ -15,9 +26,9 @@
 #   get when it is too late;
 # - learn what changes on Colab's single GPU.
 #
-# Runs in a few seconds on a CPU.
+# No GPU needed.
 
-# %% tags=["colab"]
+# %% tags=["colab", "hide-input"]
 # On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
 import sys
 
@@ -42,8 +53,8 @@ from pargrad.book import show_source
 # ## Physical devices
 #
 # A *physical device* is hardware TensorFlow found: the CPU (TensorFlow counts
-# all its cores as one device) and each GPU. What you see depends on your
-# machine; on the machine that built this page there is no GPU:
+# all its cores as one device) and each GPU. What the cell lists depends on
+# the computer it runs on:
 
 # %% tags=["nbval-ignore-output"]
 for device in tf.config.list_physical_devices():
@@ -65,9 +76,19 @@ devices
 
 # %% [markdown]
 # Calling it again with the same number is harmless; it returns the same names.
-# Here is its code:
+# {numref}`fig-logical-devices` draws what happened: TensorFlow found one
+# physical CPU; now there are four names to place operations on, and all
+# four use the same cores.
 
-# %%
+# %% mystnb={"figure": {"caption": "Left: the one physical CPU TensorFlow finds, drawn with two cores. Right: the four logical devices pargrad.logical_devices(4) makes from it; each places its operations on the same cores.", "name": "fig-logical-devices"}}
+from pargrad.book.plots import logical_devices_diagram
+
+figure = logical_devices_diagram(devices, cores=2)
+
+# %% [markdown]
+# Its code, collapsed:
+
+# %% tags=["hide-cell"]
 show_source(pargrad.logical_devices)
 
 # %% [markdown]
@@ -158,7 +179,7 @@ print(f"cores this process may use: {cores}")
 # the cost of launching each kernel, and the logical GPUs of one GPU share one
 # stream of launches, so expect four logical GPUs to be no faster than one,
 # and often slower. Run this cell on a Colab GPU to see your runtime's
-# figure (the appendix "Running on Colab GPUs" says what else changes).
+# figure ([Running on Colab GPUs](a1_colab_gpus) says what else changes).
 #
 # ## Too late: the split happens before TensorFlow starts
 #
@@ -230,14 +251,14 @@ for gpu_gb in (15, 80):
 # - `MirroredStrategy`'s usual all-reduce (the summing of the replicas'
 #   gradients) on GPUs, NVIDIA's NCCL, is meant for
 #   distinct physical GPUs; on logical GPUs of one GPU, `pargrad` sums the
-#   gradients on one device instead (chapter "Synchronous training");
+#   gradients on one device instead ([Synchronous training](03_synchronous));
 # - the memory limits are hard: a model that fits the whole GPU may not fit
 #   in one logical GPU.
 #
 # What the chapters *compute* is the same on a CPU, on logical GPUs and on real
 # ones, up to the rounding of the last digits (later chapters show how they
-# make sure rounding cannot change a conclusion); the timings change, as the
-# appendix "Running on Colab GPUs" describes chapter by chapter.
+# make sure rounding cannot change a conclusion); the timings change, as
+# [Running on Colab GPUs](a1_colab_gpus) describes chapter by chapter.
 #
 # ## Summary
 #
@@ -285,8 +306,8 @@ for gpu_gb in (15, 80):
 # so one device on its own gets slower. The four devices' products are
 # independent, and TensorFlow's inter-op threads can run two of them at once,
 # one per core: the speed-up of four devices over one grows towards the
-# number of cores. This is the setting the asynchronous chapter's benchmark
-# uses.
+# number of cores. This is the setting the benchmark of
+# [Asynchronous training](04_asynchronous) uses.
 # ```
 #
 # ```{dropdown} Solution to exercise 3

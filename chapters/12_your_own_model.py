@@ -1,6 +1,15 @@
 # %% [markdown]
 # # Your own model
 #
+# ```{admonition} Takeaway
+# :class: tip
+# `SyncTrainer.fit` takes what Keras's `fit` takes: a `tf.data` pipeline,
+# validation data, metrics, callbacks. A checkpoint of the model, the
+# optimizer and the trainer resumes a run bit for bit. Keras `fit` under
+# `strategy.scope()` reaches the same accuracy; the custom loop adds several
+# processes, accumulation, exact resumes and a stop on bad data.
+# ```
+#
 # The chapters so far trained the book's own networks on the book's own
 # data. This one takes `SyncTrainer` home: a small convolutional network, a
 # `tf.data` input pipeline, validation, metrics, Keras callbacks, a
@@ -21,9 +30,9 @@
 # - see what the trainer does with data it cannot train on: a NaN, a
 #   fractional batch size, targets of the wrong shape.
 #
-# Runs in about a minute on two CPU cores; no GPU needed.
+# No GPU needed.
 
-# %% tags=["colab"]
+# %% tags=["colab", "hide-input"]
 # On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
 import sys
 
@@ -71,7 +80,7 @@ print(strategy.num_replicas_in_sync, "replicas")
 # %% [markdown]
 # ## The data as a pipeline
 #
-# The handwritten digits of the chapter "Sync vs async in the same time"
+# The handwritten digits of [Sync vs async in the same time](05_sync_vs_async)
 # are 8 × 8 grey images; this time we keep them as images (8 × 8 × 1) for a
 # convolutional network. A `tf.data.Dataset` is TensorFlow's input pipeline:
 # a description of how to read, shuffle and batch the data, run as the
@@ -82,7 +91,7 @@ print(strategy.num_replicas_in_sync, "replicas")
 # (`drop_remainder=True`).
 #
 # The pipeline serves the images in one fixed shuffled order, the same in
-# every epoch (a permutation drawn once from seed 0); the section on resuming
+# every {term}`epoch` (one pass over the training set; a permutation drawn once from seed 0); the section on resuming
 # says why.
 
 # %%
@@ -153,7 +162,7 @@ print(f"{digit_network().count_params()} parameters")
 # ## Training, with validation and a callback
 #
 # `fit(data, epochs=4, validation_data=...)` reads the pipeline once an
-# {term}`epoch`, evaluates the test set at the end of each epoch (in inference
+# epoch, evaluates the test set at the end of each epoch (in inference
 # mode), and calls Keras callbacks at the points Keras's `fit` calls them.
 # Our one callback saves a checkpoint after the second epoch: a
 # `tf.train.Checkpoint` of the model, the optimizer (Adam's moments) and
@@ -193,6 +202,8 @@ print(sorted(history.history), history.epoch)
 for epoch in history.epoch:
     row = {name: values[epoch] for name, values in history.history.items()}
     print(f"epoch {epoch}: " + ", ".join(f"{name} {value:.3f}" for name, value in row.items()))
+
+# %% tags=["remove-cell"]
 assert history.history["val_accuracy"][-1] > 0.9 and len(history.loss) == 84
 
 # %% mystnb={"figure": {"caption": "Training and test accuracy of the convolutional network on the digits, per epoch, trained by SyncTrainer on two replicas from a tf.data pipeline.", "name": "fig-own-model-history"}}
@@ -248,6 +259,8 @@ equal = all(np.array_equal(a, b) for a, b in zip(resumed.model.get_weights(),
                                                  trainer.model.get_weights()))
 print("epochs of the resumed run:", rest.epoch)
 print("resumed run == uninterrupted run, every weight bit for bit:", equal)
+
+# %% tags=["remove-cell"]
 assert equal
 
 # %% [markdown]
@@ -284,6 +297,8 @@ show_source(epoch_permutation)
 third = epoch_permutation(seed=5, epoch=3, n=8)
 print("epoch 3, seed 5:", third, "; drawn again:", epoch_permutation(5, 3, 8),
       "; epoch 2:", epoch_permutation(5, 2, 8))
+
+# %% tags=["remove-cell"]
 assert np.array_equal(third, epoch_permutation(5, 3, 8))
 assert not np.array_equal(third, epoch_permutation(5, 2, 8))
 
@@ -327,6 +342,8 @@ keras_final = keras_history.history["val_accuracy"][-1]
 gap = abs(final - keras_final)
 print(f"both above 0.9: {final > 0.9 and keras_final > 0.9}; same test accuracy within 0.02 "
       f"({round(0.02 * len(x_test))} of {len(x_test)} images): {gap <= 0.02}")
+
+# %% tags=["remove-cell"]
 assert gap <= 0.02
 
 # %% tags=["nbval-ignore-output"]
@@ -337,25 +354,23 @@ print(f"test accuracy: SyncTrainer {final:.4f}, Keras fit {keras_final:.4f}; "
 print(f"wall time for 4 epochs: SyncTrainer {sync_seconds:.1f} s, Keras fit {keras_seconds:.1f} s")
 
 # %% [markdown]
-# The cell above prints this machine's figures: the accuracies, how far
-# apart the weights ended, and the two runs' wall times. On the machine that
-# wrote this chapter the weights ended *identical*: both loops happened to
-# run the same float32 operations in the same order; on yours the gap may
-# be zero or a rounding-sized number, and the accuracies agree either way.
-# Which loop is faster, these two wall times cannot say: each is one run,
-# both include tracing the step into a graph in their first epoch, and
-# other programs share the cores. To compare steps, run the benchmark
-# `benchmarks/sync.py`, which times a `SyncTrainer` step against Keras `fit`
-# and a hand-written loop, repeated, on your machine. On a GPU the model is too small
-# to keep it busy: both runs are bound by launching kernels and copying
-# batches, and a GPU reader will see times of the same order as these, not
-# faster.
+# The cell above prints the accuracies, how far apart the weights ended,
+# and the two runs' wall times. The weight gap is zero when both loops run
+# the same float32 operations in the same order, and rounding-sized when
+# they do not; the accuracies agree either way. Which loop is faster, two
+# wall times cannot say: each is one run, both include tracing the step
+# into a graph in their first epoch, and other programs may share the
+# cores. To compare steps, run the benchmark `benchmarks/sync.py`, which
+# times a `SyncTrainer` step against Keras `fit` and a hand-written loop,
+# repeated. On a GPU the model is too small to keep it busy: both runs are
+# bound by launching kernels and copying batches, so expect times of the
+# same order as on a CPU, not shorter.
 #
 # Where they differ, for a reader choosing one:
 #
 # | | `SyncTrainer` | Keras `fit` under `strategy.scope()` |
 # | --- | --- | --- |
-# | the step | about 25 lines you can read (chapter "Synchronous training") | inside Keras's trainer |
+# | the step | about 25 lines you can read ([Synchronous training](03_synchronous)) | inside Keras's trainer |
 # | several processes | `MultiWorkerMirroredStrategy` works | fails in Keras 3 (keras issue 20585) |
 # | gradient accumulation with replicas | `accumulation_steps=k` | fails under `MirroredStrategy` (keras issue 20582) |
 # | a last batch that does not split over the replicas | refused, with the sizes that work | split unevenly |
@@ -468,14 +483,17 @@ for name, attempt in attempts.items():
 #    pipeline batched by 128: what effective batch does an update see, and
 #    how many updates does an epoch make?
 #
-#    *Hint:* `history.effective_batch_size`, and the chapter "Accumulate and
-#    distribute".
+#    *Hint:* `history.effective_batch_size`, and
+#    [the accumulation chapter](07_accumulation_tf2).
 #
 # ### Solutions
 #
-# **Exercise 1.** A callback saves after step 10 of epoch 2 (the trainer's
-# position says: epoch 2, 10 steps into it); the resumed trainer's first
-# epoch skips those 10 batches and finishes epoch 2, then trains epoch 3:
+# ```{dropdown} Solution to exercise 1
+# A callback saves after step 10 of epoch 2 (the trainer's position says:
+# epoch 2, 10 steps into it); the resumed trainer's first epoch skips those
+# 10 batches and finishes epoch 2, then trains epoch 3, and ends with the
+# uninterrupted run's weights. The collapsed cell below runs it.
+# ```
 
 # %% tags=["hide-cell"]
 class SaveAfterStep(keras.callbacks.Callback):
@@ -517,12 +535,16 @@ assert same
 # seed=...)`, whose permutation of epoch *e* is drawn from the seed and *e*.
 # ```
 #
-# **Exercise 3.** Each replica gets half of the 128 images of a step and cuts
-# them into two micro-batches; the cell computes the effective batch and the
-# updates an epoch makes (the images that do not fill a last batch are
-# dropped by `drop_remainder=True`). Half as many updates as with batches of
-# 64, each averaging twice as many examples: the chapter "Accumulate and
-# distribute" discusses raising the learning rate to match.
+# ```{dropdown} Solution to exercise 3
+# Each replica gets half of the 128 images of a step and cuts them into two
+# {term}`micro-batches <micro-batch>` (the parts whose gradients are summed
+# before one update); the collapsed cell below computes the effective batch
+# and the updates an epoch makes (the images that do not fill a last batch
+# are dropped by `drop_remainder=True`). Half as many updates as with
+# batches of 64, each averaging twice as many examples:
+# [the accumulation chapter](07_accumulation_tf2) discusses raising the
+# learning rate to match.
+# ```
 
 # %% tags=["hide-cell"]
 with strategy.scope():

@@ -1,6 +1,16 @@
 # %% [markdown]
 # # Compatibility matrix
 #
+# ```{admonition} Takeaway
+# :class: tip
+# In the pinned TensorFlow and Keras, custom training loops work under
+# `MirroredStrategy`, `MultiWorkerMirroredStrategy` and
+# `ParameterServerStrategy`, with or without gradient accumulation. Keras
+# `fit` works only under `MirroredStrategy`, and only without its own
+# accumulation. The table is computed by running every combination, so it
+# follows the versions.
+# ```
+#
 # Which ways of training work under which `tf.distribute` strategy, in the
 # TensorFlow and Keras this book pins? Release notes and issue trackers
 # answer this only partly and go out of date, so this appendix does not type
@@ -16,11 +26,8 @@
 # - run each for a few steps of the y = x² question's network and compare it with the same
 #   steps on one device;
 # - read the table, and the errors behind its failures.
-#
-# Runs in well under a minute on two CPU cores; most of it is seven
-# processes starting TensorFlow.
 
-# %% tags=["colab"]
+# %% tags=["colab", "hide-input"]
 # On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
 import sys
 
@@ -53,27 +60,28 @@ print("TensorFlow", tf.__version__, "| Keras", keras.__version__)
 # weight is within `compatibility.TOLERANCE` of one device's. The runs are
 # float32 and add in different orders, so they agree only up to rounding:
 # the tolerance is a few times `pargrad.rounding_tolerance("float32", 5)`,
-# the rounding bound of the chapter "Synchronous training" for five float32
+# the {term}`rounding tolerance` (see [How the book decides](a0_methods)) for five float32
 # steps, and far below what a wrong update moves (a sum instead of a mean
-# doubles the step). *Accumulation* means 2 micro-batches of
+# doubles the step). *Accumulation* means 2 {term}`micro-batches <micro-batch>`
+# (parts of the batch whose gradients are summed before one update) of
 # 24 points per update, which must give the same update as the full batch.
 #
 # - **Keras `fit`**: the model and `keras.optimizers.SGD` (with
 #   `gradient_accumulation_steps=2` for accumulation) built and compiled in
-#   the strategy's scope, then `model.fit` on NumPy arrays:
+#   the strategy's scope, then `model.fit` on NumPy arrays (code collapsed):
 
-# %%
+# %% tags=["hide-cell"]
 show_source(compatibility._keras_fit)
 
 # %% [markdown]
 # - **custom loop**, synchronous strategies: `pargrad.SyncTrainer` of the
-#   chapter "Synchronous training" (`accumulation_steps=2` for
-#   accumulation); with `ParameterServerStrategy`: closures scheduled on a
-#   `ClusterCoordinator`, as in the chapter "Beyond one machine", each
-#   summing the gradients of its micro-batches on the worker before one
-#   update:
+#   chapter [Synchronous training](03_synchronous) (`accumulation_steps=2`
+#   for accumulation); with `ParameterServerStrategy`: closures scheduled on
+#   a `ClusterCoordinator`, as in [Beyond one machine](09_beyond_one_machine),
+#   each summing the gradients of its micro-batches on the worker before one
+#   update (code collapsed):
 
-# %%
+# %% tags=["hide-cell"]
 show_source(compatibility._parameter_server_loop)
 
 # %% [markdown]
@@ -89,9 +97,10 @@ show_source(compatibility._parameter_server_loop)
 # fresh ones. Under `ParameterServerStrategy` the custom loop waits for each
 # closure before it schedules the next (`coordinator.join()`), so that its
 # result, too, can be compared with one device; overlapping closures would
-# make it depend on timing (see the chapter "Beyond one machine").
+# make it depend on timing (see [Beyond one machine](09_beyond_one_machine)).
+# The runner, collapsed:
 
-# %%
+# %% tags=["hide-cell"]
 show_source(compatibility.run_combinations)
 
 # %% [markdown]
@@ -100,11 +109,11 @@ show_source(compatibility.run_combinations)
 # %%
 rows = compatibility.compatibility_matrix(time_limit=90)  # generous: slow machines are not hangs
 table = compatibility.format_matrix(rows)
+Markdown(f"TensorFlow {tf.__version__}, Keras {keras.__version__}:\n\n" + table)
+
+# %% tags=["remove-cell"]
 print(f"TensorFlow {tf.__version__}, Keras {keras.__version__}:\n")
 print(table)
-
-# %%
-Markdown(table)
 
 # %% [markdown]
 # ## Reading it
@@ -120,15 +129,15 @@ Markdown(table)
 #   its datasets made by the coordinator, which Keras 3's `fit` does not do:
 #   Keras 3 has no parameter-server training.
 # - **Keras's own accumulation (`gradient_accumulation_steps`) fails under
-#   `MirroredStrategy`** with the `merge_call` error of the chapter
-#   "Accumulation in TF2 and Keras 3" (keras-team/keras issue 20582); under
-#   the other two strategies `fit` fails before accumulation matters.
-#   Accumulate in a custom loop instead.
+#   `MirroredStrategy`** with the `merge_call` error shown in
+#   [the TF2 accumulation chapter](07_accumulation_tf2) (keras-team/keras
+#   issue 20582); under the other two strategies `fit` fails before
+#   accumulation matters. Accumulate in a custom loop instead.
 #
-# The cell below checks these sentences against the table, so that a new
-# version that changes the table also fails here and the text gets updated:
+# These sentences are checked against the computed table each time the page
+# runs:
 
-# %%
+# %% tags=["remove-input"]
 status = {(r["api"], r["strategy"], r["accumulation"]): r["status"] for r in rows}
 assert all(status[("custom loop", s, k)] == "works"
            for s in compatibility.STRATEGIES for k in compatibility.ACCUMULATION)

@@ -121,3 +121,18 @@ def test_paired_scores_tick_labels_do_not_overlap():
             assert all(left.x1 <= right.x0 for left, right in zip(boxes, boxes[1:]))
     finally:
         plt.close(figure)
+
+
+def test_devices_diagram_links_every_logical_device_to_every_core_in_readable_text():
+    names = ["/device:CPU:0", "/device:CPU:1", "/device:CPU:2"]
+    figure = plots.logical_devices_diagram(names, cores=2)
+    try:
+        texts = drawn_texts(figure)
+        labels = {text.get_text() for text in texts}
+        assert {"CPU:0", "CPU:1", "CPU:2", "core 0", "core 1"} <= labels
+        assert "after pargrad.logical_devices(3)" in labels
+        arrows = [a for a in figure.axes[1].texts if isinstance(a, matplotlib.text.Annotation)]
+        assert len(arrows) == len(names) * 2
+        assert min(text.get_fontsize() for text in texts) >= SMALLEST_POINTS
+    finally:
+        plt.close(figure)

@@ -36,9 +36,20 @@ def test_first_code_cell_installs_pargrad_on_colab_from_the_configured_address(n
     cells = [c for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"]
     first = cells[0]
     assert "colab" in first.metadata.get("tags", [])
+    assert "hide-input" in first.metadata.get("tags", []), "collapse it: run `make setup-cells`"
     assert first.source == setup_cell_source(), "run `make setup-cells`"
     url, branch = repository()
     assert f'REPOSITORY = "{url}"' in first.source and f"@{branch}" in first.source
+
+
+def test_make_setup_cells_writes_the_source_and_collapses_the_cell_keeping_its_tags():
+    from setup_cells import write_setup_cell
+    cell = nbformat.v4.new_code_cell("old", metadata={"tags": ["colab", "nbval-ignore-output"]})
+    write_setup_cell(cell, setup_cell_source())
+    assert cell.source == setup_cell_source()
+    assert cell.metadata["tags"] == ["colab", "nbval-ignore-output", "hide-input"]
+    write_setup_cell(cell, setup_cell_source())  # again: no tag twice
+    assert cell.metadata["tags"] == ["colab", "nbval-ignore-output", "hide-input"]
 
 
 def test_the_address_lives_in_config_and_the_branch_is_main():
