@@ -19,7 +19,7 @@
 # result is the full-batch computation, to the last digits of float64. The
 # first program below is all of it, ready to copy.
 #
-# **You will be able to** write a synchronous training loop with
+# **In this chapter you will** write a synchronous training loop with
 # `MirroredStrategy` and `strategy.run`; explain why the loss is divided by
 # the global batch size; read `pargrad.SyncTrainer`; say what a ring
 # all-reduce sends; and see on a timeline why a straggler slows every step.

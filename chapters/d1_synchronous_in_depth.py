@@ -9,8 +9,11 @@
 # and the asker's TensorFlow 1 answer, one tower per device, run.
 # ```
 #
-# Each section stands on its own; the page repeats the few definitions it
-# needs from the chapter.
+# **In this chapter you will** measure how far several replicas are from
+# one device in float64 and float32, learn which all-reduce TensorFlow runs
+# where, time a straggler, and run the TensorFlow 1 towers. Each section
+# stands on its own; the page repeats the few definitions it needs from the
+# chapter.
 
 # %% tags=["colab", "hide-input"]
 # On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
@@ -467,3 +470,31 @@ print("tf.train.SyncReplicasOptimizer:          ", hasattr(tf.train, "SyncReplic
 #   their cores, so they show behaviour, not speed-ups.
 # - TensorFlow 1's towers compute the full batch's training to the last bits
 #   of float64; `SyncReplicasOptimizer` gave way to `tf.distribute`.
+#
+# ## Exercises
+#
+# 1. Repeat the float64 comparison with 4000 steps instead of 2000 (and
+#    `pargrad.rounding_tolerance("float64", 4000)`). Do the gaps, in units of
+#    $\text{steps} \times u$, stay about where they were?
+#
+#    *Hint:* the run converges, so old rounding errors shrink.
+# 2. Replace the straggler's busy work with `time.sleep` of the same length
+#    (in your own subclass). Why would the fast replica's compute look
+#    shorter on two shared cores?
+#
+#    *Hint:* who uses the core while the straggler sleeps?
+#
+# ```{dropdown} Solution to exercise 1
+# Yes, roughly: gradient descent that settles into a minimum shrinks old
+# errors, so the gaps grow at most about linearly with the steps and their
+# ratio to $\text{steps} \times u$ stays of the same size, far below the
+# tolerance's 10. A diverging run would behave differently, which is why the
+# book uses the tolerance only for runs that converge.
+# ```
+#
+# ```{dropdown} Solution to exercise 2
+# A sleeping straggler lends its core to the other replica, which then runs
+# alone and finishes sooner than it would next to a busy device; the
+# timeline would flatter synchronous training. A real slow device keeps its
+# own processor busy, which busy work imitates.
+# ```
