@@ -493,9 +493,9 @@ assert np.median(slow.compute[:, 1] - slow.compute[:, 0]) > 0
 # step is as slow as its slowest device. This is the weakness the
 # stale-gradient article names, and the reason asynchronous training was
 # attractive. Chen et al. {cite}`chen2016revisiting` kept synchronous
-# training and removed the tail instead: add a few *{term}`backup workers
-# <backup worker>`* and apply each update with the first $N$ of $N + b$
-# gradients, dropping the stragglers'. The deep dive measures the step time
+# training and removed the tail instead: add a few
+# {term}`backup workers <backup worker>` and apply each update with the
+# first $N$ of $N + b$ gradients, dropping the stragglers'. The deep dive measures the step time
 # against the slowest replica for stragglers of several speeds, the
 # throughput against the number of devices, and the two settings that make a
 # step cheaper (`steps_per_call` and XLA's `jit_compile`).
