@@ -175,7 +175,7 @@ def average_tower_gradients(tower_gradients):
 
     Every tower must list the same variables in the same order (the towers
     share the variables).  Returns one list of ``(mean gradient, variable)``.
-    Taught in the chapter "Synchronous training".
+    Taught in the chapter "Synchronous training in depth".
     """
     if not tower_gradients:
         raise ValueError("average_tower_gradients needs the gradients of at least one tower.")
@@ -208,10 +208,10 @@ def multi_tower_step(tower_loss, optimizer, inputs, targets, devices, average_on
     ``optimizer`` is a ``tf.compat.v1.train`` optimizer.  Returns a
     :class:`MultiTowerOps`.
 
-    Taught in the chapter "Synchronous training" (the y = x² question's
-    answer in TensorFlow 1).
+    Taught in the chapter "Synchronous training in depth" (the y = x²
+    question's answer in TensorFlow 1).
 
-    Shown in the chapter "Synchronous training".
+    Shown in the chapter "Synchronous training in depth".
     """
     _check_graph_and_optimizer("multi_tower_step", optimizer, "pargrad.SyncTrainer")
     devices = list(devices)
