@@ -312,14 +312,16 @@ def test_a_straggler_makes_every_round_late_on_the_virtual_clock_only():
 
 # -- bad input ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("local_steps, says", [
-    (0, ">= 1"), (-2, ">= 1"), (4.0, "pass 4"), (True, "bool"), ("4", "whole number"),
-    (None, "whole number"), (2.5, "whole number")])
-def test_local_steps_must_be_a_whole_number(local_steps, says):
+@pytest.mark.parametrize("local_steps, error_type, says", [
+    (0, ValueError, ">= 1"), (-2, ValueError, ">= 1"), (4.0, TypeError, "pass 4"),
+    (True, TypeError, "bool"), ("4", TypeError, "whole number"), (None, TypeError, "whole number"),
+    (2.5, TypeError, "whole number")])
+def test_local_steps_must_be_a_whole_number(local_steps, error_type, says):
+    """A wrong type is a TypeError, a wrong value a ValueError; both say what to pass."""
     strategy = sync_strategy(2)
     with strategy.scope():
         model = linear_model()
-    with pytest.raises(ValueError, match="local_steps") as error:
+    with pytest.raises(error_type, match="local_steps") as error:
         LocalSGDTrainer(model, strategy, local_steps)
     assert says in str(error.value)
 

@@ -760,7 +760,7 @@ def test_keras_loss_names_and_objects_train_as_the_default_loss(loss):
 
 @pytest.mark.usefixtures("deterministic_ops")
 @pytest.mark.parametrize("call, error, message", [
-    (lambda t, x, y: t.fit(x, y, steps=1, batch_size=16.0), ValueError, "pass 16"),
+    (lambda t, x, y: t.fit(x, y, steps=1, batch_size=16.0), TypeError, "pass 16"),
     (lambda t, x, y: t.fit(x[:0], y[:0], steps=1), ValueError, "x has no examples"),
     (lambda t, x, y: t.fit(x, y[:10], steps=1), ValueError, "64 examples but y has 10"),
     (lambda t, x, y: t.fit(np.array([["a", "b", "c"]] * 64), y, steps=1), TypeError,
