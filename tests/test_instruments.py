@@ -124,6 +124,7 @@ def test_a_straggler_computes_about_factor_times_as_long():
     ratio = np.median(compute[3]) / np.median(compute[1])
     assert 2.0 < ratio < 4.5, ratio
 
+
 LEARNING_RATE = 0.05
 
 
