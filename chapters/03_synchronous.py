@@ -204,7 +204,7 @@ show_source(SyncTrainer._replica_step)
 
 # %% [markdown]
 # `_replica_gradients` is, with one micro-batch a replica (the chapter
-# "Accumulate and distribute" sums several), this forward and backward pass.
+# "Accumulation in TF2 and across replicas" sums several), this forward and backward pass.
 # The three lines after the loss matter for models other than this
 # chapter's, and change nothing here: the model's regularization losses
 # (none here), the loss scaling of mixed precision (none here) and the
@@ -844,7 +844,7 @@ print("tf.train.SyncReplicasOptimizer:          ", hasattr(tf.train, "SyncReplic
 # | `SyncReplicasOptimizer` with parameter servers | `MultiWorkerMirroredStrategy` (all-reduce between workers) | chapter "Beyond one machine" |
 # | asynchronous training with `replica_device_setter` | `ParameterServerStrategy` with a `ClusterCoordinator` | chapter "Beyond one machine" |
 # | `tf.train.ClusterSpec` and `tf.train.Server` per task | `TF_CONFIG` and a cluster resolver | chapter "Beyond one machine" |
-# | accumulator variables, `zero_ops`, `accum_ops` | `GradientAccumulator`, Keras's `gradient_accumulation_steps` | chapters "Accumulating gradients in TF1 graphs" and "Accumulation in TF2 and Keras 3" |
+# | accumulator variables, `zero_ops`, `accum_ops` | `GradientAccumulator`, Keras's `gradient_accumulation_steps` | chapters "Accumulating gradients in TF1 graphs" and "Accumulation in TF2 and across replicas" |
 #
 # ```{admonition} Further reading: TensorFlow's own guides
 # :class: seealso

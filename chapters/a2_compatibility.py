@@ -121,7 +121,7 @@ Markdown(table)
 #   Keras 3 has no parameter-server training.
 # - **Keras's own accumulation (`gradient_accumulation_steps`) fails under
 #   `MirroredStrategy`** with the `merge_call` error of the chapter
-#   "Accumulation in TF2 and Keras 3" (keras-team/keras issue 20582); under
+#   "Accumulation in TF2 and across replicas" (keras-team/keras issue 20582); under
 #   the other two strategies `fit` fails before accumulation matters.
 #   Accumulate in a custom loop instead.
 #
