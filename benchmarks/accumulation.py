@@ -1,4 +1,4 @@
-"""What gradient accumulation costs in time (chapter "Accumulation in TF2 and Keras 3").
+"""What gradient accumulation costs in time (chapter "Accumulation in TF2 and across replicas").
 
     .venv/bin/python benchmarks/accumulation.py [--micro-batch 64] [--steps 8] [--rounds 5]
 

@@ -203,7 +203,7 @@ show_source(SyncTrainer._replica_step)
 
 # %% [markdown]
 # `_replica_gradients` is, with one micro-batch a replica (the chapter
-# [Accumulation in TF2](07_accumulation_tf2) sums several), this forward and backward pass.
+# [Accumulation in TF2 and across replicas](07_accumulation_tf2) sums several), this forward and backward pass.
 # The three lines after the loss matter for models other than this
 # chapter's, and change nothing here: the model's regularization losses
 # (none here), the loss scaling of mixed precision (none here) and the
@@ -532,7 +532,7 @@ assert np.median(slow.compute[:, 1] - slow.compute[:, 0]) > 0
 # | `SyncReplicasOptimizer` with parameter servers | `MultiWorkerMirroredStrategy` (all-reduce between workers) | [Beyond one machine](09_beyond_one_machine) |
 # | asynchronous training with `replica_device_setter` | `ParameterServerStrategy` with a `ClusterCoordinator` | [Beyond one machine](09_beyond_one_machine) |
 # | `tf.train.ClusterSpec` and `tf.train.Server` per task | `TF_CONFIG` and a cluster resolver | [Beyond one machine](09_beyond_one_machine) |
-# | accumulator variables, `zero_ops`, `accum_ops` | `GradientAccumulator`, Keras's `gradient_accumulation_steps` | [Accumulating gradients in TF1 graphs](06_accumulation_tf1) and [Accumulation in TF2](07_accumulation_tf2) |
+# | accumulator variables, `zero_ops`, `accum_ops` | `GradientAccumulator`, Keras's `gradient_accumulation_steps` | [Accumulating gradients in TF1 graphs](06_accumulation_tf1) and [Accumulation in TF2 and across replicas](07_accumulation_tf2) |
 #
 # ```{admonition} Further reading: TensorFlow's own guides
 # :class: seealso

@@ -1,6 +1,13 @@
 # %% [markdown]
 # # Accumulating gradients in TF1 graphs
 #
+# ```{admonition} Takeaway
+# Sum the $k$ micro-batches' gradients into accumulator variables and apply
+# `accumulator / k` (or divide by a counter) in a separate `run` call: that
+# is the big batch's update. Answer 1 applies the sum, a step $k$ times too
+# long; answer 4's 2.4 is the `assign_add` run once more by the fetch.
+# ```
+#
 # A batch that does not fit in memory can still be trained on: split it into
 # $k$ *{term}`micro-batches <micro-batch>`*, compute their gradients one after the other, add them
 # up, and update the weights once. This is *{term}`gradient accumulation`*. Done
@@ -12,6 +19,13 @@
 # accumulated gradients", written for TensorFlow 1's graph mode. Its five
 # answers contain one recipe that sums, one that works but is slow, one that
 # is right, one trap, and a remark about PyTorch. We run every one of them.
+#
+# **The answer, in one line per answer.** Answer 1 sums: the step is $k$
+# times the big batch's, a hidden learning rate of $k\eta$. Answer 2 is right
+# but moves every gradient through Python. Answer 3 (a counter, apply
+# `accumulator / counter`) is the recipe. Answer 4's `accum_op / 5` fetches
+# the `assign_add` again: 2.4, and the accumulator holds 12. Answer 5:
+# PyTorch sums into `.grad` by itself; divide the loss by $k$.
 #
 # **In this chapter you will**
 #
@@ -26,9 +40,9 @@
 # - compare with PyTorch, which accumulates into `.grad` by itself (answer 5);
 # - use `pargrad.tf1.accumulation_ops`, the recipe with all of this fixed.
 #
-# Runs in under two minutes on a CPU; no GPU needed.
+# You need the chapter [The training loop](01_training_loop); no GPU.
 
-# %% tags=["colab"]
+# %% tags=["colab", "hide-input"]
 # On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
 import sys
 
@@ -251,6 +265,8 @@ for label, losses in curves.items():
     else:
         print(f"{label:18s} diverges: the loss overflows to {losses[-1]} within "
               f"{DIVERGES_WITHIN} updates")
+
+# %% tags=["remove-cell"]
 assert np.isfinite(curves["answer 1, k = 5"][-1]) and len(curves["answer 1, k = 5"]) == 200
 assert not np.isfinite(curves["answer 1, k = 50"][-1])
 assert len(curves["answer 1, k = 50"]) <= DIVERGES_WITHIN
@@ -365,9 +381,8 @@ for name, seconds in timings.items():
 print(f"through Python / in graph: {timings['through Python'] / timings['in graph']:.2f}x")
 
 # %% [markdown]
-# Going through Python cost more in this run (the ratio printed above), and
-# on a CPU the ratio changes from run to run (the numbers above are from
-# the machine that built this page; the cell prints no claim): a "trip" to
+# On a CPU the two cost about the same, and which is ahead changes from run
+# to run (the ratio printed above; the cell prints no claim): a "trip" to
 # Python is a copy within the same memory, and the in-graph recipe's
 # `assign_add` reads and writes the same $4 \cdot 10^6$ bytes per micro-batch. On a GPU the
 # trips cross the PCIe bus, while the arithmetic gets much faster. A simple
@@ -583,6 +598,8 @@ with v1.Session(graph=graph) as session:
         session.run(result, {value: 2.0, accumulating: flag})
     runs = int(session.run(applied))
 print(f"calls: 5, meant to update w: 1, the optimizer's update ran: {runs} times")
+
+# %% tags=["remove-cell"]
 assert runs == 5
 
 # %% [markdown]
@@ -820,7 +837,8 @@ print(f"largest gap between the two curves: {np.abs(losses - big_losses).max():.
 #
 # ### Solutions
 #
-# **Exercise 1.** At a larger one, not a smaller one. On a slope that stays
+# ```{dropdown} Solution to exercise 1
+# At a larger one, not a smaller one. On a slope that stays
 # the same, momentum's steps grow to $\eta/(1-\beta)$, ten times SGD's, which
 # speeds up the slow directions. But stability is decided in the steepest
 # direction, where the gradient changes sign from step to step and momentum
@@ -828,6 +846,7 @@ print(f"largest gap between the two curves: {np.abs(losses - big_losses).max():.
 # $\eta\lambda < 2(1+\beta)$ instead of SGD's $\eta\lambda < 2$ ($\lambda$ the
 # largest curvature), almost twice as large for $\beta = 0.9$. So $k = 50$,
 # where answer 1 with SGD diverged, still trains with momentum:
+# ```
 
 # %% tags=["hide-cell"]
 momentum = lambda: v1.train.MomentumOptimizer(LEARNING_RATE, 0.9)  # noqa: E731
@@ -858,9 +877,11 @@ print(f"SGD,      answer 1, k = 50: {'diverged' if not np.isfinite(sgd_k50[-1]) 
 assert np.isfinite(momentum_losses[50]) and not np.isfinite(sgd_k50[-1])
 
 # %% [markdown]
-# **Exercise 2.** Counting micro-batches gives the two last points the
+# ```{dropdown} Solution to exercise 2
+# Counting micro-batches gives the two last points the
 # weight of sixteen, and the step lands visibly off the big batch's; weighting
 # by examples puts it back:
+# ```
 
 # %% tags=["hide-cell"]
 unequal = list(zip(np.split(x_all, [16, 32, 48]), np.split(y_all, [16, 32, 48])))
@@ -884,16 +905,20 @@ for weighted in (False, True):
 assert max_difference(after, big_sgd) < 1e-6
 
 # %% [markdown]
-# **Exercise 3.** Not reliably. `ops_run_by(ops.train_step)` contains no
+# ```{dropdown} Solution to exercise 3
+# Not reliably. `ops_run_by(ops.train_step)` contains no
 # `AssignAddVariableOp`: the reads of the accumulators in `train_step` do not
 # depend on the adds in `accum_ops`, so within one `session.run` TensorFlow
 # may run the reads before, after or between the adds. The result depends on
 # scheduling: apply in a separate `run` call.
+# ```
 #
-# **Exercise 4.** Created inside the branches, the ops run only in the branch
+# ```{dropdown} Solution to exercise 4
+# Created inside the branches, the ops run only in the branch
 # taken. Written as in the answer (the division of the value returned by a
 # new `assign_add`), the sixth run still adds once more and gives 2.4; reading
 # the variable in the division branch gives 2.0 and leaves 10:
+# ```
 
 # %% tags=["hide-cell"]
 for divide_reads_variable in (False, True):
@@ -919,9 +944,12 @@ for divide_reads_variable in (False, True):
 assert got == 2.0
 
 # %% [markdown]
-# **Exercise 5.** $10^8$ float32 parameters are $4 \cdot 10^8$ bytes; at
+# ```{dropdown} Solution to exercise 5
+# $10^8$ float32 parameters are $4 \cdot 10^8$ bytes; at
 # $16 \cdot 10^9$ bytes a second one copy takes $4 \cdot 10^8 / (16 \cdot
 # 10^9)$ s, a fortieth of a second, so $(k+1)$ copies take $(k+1)/40$ s per
 # update: nine fortieths of a second for $k = 8$, typically more than the
 # computation of the update itself. The
 # in-graph recipe keeps the accumulators on the device and moves nothing.
+# ```
+

@@ -1,33 +1,47 @@
 # %% [markdown]
-# # Accumulation in TF2 and Keras 3
+# # Accumulation in TF2 and across replicas
 #
-# The previous chapter fixed the TF1 recipe: accumulate the micro-batches'
-# gradients in variables, count, apply the mean. TensorFlow 2 runs code
-# eagerly or compiles it with `tf.function`, and Keras 3 has accumulation
-# built into its optimizers. This chapter does the same job in both, and
-# then looks at what accumulation does *not* give you.
+# ```{admonition} Takeaway
+# In TensorFlow 2, keep one variable per weight, add each micro-batch's
+# gradient into it, and apply the sum divided by the number of examples
+# once: the big batch's update. Across replicas, accumulate locally and
+# all-reduce once per update; the effective batch is micro-batch × steps ×
+# replicas, and BatchNorm still sees micro-batches.
+# ```
+#
+# The chapter [Accumulating gradients in TF1 graphs](06_accumulation_tf1)
+# fixed the accumulation thread's recipe in a TensorFlow 1 graph. How is it
+# done in TensorFlow 2 and Keras 3, and across several devices? The answer
+# is the same recipe with less ceremony: a `tf.Variable` per weight holds the
+# sum of the {term}`micro-batches <micro-batch>`' gradients, one
+# `apply_gradients` applies their mean, and a plain loop of a few lines
+# equals the big batch, which this page runs first. `pargrad.GradientAccumulator`
+# packages the loop and weights each micro-batch by its examples; Keras 3's
+# optimizers take `gradient_accumulation_steps`, which works on one device
+# and fails under `MirroredStrategy`. On several replicas each replica
+# accumulates its own micro-batches and the replicas all-reduce once per
+# update, so three very different splits of one {term}`effective batch`
+# train identically.
 #
 # **In this chapter you will**
 #
-# - use `pargrad.GradientAccumulator` in a custom training loop, eagerly and
-#   compiled, and check it against the big batch;
-# - use Keras 3's `gradient_accumulation_steps` on one device, and see it fail
-#   under `MirroredStrategy` (Keras issue 20582), live;
-# - see why micro-batches of unequal size must be weighted by their number of
-#   examples, not counted;
-# - stop training in the middle of an accumulation window and resume it, bit
-#   for bit;
-# - measure how far accumulation is from the big batch when the model has
-#   BatchNorm;
-# - measure the memory that accumulation saves, the reason to use it;
-# - connect the effective batch size with the learning rate;
-# - measure the accumulation thread's premise, that a small batch's gradient
-#   is too noisy, and see when accumulation or a learning-rate schedule is
-#   the better answer.
+# - write the accumulation loop in plain TF2 and check it against the big batch;
+# - use `pargrad.GradientAccumulator` and Keras 3's `gradient_accumulation_steps`,
+#   and see the latter fail under `MirroredStrategy` (Keras issue 20582), live;
+# - train with accumulation on four replicas and see why accumulating before
+#   the all-reduce means one all-reduce per update;
+# - weight unequal micro-batches by their examples;
+# - measure what BatchNorm and memory make of accumulation;
+# - choose the learning rate for the effective batch.
 #
-# Runs in under two minutes on a two-core CPU; no GPU needed.
+# You need the chapters [Synchronous training](03_synchronous) and
+# [Accumulating gradients in TF1 graphs](06_accumulation_tf1). The optional
+# page [Accumulation in depth](d4_accumulation_in_depth) holds the
+# measurements this page only cites: gradient noise, a stopped and resumed
+# window, throughput, the linear scaling rule on a classifier, and the
+# gradient buffers' memory.
 
-# %% tags=["colab"]
+# %% tags=["colab", "hide-input"]
 # On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
 import sys
 
@@ -41,26 +55,26 @@ if "google.colab" in sys.modules:
     )
 
 # %% [markdown]
-# `pargrad` first, then two logical devices (the `MirroredStrategy` section
-# needs two replicas; everything else uses the first device), then seeds.
+# `pargrad` first, then four logical devices (the sections on replicas use
+# two and four; everything else uses the first device), then seeds.
 
 # %%
 import inspect
 import re
-import tempfile
 
 import numpy as np
 import pargrad
 
-devices = pargrad.logical_devices(2)
+devices = pargrad.logical_devices(4)
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from pargrad.book import plots  # noqa: E402
+from pargrad.book import plots, show_source  # noqa: E402
 from pargrad.accumulate import GradientAccumulator  # noqa: E402
 from pargrad.book.memory import peak_memory  # noqa: E402
-from pargrad.book.parabola import (  # noqa: E402
-    fit_one_device, initial_weights, parabola_data, parabola_forward, parabola_model)
+from pargrad.book.parabola import parabola_data, parabola_model  # noqa: E402
+from pargrad.strategies import sync_strategy  # noqa: E402
+from pargrad.sync import SyncTrainer  # noqa: E402
 
 keras.utils.set_random_seed(0)
 # This chapter compares accumulation with the big batch to float32 rounding.
@@ -270,7 +284,7 @@ for name, make_optimizer in KERAS_OPTIMIZERS.items():
 # raises it.
 
 # %%
-strategy = tf.distribute.MirroredStrategy(devices)
+strategy = tf.distribute.MirroredStrategy(devices[:2])
 with strategy.scope():
     model = parabola_model()
     model.compile(optimizer=keras.optimizers.SGD(0.05, gradient_accumulation_steps=K),
@@ -291,8 +305,8 @@ except Exception as error:  # noqa: BLE001  (we report whatever Keras raises)
 # "sync-on-read" variables: under a strategy, each replica adds its own
 # gradients into its own copy (inside `strategy.run`), and reading the sums
 # outside `strategy.run`, in `apply()`, adds the copies up: one all-reduce per
-# update instead of one per micro-batch. The chapter "Accumulate and
-# distribute" builds on this; here we only check that it equals the big batch:
+# update instead of one per micro-batch. The next section builds on this;
+# here we only check that it equals the big batch:
 
 # %%
 with strategy.scope():
@@ -317,6 +331,92 @@ for _ in range(3):
 difference = max_difference(model.get_weights(),
                             big_batch_weights(OPTIMIZERS["SGD"], 3))
 print(f"2 replicas x 5 micro-batches vs big batch, max |difference|: {difference:.6f}")
+
+# %% [markdown]
+# ## Across replicas: the effective batch
+#
+# Real training does both splits at once: every replica accumulates a few
+# micro-batches, and the replicas all-reduce once per update.
+# `SyncTrainer(accumulation_steps=k)` from the chapter "Synchronous training"
+# does this. An update then sees an {term}`effective batch`:
+#
+# $$\text{effective batch} = \text{micro-batch} \times k \times \text{replicas},$$
+#
+# where $k$ is the number of micro-batches each replica accumulates. Each
+# replica sums the gradients of its $k$ micro-batches locally (no
+# communication), the replicas all-reduce those sums once, and one update is
+# applied. If every loss is scaled by the effective batch, the update is the
+# mean gradient over all its examples: the same update as one device on one
+# batch of that size.
+#
+# We check this on the y = x² question's network with 48 of its points (48 splits evenly
+# over 4 replicas and 3 micro-batches), starting three runs from the same
+# initial weights:
+#
+# | run | replicas | micro-batches $k$ | micro-batch | effective batch |
+# | --- | --- | --- | --- | --- |
+# | one device | 1 | 1 | 48 | 48 |
+# | four replicas | 4 | 1 | 12 | 48 |
+# | four replicas, accumulating | 4 | 3 | 4 | 48 |
+
+# %% [markdown]
+# As in the chapter "Synchronous training", the runs are in float64, so that
+# "the same weights" means equal up to float64 rounding
+# (`pargrad.rounding_tolerance`) on any machine.
+
+# %%
+x, y = parabola_data(n=48, dtype="float64")
+STEPS = 300
+four_replicas = sync_strategy(4)  # one strategy for every four-replica run below
+tolerance = pargrad.rounding_tolerance("float64", STEPS)
+
+
+def train_parabola(replicas, accumulation_steps):
+    """STEPS full-batch updates of the y = x² network; returns (history, weights, updates)."""
+    strategy = four_replicas if replicas == 4 else sync_strategy(replicas)
+    with strategy.scope():
+        model = parabola_model(seed=0, dtype="float64")
+    trainer = SyncTrainer(model, strategy, learning_rate=0.01,
+                          accumulation_steps=accumulation_steps, progress=False)
+    history = trainer.fit(x, y, steps=STEPS, steps_per_call=50)
+    return history, model.get_weights(), int(trainer.optimizer.iterations.numpy())
+
+
+runs = {
+    "one device": train_parabola(1, 1),
+    "four replicas": train_parabola(4, 1),
+    "four replicas, k = 3": train_parabola(4, 3),
+}
+reference = runs["one device"][1]
+for name, (history, weights, updates) in runs.items():
+    gap = max(np.max(np.abs(a - b)) for a, b in zip(weights, reference))
+    print(f"{name:22} effective batch {history.effective_batch_size:2}  "
+          f"micro-batch {history.micro_batch_size:2}  updates {updates}  "
+          f"final loss {history.loss[-1]:.6f}  same weights as one device: {gap < tolerance}")
+    assert gap < tolerance
+
+# %% [markdown]
+# Three different splits, one training run: same weights, same loss. This is the
+# property that lets you move a recipe from a machine with many GPUs to one with
+# few by raising $k$: keep the effective batch, keep the result.
+#
+# ## One all-reduce per update
+#
+# Where the accumulation happens matters. The replica sums its micro-batches'
+# gradients *before* anything leaves the device:
+
+# %%
+show_source(SyncTrainer._accumulated_gradients)
+
+# %% [markdown]
+# Only the sum reaches the optimizer, whose `apply_gradients` all-reduces it
+# across replicas and applies one update. So the number of all-reduces is the
+# number of updates, whatever $k$ is: the optimizer's update counter above
+# is the same for each run, also for the one that computed three micro-batch
+# gradients per update on every replica. All-reducing every micro-batch's
+# gradient instead would compute the same numbers and communicate $k$ times
+# as often; accumulating first divides the communication per example by $k$.
+# The deep dive measures the throughput this buys as $k$ grows.
 
 # %% [markdown]
 # ## Unequal micro-batches: count examples, not micro-batches
@@ -363,58 +463,6 @@ print(f"Keras fit(batch 16, 4 accumulation steps) vs fit(batch 50) after 3 epoch
 # weights sit visibly away from the big batch's. Weighting by examples is exact. With a `tf.data`
 # pipeline the last batch of an epoch is usually the short one; either drop
 # it (`drop_remainder=True`) or weight by examples.
-#
-# ## Stop in the middle of a window, resume bit for bit
-#
-# Long trainings get interrupted. If the accumulator's state were Python
-# numbers, a restart in the middle of a window would lose the micro-batches
-# already summed. `GradientAccumulator` is a `tf.Module` whose sums and counts
-# are variables, so `tf.train.Checkpoint` saves them with the model and the
-# optimizer. We train twelve micro-batches (two windows of five, and two
-# micro-batches into the third) in one go, then again with a stop after
-# seven micro-batches, a checkpoint, and a restart into freshly built
-# objects.
-#
-# "Bit for bit" needs one more thing: the same inputs must give the same
-# outputs every time. A CPU's kernels do; a GPU's are free to add in
-# whatever order its threads finish, so two identical runs can differ in the
-# last digits. `enable_op_determinism` makes TensorFlow pick deterministic
-# kernels (on a CPU it changes nothing here):
-
-# %%
-tf.config.experimental.enable_op_determinism()
-schedule = [(x_all[i::K], y_all[i::K]) for i in range(K)] * 3  # 15 micro-batches of 10
-
-
-def fresh_training(seed):
-    model = parabola_model(seed=seed)
-    optimizer = keras.optimizers.Adam(0.05)
-    accumulator = GradientAccumulator(model.trainable_variables, K, optimizer)
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, accumulator=accumulator)
-    return model, accumulator, checkpoint, micro_batch_stepper(model, accumulator)
-
-
-model, _, _, train_micro_batch = fresh_training(seed=0)
-for x, y in schedule[:12]:
-    train_micro_batch(x, y)
-uninterrupted = model.get_weights()
-
-with tempfile.TemporaryDirectory() as directory:
-    model, accumulator, checkpoint, train_micro_batch = fresh_training(seed=0)
-    for x, y in schedule[:7]:
-        train_micro_batch(x, y)
-    path = checkpoint.save(f"{directory}/training")
-    print("stopped with", int(accumulator.micro_batches), "micro-batches and",
-          int(accumulator.examples), "examples in the window")
-
-    model, accumulator, checkpoint, train_micro_batch = fresh_training(seed=1)
-    checkpoint.restore(path).assert_consumed()
-    print("restored:   ", int(accumulator.micro_batches), "micro-batches and",
-          int(accumulator.examples), "examples in the window")
-    for x, y in schedule[7:12]:
-        train_micro_batch(x, y)
-print("identical to the uninterrupted run, bit for bit:",
-      all(np.array_equal(a, b) for a, b in zip(model.get_weights(), uninterrupted)))
 
 # %% [markdown]
 # ## BatchNorm: micro-batches are not the big batch
@@ -474,8 +522,7 @@ for batch_norm in (False, True):
 # (`pargrad.book.memory.peak_memory`), so that nothing this notebook holds
 # counts: on a GPU it reads TensorFlow's peak device memory, on a CPU the
 # process's peak resident memory, TensorFlow's own few hundred MB included
-# (on Linux the peak is reset before each update). It is the page's longest
-# cell:
+# (on Linux the peak is reset before each update):
 
 # %% mystnb={"figure": {"caption": "Peak memory of one update against the batch size, the whole batch at once and accumulated from micro-batches of 64, on a model with 2048 inputs and two hidden layers of 512.", "name": "fig-peak-memory"}} tags=["nbval-ignore-output"]
 BATCH_SIZES = [64, 512, 2048, 8192]
@@ -489,7 +536,6 @@ growth_whole = memory["whole_mb"][-1] - memory["whole_mb"][0]
 growth_accumulated = memory["accumulated_mb"][-1] - memory["accumulated_mb"][0]
 print(f"growth from batch {BATCH_SIZES[0]} to {BATCH_SIZES[-1]}: whole batch "
       f"+{growth_whole:.0f} MB, accumulated +{growth_accumulated:.0f} MB")
-assert growth_whole > 100 and growth_accumulated < growth_whole / 4
 _ = plots.peak_memory_against_batch(BATCH_SIZES, memory["whole_mb"], memory["accumulated_mb"],
                                     MICRO_BATCH, device=memory["device"])
 
@@ -500,17 +546,22 @@ _ = plots.peak_memory_against_batch(BATCH_SIZES, memory["whole_mb"], memory["acc
 # depend on the machine; the cell checks that the whole batch's growth
 # dwarfs the accumulated one's.) The price is time:
 # $k$ small matrix products use the hardware less well than one big one,
-# which the benchmark `benchmarks/accumulation.py` measures.
-#
+# which the benchmark `benchmarks/accumulation.py` measures. Accumulation
+# also adds one thing to memory: the running sum of the gradients, a buffer
+# the size of the parameters on every replica, which
+# [Accumulation in depth](d4_accumulation_in_depth) measures.
+
+# %% tags=["remove-cell"]
+assert growth_whole > 100 and growth_accumulated < growth_whole / 4
+
+# %% [markdown]
 # ## The learning rate and the effective batch size
 #
-# Accumulating $k$ micro-batches of $b$ examples, on $r$ replicas, makes
-# updates from an **{term}`effective batch`** of $b \cdot k \cdot r$ examples. With
-# the mean (not the sum) the update is the one of that batch, so the
-# learning rate to use is the one that suits *that* batch size. Going from
-# batches of 10 to accumulated batches of 50 means five times fewer updates
-# per epoch; Goyal et al.'s *linear scaling rule* {cite}`goyal2017accurate`
-# compensates by multiplying the learning rate by the same factor (with a
+# With the mean (not the sum) an update is the one of its effective batch,
+# so the learning rate to use is the one that suits *that* batch size. Going
+# from batches of 10 to accumulated batches of 50 means five times fewer
+# updates per epoch; Goyal et al.'s {term}`linear scaling rule`
+# {cite}`goyal2017accurate` compensates by multiplying the learning rate by the same factor (with a
 # warm-up for large factors). On the y = x² network, 200 epochs of shuffled
 # data:
 
@@ -559,136 +610,35 @@ _ = figure.axes[0].set_xlabel("epoch")
 # back. Accumulation changes how the work is done, not what is computed; the
 # hyperparameters belong to the effective batch.
 #
-# ## Noise: the accumulation thread's other reason
-#
-# Memory is one reason to accumulate. The asker of the accumulation thread
-# ([Where this book starts](00_sources)) gave another: the gradient of one
-# small batch is too noisy. A mini-batch gradient is an estimate of the
-# full-batch gradient $g$, and its {term}`gradient noise`, the mean of
-# $\lVert g_b - g \rVert^2$ over random batches of $b$ examples, falls as
-# $1/b$: with $\sigma^2$ the mean of $\lVert g_i - g \rVert^2$ over the
-# $N$ examples' own gradients $g_i$, drawing $b$ of them without replacement
-# gives $\frac{\sigma^2}{b} \cdot \frac{N - b}{N - 1}$. We measure it on the
-# y = x² question's network, from the 50 examples' own gradients (float64, so
-# that only the sampling varies), at the initial weights and after 2000
-# full-batch steps, with 2000 random batches for each size:
-
-# %%
-def per_example_gradients(weights):
-    """One row per example: the gradient of its squared error, all weights flattened."""
-    variables = [tf.Variable(w.astype(np.float64)) for w in weights]
-    x64, y64 = x_all.astype(np.float64), y_all.astype(np.float64)
-    with tf.GradientTape() as tape:
-        losses = tf.reduce_sum(tf.square(parabola_forward(x64, variables) - y64), axis=1)
-    return np.concatenate([tf.reshape(j, [len(x64), -1]).numpy()
-                           for j in tape.jacobian(losses, variables)], axis=1)
-
-
-_, trained_weights = fit_one_device(x_all, y_all, steps=2000, learning_rate=0.01, seed=0)
-NOISE_SIZES, DRAWS, N = [1, 2, 5, 10, 25], 2000, len(x_all)
-noise = {}
-for label, weights in [("initial weights", initial_weights(seed=0)),
-                       ("after 2000 steps", trained_weights)]:
-    per_example = per_example_gradients(weights)
-    full = per_example.mean(axis=0)
-    sigma2 = np.mean(np.sum((per_example - full) ** 2, axis=1))
-    rng = np.random.default_rng(0)
-    draws = [np.array([np.sum((per_example[rng.choice(N, b, replace=False)].mean(axis=0)
-                               - full) ** 2) for _ in range(DRAWS)]) for b in NOISE_SIZES]
-    measured = [d.mean() for d in draws]
-    standard_errors = [d.std() / np.sqrt(DRAWS) for d in draws]
-    predicted = [sigma2 / b * (N - b) / (N - 1) for b in NOISE_SIZES]
-    # accumulating 5 micro-batches of 2, drawn without replacement within a window
-    accumulated = np.mean([np.sum((np.mean(np.split(per_example[rng.choice(N, 10, replace=False)], 5),
-                                           axis=(0, 1)) - full) ** 2) for _ in range(DRAWS)])
-    scale = np.sum(full ** 2)
-    noise[label] = (np.array(measured) / scale, np.array(predicted) / scale, accumulated / scale)
-    print(f"{label}: noise / |g|^2 for batches of {NOISE_SIZES}:",
-          [f"{v:.3g}" for v in noise[label][0]])
-    print(f"{'':{len(label)}}  5 accumulated micro-batches of 2: {noise[label][2]:.3g}"
-          f"  (a batch of 10: {noise[label][0][NOISE_SIZES.index(10)]:.3g})")
-    # The prediction is exact for draws without replacement; the measured mean
-    # of DRAWS draws misses it only by sampling error: within five standard errors.
-    assert all(abs(m - p) < 5 * se for m, p, se in zip(measured, predicted, standard_errors))
-at_start, trained = noise["initial weights"][0], noise["after 2000 steps"][0]
-assert at_start[NOISE_SIZES.index(5)] < 1 < trained[NOISE_SIZES.index(25)]
-
-# %% mystnb={"figure": {"caption": "Gradient noise of the y = x\u00b2 network against the batch size, relative to the squared length of the full-batch gradient, at the initial weights and after 2000 full-batch steps. Dots: measured over random batches; dashed: the prediction, which falls as one over the batch size.", "name": "fig-gradient-noise"}}
-import matplotlib.pyplot as plt
-
-fig, ax = plt.subplots(figsize=(6, 3.4))
-for (label, (measured, predicted, _)), color in zip(noise.items(), ["C0", "C1"]):
-    ax.loglog(NOISE_SIZES, measured, "o", color=color, label=f"{label}, measured")
-    ax.loglog(NOISE_SIZES, predicted, "--", color=color, label=f"{label}, predicted")
-ax.set_xlabel("batch size b")
-ax.set_ylabel("noise / |full-batch gradient|²")
-ax.legend(fontsize=7)
-fig.tight_layout()
+# The rule rests on an approximation: $k$ small
+# steps with gradients $g_1, \ldots, g_k$ move the weights by about
+# $-\eta \sum_i g_i$, one large step with the mean gradient and rate $k\eta$,
+# *if the gradients barely change over those $k$ steps*. That fails where the
+# loss curves sharply, typically at the start of training, so Goyal et al.
+# ramp the rate up over the first epochs (a {term}`warm-up`); and a batch
+# that is most of the training set leaves too few updates for the rule, with
+# or without warm-up. The deep dive shows both on a digits classifier.
 
 # %% [markdown]
-# {numref}`fig-gradient-noise` confirms the $1/b$ law, and shows when the
-# asker is right. At the initial weights the full-batch gradient is large: a
-# batch of 5 points already has less noise than the squared length of the
-# gradient it estimates. After 2000 steps the full-batch gradient is small and
-# the examples' own gradients are not: even a batch of 25 has more noise than
-# that, and an update from one or two points is mostly noise. Accumulating
-# $k$ micro-batches of $b$, drawn without replacement, is a batch of $kb$ and
-# has its noise (the line "5 accumulated micro-batches of 2" above differs
-# from a batch of 10 only by sampling), for the memory of one micro-batch.
-#
-# ### Accumulation, or a smaller learning rate?
-#
-# What the noise does to training is the random part of each step,
-# $\eta\,(g_b - g)$: its size grows with the learning rate $\eta$ and falls
-# with the batch $b$. To first order, SGD's wandering depends on the
-# ratio $\eta / b$ {cite}`smith2018dont,mccandlish2018empirical`, so there are
-# two ways to quiet it: a larger (accumulated) batch, or a smaller learning
-# rate, for example a schedule that lowers $\eta$ as training goes on. The
-# previous section's runs show the trade on this problem: 5 accumulated
-# micro-batches of 10 at the same learning rate make a fifth of the updates,
-# each five times less noisy, and end far higher than plain batches of 10;
-# scaled by 5, the learning rate brings them level. Here, noise is not what
-# limits training, the number of updates is.
-#
-# So, on one device:
-#
-# - **A learning-rate schedule** (lower $\eta$ as the loss flattens) is the
-#   cheaper answer to noise alone: no extra memory, no fewer updates per
-#   epoch. Smith et al. {cite}`smith2018dont` show that growing the batch
-#   during training works like decaying the learning rate, with fewer
-#   updates.
-# - **Accumulation** is the right tool when the *effective batch* itself is
-#   what you need: a recipe (learning rate, schedule, warm-up) tuned for a
-#   batch that does not fit your device; updates that are expensive, such as
-#   an all-reduce across machines, which accumulation makes $k$ times rarer
-#   (chapter "Accumulate and distribute"); or an optimizer whose per-update
-#   state should see large-batch gradients. Beyond the batch size at which
-#   the noise is small next to the gradient, McCandlish et al.'s *critical
-#   batch size* {cite}`mccandlish2018empirical`, a larger batch only costs
-#   time.
-#
 # ## Summary
 #
-# - `pargrad.GradientAccumulator(variables, accumulation_steps, optimizer)` accumulates
-#   example-weighted gradients in variables and applies their mean, eagerly
-#   or in `tf.function`; it equals the big batch to float32 rounding.
+# - A plain TF2 loop accumulates in one variable per weight and applies the
+#   sum over the micro-batches divided by their number: the big batch's update.
+# - `pargrad.GradientAccumulator(variables, accumulation_steps, optimizer)`
+#   weights each micro-batch by its examples, eagerly or in `tf.function`.
 # - Keras 3's `gradient_accumulation_steps` gives the same on one device, but
 #   fails under `MirroredStrategy` (issue 20582) and divides by the number of
 #   micro-batches.
-# - Micro-batches of unequal size must be weighted by their examples;
-#   counting them over-weights the short one.
-# - The accumulator's state is checkpointed with the model: a run stopped in
-#   mid-window resumes bit for bit.
+# - Across replicas: effective batch = micro-batch × accumulation steps ×
+#   replicas; runs with the same effective batch train identically, and
+#   accumulating before the all-reduce keeps one all-reduce per update.
+# - Micro-batches of unequal size must be weighted by their examples.
 # - With BatchNorm, accumulation is not the big batch: statistics are per
-#   micro-batch (a few percent of gradient here).
-# - Accumulation keeps peak memory at one micro-batch's, whatever the batch;
-#   the whole batch's grows with it.
-# - The effective batch is micro-batch × steps × replicas; choose the
-#   learning rate for it (linear scaling rule).
-# - Gradient noise falls as one over the batch size, and accumulating $k$
-#   micro-batches of $b$ has the noise of a batch of $kb$; against noise
-#   alone a learning-rate schedule is cheaper, accumulation is for when the
-#   effective batch itself is needed.
+#   micro-batch.
+# - Accumulation keeps the activations at one micro-batch's, whatever the
+#   batch, for one gradient-sized buffer per replica.
+# - Choose the learning rate for the effective batch (the linear scaling
+#   rule, with warm-up for large factors).
 #
 # ## Exercises
 #
@@ -703,33 +653,35 @@ fig.tight_layout()
 #
 #    *Hint:* `step` decides inside the replica, with a `tf.cond`, whether to
 #    call `apply`.
-# 3. In the BatchNorm experiment, replace `BatchNormalization` by
+# 3. Add a run with 2 replicas and $k = 6$ (micro-batch 4) to the table of
+#    the section "Across replicas". Does it still match one device?
+#
+#    *Hint:* `train_parabola(2, 6)`; $4 \times 6 \times 2 = 48$.
+# 4. In the BatchNorm experiment, replace `BatchNormalization` by
 #    `LayerNormalization`. How large is the gradient error now? Why?
 #
 #    *Hint:* which examples does layer normalisation look at to normalise
 #    one example?
-# 4. Add `MICRO_BATCH = 512` to the memory experiment. Where does the
+# 5. Add `MICRO_BATCH = 512` to the memory experiment. Where does the
 #    accumulated curve sit now? Which micro-batch size would you choose on a
 #    GPU, and what decides it?
 #
 #    *Hint:* the accumulated peak is the peak of one micro-batch.
-# 5. Accumulate 25 micro-batches of 10 with the learning rate scaled by 25,
+# 6. Accumulate 25 micro-batches of 10 with the learning rate scaled by 25,
 #    `train_epochs(10, 25, 0.25)`: one update every five epochs of the 50
 #    points. Is its effective batch really 250? Compare it with the full
 #    batch at the same rate, `train_epochs(50, 1, 0.25, epochs=40)`.
 #
 #    *Hint:* within a window the weights do not move, and every one of the
 #    50 points is in the window five times.
-# 6. Measure the gradient noise at the initial weights for batches drawn
-#    *with* replacement. Which factor of the prediction disappears?
-#
-#    *Hint:* `rng.choice(N, b, replace=True)`.
 #
 # ### Solutions
 #
-# **Exercise 1.** Yes: with equal micro-batches, Keras's mean over
-# micro-batches is the mean over examples, and the weights match the big
-# batch's to float32 rounding:
+# ```{dropdown} Solution to exercise 1
+# Yes: with equal micro-batches, Keras's mean over micro-batches is the mean
+# over examples, and the weights match the big batch's to float32 rounding
+# (the collapsed cell below runs it).
+# ```
 
 # %% tags=["hide-cell"]
 def keras_fit_on(x, y, batch_size, accumulation_steps=None, epochs=3):
@@ -749,13 +701,15 @@ print(f"fit(batch 16, 3 accumulation steps) vs fit(batch 48), 48 points: {gap48:
 assert gap48 < 1e-6
 
 # %% [markdown]
-# **Exercise 2.** `step` would apply inside a `tf.cond` in the replica's
-# function. `GradientAccumulator` refuses with its own error: under a
-# strategy its sums only add up across replicas outside `strategy.run`. Had
-# it gone on, the optimizer's `apply_gradients` would have needed a
-# `merge_call` across replicas inside control flow, which TensorFlow refuses:
-# exactly Keras's problem. Decide outside the replicas (call `accumulate` in
-# `strategy.run`, `apply` outside), as this chapter does:
+# ```{dropdown} Solution to exercise 2
+# `step` would apply inside a `tf.cond` in the replica's function.
+# `GradientAccumulator` refuses with its own error: under a strategy its sums
+# only add up across replicas outside `strategy.run`. Had it gone on, the
+# optimizer's `apply_gradients` would have needed a `merge_call` across
+# replicas inside control flow, which TensorFlow refuses: exactly Keras's
+# problem. Decide outside the replicas (call `accumulate` in `strategy.run`,
+# `apply` outside), as this chapter does.
+# ```
 
 # %% tags=["hide-cell"]
 with strategy.scope():
@@ -779,9 +733,24 @@ except Exception as error:  # noqa: BLE001  (we report whatever TensorFlow raise
     print([line.strip() for line in text.splitlines() if line.strip()][-1])
 
 # %% [markdown]
-# **Exercise 3.** Layer normalisation normalises each example with its own
-# features' statistics, so each example's loss again depends on that example
-# only: the accumulated gradient equals the big batch's to rounding.
+# ```{dropdown} Solution to exercise 3
+# Yes: the effective batch is again 48, and the weights are one device's.
+# ```
+
+# %% tags=["hide-cell"]
+history, weights, updates = train_parabola(2, 6)
+gap = max(np.max(np.abs(a - b)) for a, b in zip(weights, reference))
+print(f"2 replicas, k = 6: effective batch {history.effective_batch_size}, micro-batch "
+      f"{history.micro_batch_size}, updates {updates}, same weights as one device: "
+      f"{gap < tolerance}")
+assert history.effective_batch_size == 48 and gap < tolerance
+
+# %% [markdown]
+# ```{dropdown} Solution to exercise 4
+# Layer normalisation normalises each example with its own features'
+# statistics, so each example's loss again depends on that example only: the
+# accumulated gradient equals the big batch's to rounding.
+# ```
 
 # %% tags=["hide-cell"]
 def parabola_with_layer_norm():
@@ -802,20 +771,25 @@ print(f"LayerNorm: accumulated vs big-batch gradient, relative error: {layer_nor
 assert layer_norm_error < 1e-5
 
 # %% [markdown]
-# **Exercise 4.** With micro-batches of 512 the accumulated curve is flat
-# again, at the height of the whole-batch curve at 512: accumulation's peak
-# is one micro-batch's. On a GPU, choose the largest micro-batch that fits
-# in memory with room to spare, because a larger micro-batch uses the GPU
-# better ({numref}`fig-peak-memory` shows the memory side; the benchmark
+# ```{dropdown} Solution to exercise 5
+# With micro-batches of 512 the accumulated curve is flat again, at the
+# height of the whole-batch curve at 512: accumulation's peak is one
+# micro-batch's. On a GPU, choose the largest micro-batch that fits in memory
+# with room to spare, because a larger micro-batch uses the GPU better
+# ({numref}`fig-peak-memory` shows the memory side; the benchmark
 # `benchmarks/accumulation.py` the time side).
+# ```
 #
-# **Exercise 5.** The window holds every point five times at the same
-# weights, so its mean gradient *is* the full-batch gradient: the
-# "effective batch of 250" is the 50 points, and the run is full-batch
-# gradient descent at rate 0.25, one update every five epochs. Accumulation
-# cannot make a batch larger than the data set; it only makes fewer updates.
-# The cell compares the loss after each of its updates with the full batch's
-# (they agree within float32 rounding over 40 updates):
+# ```{dropdown} Solution to exercise 6
+# The window holds every point five times at the same weights, so its mean
+# gradient *is* the full-batch gradient: the "effective batch of 250" is the
+# 50 points, and the run is full-batch gradient descent at rate 0.25, one
+# update every five epochs. Accumulation cannot make a batch larger than the
+# data set; it only makes fewer updates. The collapsed cell compares the loss
+# after each of its updates with the full batch's (they agree within float32
+# rounding over 40 updates). The linear scaling rule was never tested here:
+# a larger rate on the same full batch is what the run shows.
+# ```
 
 # %% tags=["hide-cell"]
 scaled_25 = train_epochs(10, 25, 0.25)
@@ -825,17 +799,3 @@ relative_gap = np.max(np.abs(after_each_update - full_batch_25)) / np.max(np.abs
 print(f"40 updates, accumulated 25 x 10 against the full batch: "
       f"gap within the rounding tolerance: {relative_gap < pargrad.rounding_tolerance('float32', 40)}")
 assert relative_gap < pargrad.rounding_tolerance("float32", 40)
-
-# %% [markdown]
-# The linear scaling rule was never tested here: a larger rate on the same
-# full batch is what the run shows. The rule assumes that the gradient
-# changes little over the small steps it replaces by one large step; that
-# fails where the loss curves sharply, typically at the start of training.
-# Goyal et al. {cite}`goyal2017accurate` found it failing there for large
-# factors on ResNet-50 and added a warm-up: the learning rate ramps up from
-# the small-batch value over the first epochs.
-#
-# **Exercise 6.** Drawn with replacement, the $b$ examples are independent,
-# so the noise is $\sigma^2 / b$ exactly: the finite-population factor
-# $(N - b)/(N - 1)$ disappears. It matters for large $b$: a batch of all 50
-# points, drawn without replacement, has no noise at all.

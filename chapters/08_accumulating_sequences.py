@@ -435,7 +435,7 @@ assert [weight_gap(a, b) <= tolerance_1 for _, a, b in rows] == [True, True, Fal
 # takes a smaller step. No Keras setting gives the token mean of the window:
 # that needs the window's token count, which Keras's optimizer never sees.
 # (Under `MirroredStrategy`, `gradient_accumulation_steps` does not run at
-# all: see the chapter "Accumulation in TF2 and Keras 3".)
+# all: see the chapter "Accumulation in TF2 and across replicas".)
 #
 # ### A learning-rate schedule counts micro-steps
 #
@@ -621,10 +621,9 @@ assert int(keras_optimizer._iterations) % K == 2 and left > 0
 # BatchNorm normalises each example with its batch's statistics, so $k$
 # micro-batches normalise with $k$ different statistics, which the big batch
 # never does: accumulation is then not the big batch, with or without
-# tokens. The chapter [Accumulation in TF2 and Keras 3](07_accumulation_tf2)
+# tokens. The chapter [Accumulation in TF2 and across replicas](07_accumulation_tf2)
 # measures it (its section "BatchNorm: micro-batches are not the big batch"),
-# and [Accumulate and distribute](07_accumulate_and_distribute) the replicas'
-# side. Sequence models mostly use layer normalisation, which looks at one
+# the replicas' side included. Sequence models mostly use layer normalisation, which looks at one
 # token at a time and so accumulates exactly.
 #
 # ## The accumulation thread, on sequences

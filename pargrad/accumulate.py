@@ -1,6 +1,6 @@
 """Gradient accumulation for TF2 custom loops: sum k micro-batches, apply once.
 
-Taught in the chapter "Accumulation in TF2 and Keras 3".  Each micro-batch's
+Taught in the chapter "Accumulation in TF2 and across replicas".  Each micro-batch's
 gradient is weighted by its number of examples, so micro-batches of unequal
 size still give exactly the gradient of the mean loss over the big batch.
 With ``sample_weight`` (a padding mask, per-token weights) each micro-batch
@@ -137,7 +137,7 @@ class GradientAccumulator(tf.Module):
     :meth:`step` applies inside ``tf.cond`` and so works only without a
     strategy.
 
-    Taught in the chapters "Accumulation in TF2 and Keras 3" and
+    Taught in the chapters "Accumulation in TF2 and across replicas" and
     "Accumulating sequences".
     """
 

@@ -526,7 +526,7 @@ class SyncTrainer(tf.Module):
     def _accumulated_gradients(self, x, y, variables, global_batch_size):
         """Sum the gradients of k micro-batches on this replica, no communication.
 
-        Shown in the chapter "Accumulate and distribute".
+        Shown in the chapter "Accumulation in TF2 and across replicas".
         """
         loss, grads = self._gradients(x[0], y[0], variables, global_batch_size)
         for i in range(1, self.accumulation_steps):     # unrolled: k is a Python int

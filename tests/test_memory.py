@@ -1,5 +1,5 @@
-"""pargrad.book.memory: the memory probes of the chapters "Accumulation in TF2 and Keras 3"
-and "Accumulate and distribute"."""
+"""pargrad.book.memory: the memory probes of the chapters "Accumulation in TF2 and across replicas"
+and "Accumulation in depth"."""
 
 import keras
 import pytest

@@ -1,11 +1,11 @@
 """What an update costs in memory, measured in a fresh process: the book's two memory probes.
 
 * :func:`peak_memory` (taught in the chapter "Accumulation in TF2 and
-  Keras 3"): the peak memory of one update as the batch grows, with the
+  across replicas"): the peak memory of one update as the batch grows, with the
   gradients of the whole batch computed at once or accumulated from
   micro-batches with :class:`pargrad.GradientAccumulator`;
-* :func:`sync_update_peak_memory` (taught in the chapter "Accumulate and
-  distribute"): how far one update of :class:`pargrad.SyncTrainer` on four
+* :func:`sync_update_peak_memory` (taught in the chapter "Accumulation in
+  depth"): how far one update of :class:`pargrad.SyncTrainer` on four
   logical devices raises the peak, without accumulation and accumulating
   ``k`` micro-batches on every replica.
 
@@ -105,7 +105,7 @@ def peak_memory(batch_sizes, micro_batch_size, timeout=180):
     "accumulated_mb": [...]}``; on a CPU the figures are peak resident
     memory, TensorFlow itself included.
 
-    Taught in the chapter "Accumulation in TF2 and Keras 3".
+    Taught in the chapter "Accumulation in TF2 and across replicas".
     """
     sizes = [int(size) for size in batch_sizes]
     if not sizes or sizes != sorted(sizes) or sizes[0] < 1:
@@ -174,7 +174,7 @@ def sync_update_peak_memory(accumulation_steps, micro_batch=8, width=WIDTH, time
     """Peak-memory rise (MB) of one update on four replicas, in a fresh process.
 
     Returns ``{"device": "CPU" or "GPU", "resettable": bool, "rise_mb": float}``.
-    Taught in the chapter "Accumulate and distribute".
+    Taught in the chapter "Accumulation in depth".
     """
     arguments = [check_whole_number(name, value) for name, value in (
         ("accumulation_steps", accumulation_steps), ("micro_batch", micro_batch),

@@ -1,25 +1,29 @@
 # %% [markdown]
-# # Accumulate and distribute
+# # Accumulation in depth
 #
-# The synchronous chapter split one batch over several devices; the
-# accumulation chapters split one batch over several passes on one device.
-# Real training does both: every replica accumulates a few micro-batches, and
-# the replicas all-reduce once per update. This chapter puts the two together
-# with `SyncTrainer(accumulation_steps=k)`.
+# ```{admonition} Takeaway
+# A small batch's gradient is noisy in proportion to one over its size, and
+# accumulating $k$ micro-batches has a $k$ times larger batch's noise. The
+# accumulator's state survives a checkpoint in mid-window. On replicas,
+# accumulating spreads each update's fixed cost over $k$ micro-batches; the
+# linear scaling rule holds until too few updates are left.
+# ```
+#
+# This optional page holds the measurements that the chapter
+# [Accumulation in TF2 and across replicas](07_accumulation_tf2) only cites.
+# Read it after that chapter, in any order of its sections.
 #
 # **In this chapter you will**
 #
-# - compute the effective batch, micro-batch × accumulation steps × replicas,
-#   and check that three very different runs with the same effective batch
-#   train identically;
-# - see why accumulating *before* the all-reduce means one all-reduce per
-#   update, and measure what that buys;
-# - meet the linear scaling rule for the learning rate, and watch it work (and
-#   its limit) on a real classification task.
-#
-# Runs in under two minutes on two CPU cores.
+# - measure the accumulation thread's other reason to accumulate, gradient
+#   noise, and see when a learning-rate schedule is the cheaper answer;
+# - measure what accumulating before the all-reduce buys in throughput;
+# - try the linear scaling rule and warm-up on a digits classifier;
+# - measure the memory of the gradient buffers on every replica;
+# - stop a training in the middle of an accumulation window and resume it,
+#   bit for bit.
 
-# %% tags=["colab"]
+# %% tags=["colab", "hide-input"]
 # On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
 import sys
 
@@ -33,110 +37,177 @@ if "google.colab" in sys.modules:
     )
 
 # %%
+import tempfile
+import time
+
+import numpy as np
 import pargrad
 
 devices = pargrad.logical_devices(4)
 
-import time
+import keras  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+import tensorflow as tf  # noqa: E402
+from pargrad.accumulate import GradientAccumulator  # noqa: E402
+from pargrad.book import digits, memory  # noqa: E402
+from pargrad.book.parabola import (  # noqa: E402
+    fit_one_device, initial_weights, parabola_data, parabola_forward, parabola_model)
+from pargrad.strategies import sync_strategy  # noqa: E402
+from pargrad.sync import SyncTrainer  # noqa: E402
 
-import keras
+keras.utils.set_random_seed(0)
+tf.config.experimental.enable_tensor_float_32_execution(False)
+x_all, y_all = parabola_data()
+K = 5  # micro-batches per update, of 10 examples each
+four_replicas = sync_strategy(4)
+
+
+def mean_squared_error(model, x, y):
+    return tf.reduce_mean(tf.square(model(x, training=True) - y))
+
+
+def micro_batch_stepper(model, accumulator):
+    """A compiled function: gradients of one micro-batch, handed to the accumulator."""
+
+    @tf.function
+    def train_micro_batch(x, y):
+        with tf.GradientTape() as tape:
+            loss = mean_squared_error(model, x, y)
+        gradients = tape.gradient(loss, model.trainable_variables)
+        return accumulator.step(gradients, tf.shape(x)[0])
+
+    return train_micro_batch
+
+
+def per_example_cross_entropy(labels, logits):
+    """Cross-entropy of each example (SyncTrainer scales by the effective batch)."""
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tf.cast(tf.reshape(labels, [-1]), tf.int32), logits=logits)
+
+# %% [markdown]
+# ## Noise: the accumulation thread's other reason
+#
+# Memory is one reason to accumulate. The asker of the accumulation thread
+# ([Where this book starts](00_sources)) gave another: the gradient of one
+# small batch is too noisy. A mini-batch gradient is an estimate of the
+# full-batch gradient $g$, and its {term}`gradient noise`, the mean of
+# $\lVert g_b - g \rVert^2$ over random batches of $b$ examples, falls as
+# $1/b$: with $\sigma^2$ the mean of $\lVert g_i - g \rVert^2$ over the
+# $N$ examples' own gradients $g_i$, drawing $b$ of them without replacement
+# gives $\frac{\sigma^2}{b} \cdot \frac{N - b}{N - 1}$. We measure it on the
+# y = x² question's network, from the 50 examples' own gradients (float64, so
+# that only the sampling varies), at the initial weights and after 2000
+# full-batch steps, with 2000 random batches for each size:
+
+# %%
+def per_example_gradients(weights):
+    """One row per example: the gradient of its squared error, all weights flattened."""
+    variables = [tf.Variable(w.astype(np.float64)) for w in weights]
+    x64, y64 = x_all.astype(np.float64), y_all.astype(np.float64)
+    with tf.GradientTape() as tape:
+        losses = tf.reduce_sum(tf.square(parabola_forward(x64, variables) - y64), axis=1)
+    return np.concatenate([tf.reshape(j, [len(x64), -1]).numpy()
+                           for j in tape.jacobian(losses, variables)], axis=1)
+
+
+_, trained_weights = fit_one_device(x_all, y_all, steps=2000, learning_rate=0.01, seed=0)
+NOISE_SIZES, DRAWS, N = [1, 2, 5, 10, 25], 2000, len(x_all)
+noise = {}
+for label, weights in [("initial weights", initial_weights(seed=0)),
+                       ("after 2000 steps", trained_weights)]:
+    per_example = per_example_gradients(weights)
+    full = per_example.mean(axis=0)
+    sigma2 = np.mean(np.sum((per_example - full) ** 2, axis=1))
+    rng = np.random.default_rng(0)
+    draws = [np.array([np.sum((per_example[rng.choice(N, b, replace=False)].mean(axis=0)
+                               - full) ** 2) for _ in range(DRAWS)]) for b in NOISE_SIZES]
+    measured = [d.mean() for d in draws]
+    standard_errors = [d.std() / np.sqrt(DRAWS) for d in draws]
+    predicted = [sigma2 / b * (N - b) / (N - 1) for b in NOISE_SIZES]
+    # accumulating 5 micro-batches of 2, drawn without replacement within a window
+    accumulated = np.mean([np.sum((np.mean(np.split(per_example[rng.choice(N, 10, replace=False)], 5),
+                                           axis=(0, 1)) - full) ** 2) for _ in range(DRAWS)])
+    scale = np.sum(full ** 2)
+    noise[label] = (np.array(measured) / scale, np.array(predicted) / scale, accumulated / scale)
+    print(f"{label}: noise / |g|^2 for batches of {NOISE_SIZES}:",
+          [f"{v:.3g}" for v in noise[label][0]])
+    print(f"{'':{len(label)}}  5 accumulated micro-batches of 2: {noise[label][2]:.3g}"
+          f"  (a batch of 10: {noise[label][0][NOISE_SIZES.index(10)]:.3g})")
+    # The prediction is exact for draws without replacement; the measured mean
+    # of DRAWS draws misses it only by sampling error: within five standard errors.
+    assert all(abs(m - p) < 5 * se for m, p, se in zip(measured, predicted, standard_errors))
+at_start, trained = noise["initial weights"][0], noise["after 2000 steps"][0]
+assert at_start[NOISE_SIZES.index(5)] < 1 < trained[NOISE_SIZES.index(25)]
+
+# %% mystnb={"figure": {"caption": "Gradient noise of the y = x\u00b2 network against the batch size, relative to the squared length of the full-batch gradient, at the initial weights and after 2000 full-batch steps. Dots: measured over random batches; dashed: the prediction, which falls as one over the batch size.", "name": "fig-gradient-noise"}}
 import matplotlib.pyplot as plt
-import numpy as np
-import tensorflow as tf
-from pargrad.book import digits, show_source
-from pargrad.book.parabola import parabola_data, parabola_model
-from pargrad.strategies import sync_strategy
-from pargrad.sync import SyncTrainer
+
+fig, ax = plt.subplots(figsize=(6, 3.4))
+for (label, (measured, predicted, _)), color in zip(noise.items(), ["C0", "C1"]):
+    ax.loglog(NOISE_SIZES, measured, "o", color=color, label=f"{label}, measured")
+    ax.loglog(NOISE_SIZES, predicted, "--", color=color, label=f"{label}, predicted")
+ax.set_xlabel("batch size b")
+ax.set_ylabel("noise / |full-batch gradient|²")
+ax.legend(fontsize=7)
+fig.tight_layout()
 
 # %% [markdown]
-# ## The effective batch
+# {numref}`fig-gradient-noise` confirms the $1/b$ law, and shows when the
+# asker is right. At the initial weights the full-batch gradient is large: a
+# batch of 5 points already has less noise than the squared length of the
+# gradient it estimates. After 2000 steps the full-batch gradient is small and
+# the examples' own gradients are not: even a batch of 25 has more noise than
+# that, and an update from one or two points is mostly noise. Accumulating
+# $k$ micro-batches of $b$, drawn without replacement, is a batch of $kb$ and
+# has its noise (the line "5 accumulated micro-batches of 2" above differs
+# from a batch of 10 only by sampling), for the memory of one micro-batch.
 #
-# An update of synchronous training with accumulation sees an
-# {term}`effective batch`:
+# ### Accumulation, or a smaller learning rate?
 #
-# $$\text{effective batch} = \text{micro-batch} \times k \times \text{replicas},$$
+# What the noise does to training is the random part of each step,
+# $\eta\,(g_b - g)$: its size grows with the learning rate $\eta$ and falls
+# with the batch $b$. To first order, SGD's wandering depends on the
+# ratio $\eta / b$ {cite}`smith2018dont,mccandlish2018empirical`, so there are
+# two ways to quiet it: a larger (accumulated) batch, or a smaller learning
+# rate, for example a schedule that lowers $\eta$ as training goes on. The
+# runs of the section "The learning rate and the effective batch size" in
+# [Accumulation in TF2 and across replicas](07_accumulation_tf2) show the
+# trade on this problem: 5 accumulated
+# micro-batches of 10 at the same learning rate make a fifth of the updates,
+# each five times less noisy, and end far higher than plain batches of 10;
+# scaled by 5, the learning rate brings them level. Here, noise is not what
+# limits training, the number of updates is.
 #
-# where $k$ is the number of micro-batches each replica accumulates. Each
-# replica sums the gradients of its $k$ micro-batches locally (no
-# communication), the replicas all-reduce those sums once, and one update is
-# applied. If every loss is scaled by the effective batch, the update is the
-# mean gradient over all its examples: the same update as one device on one
-# batch of that size.
+# So, on one device:
 #
-# We check this on the y = x² question's network with 48 of its points (48 splits evenly
-# over 4 replicas and 3 micro-batches), starting three runs from the same
-# initial weights:
-#
-# | run | replicas | micro-batches $k$ | micro-batch | effective batch |
-# | --- | --- | --- | --- | --- |
-# | one device | 1 | 1 | 48 | 48 |
-# | four replicas | 4 | 1 | 12 | 48 |
-# | four replicas, accumulating | 4 | 3 | 4 | 48 |
+# - **A learning-rate schedule** (lower $\eta$ as the loss flattens) is the
+#   cheaper answer to noise alone: no extra memory, no fewer updates per
+#   epoch. Smith et al. {cite}`smith2018dont` show that growing the batch
+#   during training works like decaying the learning rate, with fewer
+#   updates.
+# - **Accumulation** is the right tool when the *effective batch* itself is
+#   what you need: a recipe (learning rate, schedule, warm-up) tuned for a
+#   batch that does not fit your device; updates that are expensive, such as
+#   an all-reduce across machines, which accumulation makes $k$ times rarer
+#   (the next section); or an optimizer whose per-update
+#   state should see large-batch gradients. Beyond the batch size at which
+#   the noise is small next to the gradient, McCandlish et al.'s *critical
+#   batch size* {cite}`mccandlish2018empirical`, a larger batch only costs
+#   time.
 
 # %% [markdown]
-# As in the chapter "Synchronous training", the runs are in float64, so that
-# "the same weights" means equal up to float64 rounding
-# (`pargrad.rounding_tolerance`) on any machine.
-
-# %%
-x, y = parabola_data(n=48, dtype="float64")
-STEPS = 300
-four_replicas = sync_strategy(4)  # one strategy for every four-replica run below
-tolerance = pargrad.rounding_tolerance("float64", STEPS)
-
-
-def train_parabola(replicas, accumulation_steps):
-    """STEPS full-batch updates of the y = x² network; returns (history, weights, updates)."""
-    strategy = four_replicas if replicas == 4 else sync_strategy(replicas)
-    with strategy.scope():
-        model = parabola_model(seed=0, dtype="float64")
-    trainer = SyncTrainer(model, strategy, learning_rate=0.01,
-                          accumulation_steps=accumulation_steps, progress=False)
-    history = trainer.fit(x, y, steps=STEPS, steps_per_call=50)
-    return history, model.get_weights(), int(trainer.optimizer.iterations.numpy())
-
-
-runs = {
-    "one device": train_parabola(1, 1),
-    "four replicas": train_parabola(4, 1),
-    "four replicas, k = 3": train_parabola(4, 3),
-}
-reference = runs["one device"][1]
-for name, (history, weights, updates) in runs.items():
-    gap = max(np.max(np.abs(a - b)) for a, b in zip(weights, reference))
-    print(f"{name:22} effective batch {history.effective_batch_size:2}  "
-          f"micro-batch {history.micro_batch_size:2}  updates {updates}  "
-          f"final loss {history.loss[-1]:.6f}  same weights as one device: {gap < tolerance}")
-    assert gap < tolerance
-
-# %% [markdown]
-# Three different splits, one training run: same weights, same loss. This is the
-# property that lets you move a recipe from a machine with many GPUs to one with
-# few by raising $k$: keep the effective batch, keep the result.
+# ## What accumulating before the all-reduce buys
 #
-# ## One all-reduce per update
-#
-# Where the accumulation happens matters. The replica sums its micro-batches'
-# gradients *before* anything leaves the device:
-
-# %%
-show_source(SyncTrainer._accumulated_gradients)
-
-# %% [markdown]
-# Only the sum reaches the optimizer, whose `apply_gradients` all-reduces it
-# across replicas and applies one update. So the number of all-reduces is the
-# number of updates, whatever $k$ is: the optimizer's update counter in the
-# table above says 300 for each run, also for the one that computed 900
-# micro-batch gradients on every replica.
-#
+# `SyncTrainer(accumulation_steps=k)` sums each replica's micro-batch
+# gradients before the all-reduce, so there is one all-reduce per update.
 # The alternative, all-reducing every micro-batch's gradient and accumulating
 # the reduced results, computes the same numbers but communicates $k$ times as
 # often. On real multi-GPU machines communication is often the bottleneck, so
 # accumulating first divides the communication per example by $k$. Here we
 # measure how many examples per second four logical devices process with a
-# fixed micro-batch of 8 and growing $k$. Other programs share this
-# machine's two cores, so one run says little: each $k$ is measured in three
-# interleaved rounds, and the cell prints the best and the spread:
+# fixed micro-batch of 8 and growing $k$. A timing on shared cores varies,
+# so one run says little: each $k$ is measured in three interleaved rounds,
+# and the cell prints the best and the spread:
 
 # %% tags=["nbval-ignore-output"]
 def throughput_trainer(accumulation_steps, micro_batch=8, steps=40):
@@ -173,6 +244,8 @@ throughput = {k: max(rates) for k, rates in rounds.items()}
 for k, rates in rounds.items():
     print(f"k = {k}: best {max(rates):8.0f} examples/s ({max(rates) / throughput[1]:.2f}x k = 1), "
           f"rounds from {min(rates):.0f} to {max(rates):.0f}")
+
+# %% tags=["remove-cell"]
 # "accumulating spreads the fixed cost": the worst round at k = 8 beats the best at k = 1
 assert min(rounds[8]) > max(rounds[1]), "accumulating should amortise the per-update cost"
 
@@ -181,16 +254,15 @@ assert min(rounds[8]) > max(rounds[1]), "accumulating should amortise the per-up
 # the update itself); accumulating spreads it over $k$ micro-batches, so the
 # throughput grows with $k$ until the micro-batches' own computation dominates
 # (the cell checks only the robust part: every round at $k = 8$ beats every
-# round at $k = 1$; the steps between are within the rounds' spread). On two
-# CPU cores the all-reduce is a memory copy. Across GPUs or machines it is a
+# round at $k = 1$; the steps between are within the rounds' spread). On a
+# CPU the all-reduce is a memory copy. Across GPUs or machines it is a
 # network transfer, a larger fixed cost to spread; how much more
 # accumulation gains there, this page cannot measure (the chapter "What
 # communication costs" models it).
 #
-# ## The learning rate and the effective batch
+# ## The linear scaling rule on the digits
 #
-# Accumulation costs little memory (we measure it below), but it is not free
-# in optimisation: with the effective batch $k$ times larger, an epoch has $k$
+# Accumulation costs little memory, but it is not free in optimisation: with the effective batch $k$ times larger, an epoch has $k$
 # times fewer updates. Each update has a better (less noisy) gradient, but it
 # is still one step of the same length. Goyal et al. {cite}`goyal2017accurate`
 # made ResNet-50 train in one hour on
@@ -305,6 +377,8 @@ for updates, test_accuracy in cold.items():
           f"test accuracy {test_accuracy:.3f}")
 print(f"{f'batch 32, lr 0.05, {len(small_batch[1])} updates':46} "
       f"test accuracy {small_batch[2]:.3f}")
+
+# %% tags=["remove-cell"]
 short, long = warm[same_examples], warm[4 * same_examples]
 assert short < small_batch[2] - 0.1  # warm-up alone does not rescue 16 updates
 assert long > short + 0.1
@@ -328,8 +402,9 @@ assert cold[4 * same_examples] > cold[same_examples] + 0.1  # the control: more 
 # of their training set a batch, and thousands of updates), and broke down
 # beyond. Which batch is "too large" depends on the problem and on how many
 # updates are left: the rule is a starting point to check, not a law.
-#
-# ### What accumulation costs in memory
+
+# %% [markdown]
+# ## The gradient buffers' memory
 #
 # Every run above keeps the micro-batch at 8 examples a replica, so the
 # activations of a step stay those of one micro-batch, whatever the effective
@@ -337,7 +412,7 @@ assert cold[4 * same_examples] > cold[same_examples] + 0.1  # the control: more 
 # tensor of the same shape as each parameter, on every replica. We measure it
 # by running one update in a fresh process, once without accumulation and
 # once accumulating four micro-batches of the same size, as the chapter
-# "Accumulation in TF2 and Keras 3" measures peak memory
+# "Accumulation in TF2 and across replicas" measures peak memory
 # (`pargrad.book.memory`). The digits network's few kilobytes of
 # parameters would vanish in the process's memory, so the probe is a wider
 # network of the same shape. Each run is a fresh process because memory a
@@ -370,28 +445,83 @@ if accumulating["resettable"]:
 # inputs the activations dominate, and that is the trade accumulation makes:
 # gradient buffers the size of the parameters, instead of activations that
 # grow with the batch.
+
+# %% [markdown]
+# ## Stop in the middle of a window, resume bit for bit
 #
+# Long trainings get interrupted. If the accumulator's state were Python
+# numbers, a restart in the middle of a window would lose the micro-batches
+# already summed. `GradientAccumulator` is a `tf.Module` whose sums and counts
+# are variables, so `tf.train.Checkpoint` saves them with the model and the
+# optimizer. We train twelve micro-batches (two windows of five, and two
+# micro-batches into the third) in one go, then again with a stop after
+# seven micro-batches, a checkpoint, and a restart into freshly built
+# objects.
+#
+# "Bit for bit" needs one more thing: the same inputs must give the same
+# outputs every time. A CPU's kernels do; a GPU's are free to add in
+# whatever order its threads finish, so two identical runs can differ in the
+# last digits. `enable_op_determinism` makes TensorFlow pick deterministic
+# kernels (on a CPU it changes nothing here):
+
+# %%
+tf.config.experimental.enable_op_determinism()
+schedule = [(x_all[i::K], y_all[i::K]) for i in range(K)] * 3  # 15 micro-batches of 10
+
+
+def fresh_training(seed):
+    model = parabola_model(seed=seed)
+    optimizer = keras.optimizers.Adam(0.05)
+    accumulator = GradientAccumulator(model.trainable_variables, K, optimizer)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, accumulator=accumulator)
+    return model, accumulator, checkpoint, micro_batch_stepper(model, accumulator)
+
+
+model, _, _, train_micro_batch = fresh_training(seed=0)
+for x, y in schedule[:12]:
+    train_micro_batch(x, y)
+uninterrupted = model.get_weights()
+
+with tempfile.TemporaryDirectory() as directory:
+    model, accumulator, checkpoint, train_micro_batch = fresh_training(seed=0)
+    for x, y in schedule[:7]:
+        train_micro_batch(x, y)
+    path = checkpoint.save(f"{directory}/training")
+    print("stopped with", int(accumulator.micro_batches), "micro-batches and",
+          int(accumulator.examples), "examples in the window")
+
+    model, accumulator, checkpoint, train_micro_batch = fresh_training(seed=1)
+    checkpoint.restore(path).assert_consumed()
+    print("restored:   ", int(accumulator.micro_batches), "micro-batches and",
+          int(accumulator.examples), "examples in the window")
+    for x, y in schedule[7:12]:
+        train_micro_batch(x, y)
+print("identical to the uninterrupted run, bit for bit:",
+      all(np.array_equal(a, b) for a, b in zip(model.get_weights(), uninterrupted)))
+
+# %% [markdown]
 # ## Summary
 #
-# - Effective batch = micro-batch × accumulation steps × replicas. Runs with the
-#   same effective batch and the loss scaled by it train identically, however
-#   the batch is split.
-# - Accumulating on each replica before the all-reduce keeps one all-reduce per
-#   update, dividing communication per example by $k$.
-# - A larger effective batch means fewer updates per epoch. The linear scaling
-#   rule (learning rate × $k$, with warm-up) recovers much of the lost progress;
-#   when the batch is most of the training set, too few updates are left for
-#   it, with or without warm-up.
+# - Gradient noise falls as one over the batch size, and accumulating $k$
+#   micro-batches of $b$ has the noise of a batch of $kb$; against noise
+#   alone a learning-rate schedule is cheaper, accumulation is for when the
+#   effective batch itself is needed.
+# - Accumulating before the all-reduce spreads each update's fixed cost
+#   (launch, all-reduce, update) over $k$ micro-batches.
+# - The linear scaling rule recovers much of the progress a larger batch
+#   loses per example; a batch that is most of the training set leaves too
+#   few updates for it, with or without warm-up.
 # - Accumulation costs at least one buffer the size of the parameters per
-#   replica (measured: more, when the unrolled micro-batches run at once),
-#   and keeps the activations at one micro-batch's.
+#   replica.
+# - The accumulator's state is checkpointed with the model: a run stopped in
+#   mid-window resumes bit for bit.
 #
 # ## Exercises
 #
-# 1. Add a run with 2 replicas and $k = 6$ (micro-batch 4) to the first table.
-#    Does it still match one device?
+# 1. Measure the gradient noise at the initial weights for batches drawn
+#    *with* replacement. Which factor of the prediction disappears?
 #
-#    *Hint:* `train_parabola(2, 6)`; $4 \times 6 \times 2 = 48$.
+#    *Hint:* `rng.choice(N, b, replace=True)`.
 # 2. Vary the warm-up of the batch-1024 run: half of `WARM_UP`, `WARM_UP`,
 #    and twice `WARM_UP` updates, each trained for `4 * same_examples`
 #    updates. Does a longer warm-up help, and how would you tell a real
@@ -409,18 +539,13 @@ if accumulating["resettable"]:
 #
 # ### Solutions
 #
-# **Exercise 1.** Yes: the effective batch is again 48, and the weights are
-# one device's:
-
-# %% tags=["hide-cell"]
-history, weights, updates = train_parabola(2, 6)
-gap = max(np.max(np.abs(a - b)) for a, b in zip(weights, reference))
-print(f"2 replicas, k = 6: effective batch {history.effective_batch_size}, micro-batch "
-      f"{history.micro_batch_size}, updates {updates}, same weights as one device: "
-      f"{gap < tolerance}")
-assert history.effective_batch_size == 48 and gap < tolerance
-
-# %% [markdown]
+# ```{dropdown} Solution to exercise 1
+# Drawn with replacement, the $b$ examples are independent, so the noise is
+# $\sigma^2 / b$ exactly: the finite-population factor $(N - b)/(N - 1)$
+# disappears. It matters for large $b$: a batch of all 50 points, drawn
+# without replacement, has no noise at all.
+# ```
+#
 # ```{dropdown} Solution to exercise 2
 # Run the three warm-ups with the same number of updates and compare their
 # test accuracies. At this rate a single run's accuracy depends on the order
