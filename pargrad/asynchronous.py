@@ -349,7 +349,7 @@ class AsyncTrainer:
     def _apply(self, worker, read, loss, gradients, now):
         """Apply one worker's update atomically and record it.
 
-        Shown in the chapter "Asynchronous training".
+        Shown in the chapter "Stale gradients in depth".
         """
         run = self._run
         with self._lock:
@@ -745,7 +745,7 @@ def delay_compensated(gradients, now, read, strength):
     outer product ``g gᵀ`` and keeps its diagonal, scaled by ``λ`` =
     ``strength``, so the correction costs two products an element.  Works
     on TensorFlow tensors and on NumPy arrays.  Shown in the chapter
-    "Asynchronous training".
+    "Stale gradients in depth".
     """
     return [g + strength * g * g * (w - r) for g, w, r in zip(gradients, now, read)]
 

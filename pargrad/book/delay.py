@@ -19,7 +19,7 @@ def stable_rate_bound(staleness):
 
     ``2 sin(π / (2 (2τ + 1)))``: 2 for fresh gradients (τ = 0), 1 for τ = 1,
     about 0.445 for τ = 3 and 0.209 for τ = 7.  Shown in the chapter
-    "Asynchronous training".
+    "Stale gradients in depth".
     """
     staleness = _staleness(staleness)
     return 2.0 * math.sin(math.pi / (2.0 * (2 * staleness + 1)))

@@ -1,9 +1,10 @@
 """Lost updates: several threads adding to one variable, counted.
 
-Taught in the chapter "Asynchronous training", which shows why the shared
-parameters of :class:`pargrad.AsyncTrainer` are native ``tf.Variable``
-objects updated under a lock: a Keras variable's ``assign_add`` is a read,
-an add and a write, and two threads can tear them apart.
+Taught in the chapters "Asynchronous training" and "Stale gradients in
+depth", which show why the shared parameters of :class:`pargrad.AsyncTrainer`
+are native ``tf.Variable`` objects updated under a lock: a Keras
+variable's ``assign_add`` is a read, an add and a write, and two threads
+can tear them apart.
 """
 
 import threading
@@ -20,7 +21,7 @@ def lost_updates(variable, threads=2, increments=2000):
     a write, and two threads that read the same value both write it back
     plus one.  Every thread is joined before the count is returned.
 
-    Shown in the chapter "Asynchronous training".
+    Shown in the chapter "Stale gradients in depth".
     """
     threads = check_whole_number("threads", threads)
     increments = check_whole_number("increments", increments)

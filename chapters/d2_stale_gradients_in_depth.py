@@ -1,0 +1,671 @@
+# %% [markdown]
+# # Stale gradients in depth
+#
+# ```{admonition} Takeaway
+# A gradient $\tau$ updates old converges on a parabola only while
+# $\eta\lambda < 2\sin(\pi/(2(2\tau+1)))$, and the y = x² network's largest
+# stable rate shrinks by that factor. Two remedies, the staleness-aware rate
+# and delay compensation (DC-ASGD), keep a too-high rate stable; neither is
+# ahead of a tuned constant rate on seeds it was not tuned on.
+# ```
+#
+# This optional page holds the evidence behind the chapter
+# [Asynchronous training](04_asynchronous). **In this chapter you will** find
+# the trainer's update in full,
+# the NumPy replica that makes many seeds affordable (and its check against
+# the trainer), the sign tests at fixed rates, the derivation of the delay
+# bound and its check against runs, the momentum control, the staleness-aware
+# rate and DC-ASGD each swept and compared on two seed sets, and the lost
+# updates of an unlocked read-modify-write. How a verdict is reached (paired
+# seeds, tuning seeds, the sign test, the negligible floor, the held-out
+# replication) is told once, on the page [How the book decides](a0_methods).
+
+# %% tags=["colab", "hide-input"]
+# On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
+import sys
+
+if "google.colab" in sys.modules:
+    import subprocess
+
+    REPOSITORY = "https://github.com/pargrad/pargrad"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", f"pargrad @ git+{REPOSITORY}@main"],
+        check=True,
+    )
+
+# %% tags=["hide-input"]
+import pargrad  # first: it imports TensorFlow quietly
+
+import keras
+import matplotlib.pyplot as plt
+import numpy as np
+import tensorflow as tf
+from pargrad import AsyncTrainer, Scenario
+from pargrad.book import delay, experiments, glue, parabola_async, plots, replay, show_source
+from pargrad.book.lost_updates import lost_updates
+from pargrad.book.parabola import parabola_data, parabola_model, squared_error
+from pargrad.scenario import virtual_schedule  # AsyncTrainer's own virtual clock, as arrays
+
+devices = pargrad.logical_devices(8)
+keras.utils.set_random_seed(0)
+x, y = parabola_data()
+x64, y64 = parabola_data(dtype="float64")
+UPDATES = 400
+SEEDS, TUNING_SEEDS = np.arange(30), np.arange(100, 120)            # the chapter's seeds
+HELD_OUT, HELD_OUT_TUNING = np.arange(1000, 1030), np.arange(1100, 1120)  # for replication
+RATES = [0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.14, 0.2, 0.3, 0.4]
+glue("seeds", len(SEEDS))
+glue("updates", UPDATES)
+
+
+def short(value):
+    """A score for printing: three significant digits, or "> 1000" for a run that blew up."""
+    return f"{value:.3g}" if value < 1000 else "> 1000"
+
+
+def verdict_line(verdict):
+    """A verdict without its p-value (the page "How the book decides" shows how p is found)."""
+    return (f"{verdict.first} vs {verdict.second}: lower on {verdict.wins} of {verdict.seeds} "
+            f"seeds, median ratio {short(verdict.effect)} -> {verdict.verdict}")
+
+
+def replica_final_loss(workers, rate, seeds=(0,), **options):
+    """Loss on all 50 points after UPDATES updates, one a seed, from the NumPy replica."""
+    return parabola_async.final_losses(workers, rate, seeds, UPDATES, **options)
+
+
+def full_loss(weights):
+    """The loss of the y = x² network with these weights on all 50 points."""
+    model = parabola_model(seed=0)
+    model.set_weights(weights)
+    return float(squared_error(y, model(x)))
+
+# %% [markdown]
+# ## The trainer's update
+#
+# Reading and applying happen under a lock, so that a read sees a whole
+# version of the parameters and an update is applied in one piece. Applying
+# records the staleness, divides the learning rate by `staleness + 1` when we
+# ask for the staleness-aware rate, and with `delay_compensation` corrects the
+# stale gradient using the parameters the worker read:
+
+# %%
+show_source(AsyncTrainer._apply)
+
+# %% [markdown]
+# With real threads (`mode="free-running"`) the staleness depends on the
+# machine and the moment, so the next cell's numbers change from run to run;
+# the cell checks what must hold whatever they are:
+
+# %% tags=["hide-input", "nbval-ignore-output"]
+trainer = AsyncTrainer(parabola_model(seed=0), squared_error, devices[:2],
+                       learning_rate=0.01, progress=False)
+free = trainer.fit(x, y, steps=300, mode="free-running")
+print("staleness histogram with 2 threads:", np.bincount(free["staleness"]))
+print(f"{len(free['loss'])} updates applied, version counter {trainer.version}")
+assert trainer.version == len(free["loss"]) == 300
+assert free["staleness"].max() >= 1
+
+# %% [markdown]
+# Measuring speed with real threads on a CPU takes two settings, which
+# `benchmarks/async.py` uses: one intra-op thread
+# (`tf.config.threading.set_intra_op_parallelism_threads(1)`, before
+# TensorFlow starts; *intra-op* threads split one operation over the cores,
+# *{term}`inter-op threads`* run independent operations side by side), and
+# `AsyncTrainer(..., jit_compile=True)` ({term}`jit_compile`), which lets
+# {term}`XLA` run each worker's gradient step, and each update, as one
+# computation on the worker's own thread. Without them, one worker alone
+# already spreads its operations over both cores, and a second worker has no
+# core of its own to add.
+#
+# ## The replica, checked against the trainer
+#
+# Thirty runs of `AsyncTrainer` per method and rate would take minutes, so
+# the many-seed runs come from `pargrad.book.parabola_async`: the same
+# virtual clock (who reads which version, who applies when) and the same
+# updates in float64 NumPy, for all seeds at once. It must end at the
+# trainer's losses within float32 rounding
+# (`pargrad.rounding_tolerance("float32", UPDATES)` relative to the loss):
+
+# %% tags=["hide-input"]
+def trainer_final_loss(workers, rate, speeds=None, **options):
+    """One AsyncTrainer run from seed 0's weights; its loss on all 50 points at the end."""
+    trainer = AsyncTrainer(parabola_model(seed=0), squared_error, devices[:workers],
+                           learning_rate=rate, progress=False, stop_on_non_finite=False,
+                           **options)
+    trainer.fit(x, y, steps=UPDATES, scenario=Scenario(speeds or (1.0,) * workers))
+    return full_loss(trainer.get_weights())
+
+
+UNEVEN = [1.0, 1.0, 1.0, 0.1]  # four workers, one ten times slower
+checks = {"4 workers, rate 0.03": (dict(workers=4, rate=0.03), {}),
+          "8 workers, rate 0.1, staleness-aware": (dict(workers=8, rate=0.1),
+                                                   dict(staleness_aware=True)),
+          "uneven, rate 0.05, DC-ASGD λ = 0.3": (dict(workers=4, rate=0.05, speeds=UNEVEN),
+                                                  dict(delay_compensation=0.3))}
+for name, (run, options) in checks.items():
+    trained = trainer_final_loss(**run, **options)
+    replayed = float(replica_final_loss(run["workers"], run["rate"], speeds=run.get("speeds"),
+                                        **options)[0])
+    tolerance = pargrad.rounding_tolerance("float32", UPDATES, scale=replayed)
+    print(f"{name}: replica {replayed:.4f}, the float32 trainer within {tolerance:.1e} of it")
+    assert abs(replayed - trained) <= tolerance
+
+# %% [markdown]
+# ## At fixed rates, over the seeds
+#
+# The chapter's figure of single runs showed, for seed 0, 4 workers ending
+# below one worker at rate 0.03. Over the seeds, at rates 0.03 and 0.1
+# (each verdict by the rule of [How the book decides](a0_methods)):
+
+# %% tags=["hide-input"]
+per_rate = {rate: {n: replica_final_loss(n, rate, SEEDS) for n in (1, 4, 8)}
+            for rate in (0.03, 0.1)}
+for rate, losses in per_rate.items():
+    for n in (4, 8):
+        verdict = experiments.compare(losses[n], losses[1], f"{n} workers", "1 worker")
+        print(f"rate {rate}: {verdict_line(verdict)}")
+        assert verdict.verdict in ("1 worker ahead", "negligible") and verdict.wins < 10
+        assert n == 4 and rate == 0.03 or np.all(losses[n] > losses[1])  # else on every seed
+four_vs_one = experiments.compare(per_rate[0.03][4], per_rate[0.03][1])
+glue("four-below-one", four_vs_one.wins)
+figure = plots.paired_scores({
+    "rate 0.03": ("4 workers", per_rate[0.03][4], "1 worker", per_rate[0.03][1]),
+    "rate 0.03, 8 workers": ("8 workers", per_rate[0.03][8], "1 worker", per_rate[0.03][1]),
+})
+glue("four-vs-one-figure", figure, display=False)
+plt.close(figure)
+
+# %% [markdown]
+# ```{glue:figure} four-vs-one-figure
+# :name: fig-four-vs-one
+#
+# Final loss of the y = x² network after the same number of updates, one dot
+# an initial weight (seed): asynchronous workers (vertical) against one worker
+# (horizontal) at the same rate. Below the dotted diagonal, the asynchronous
+# workers ended lower.
+# ```
+#
+# At rate 0.03 ({numref}`fig-four-vs-one`) 4 stale workers end below one
+# fresh worker on only {glue:text}`four-below-one` of the {glue:text}`seeds`
+# seeds; seed 0 is one of them. At the larger rate, and with 8 workers, the
+# single worker ends lower on every seed.
+#
+# The chapter's table puts each method at the best rate of its own sweep.
+# These are the sweeps behind it, on both seed sets: the median final loss
+# at each rate of the grid, and the *plateau*, the rates whose medians tie
+# with the lowest (the harness breaks a tie by the mean over the tuning
+# seeds, and refuses a plateau that touches an end of the grid):
+
+# %%
+def equal_workers(n):
+    """n equal asynchronous workers as a Method of the harness."""
+    return experiments.Method(f"{n} worker{'s' * (n > 1)}",
+                              lambda rate, seeds: replica_final_loss(n, rate, seeds), RATES)
+
+
+for name, tuning in (("page", TUNING_SEEDS), ("held-out", HELD_OUT_TUNING)):
+    for n in (1, 2, 4, 8):
+        swept = experiments.sweep(equal_workers(n), tuning)
+        print(f"{name:8s} {swept.method:9s} best {swept.best:<5g} plateau {list(swept.plateau)}; "
+              "medians " + " ".join(short(m) for m in swept.medians))
+
+# %% [markdown]
+# ## Why the best rate shrinks: a gradient from τ updates ago
+#
+# With $n$ equal workers every update, after the first round, was computed
+# from the parameters of $\tau = n - 1$ updates earlier. On a parabola with
+# curvature $\lambda$ and its minimum at 0, that is the recursion
+#
+# $$w_{t+1} = w_t - \eta\lambda\, w_{t-\tau}.$$
+#
+# Try $w_t = z^t$: it solves the recursion when
+# $z^{\tau+1} - z^\tau + \eta\lambda = 0$. The run converges while all
+# $\tau + 1$ roots lie inside the unit circle. At $\eta\lambda = 0$ they are
+# $1$ and $0$; as $\eta\lambda$ grows, the first root to leave crosses the
+# circle at some $z = e^{i\theta}$, where $\eta\lambda = z^\tau(1 - z)$ must
+# be real and positive. Since $1 - e^{i\theta} = 2\sin(\theta/2)\,
+# e^{i(\theta - \pi)/2}$, the angle of $z^\tau(1 - z)$ is
+# $\tau\theta + (\theta - \pi)/2$, which is 0 when $\theta = \pi / (2\tau + 1)$,
+# and then $\eta\lambda = 2\sin(\theta / 2)$. So the delayed recursion
+# converges exactly when
+#
+# $$\eta\lambda < 2 \sin\!\left(\frac{\pi}{2(2\tau + 1)}\right),$$
+#
+# which is 2 for fresh gradients (the familiar $\eta < 2/\lambda$), 1 for
+# $\tau = 1$, {glue:text}`bound-3:.3f` for $\tau = 3$ and
+# {glue:text}`bound-7:.3f` for $\tau = 7$: roughly $\pi / (2\tau + 1)$, so
+# the safe rate shrinks like one over twice the staleness. `pargrad.book.delay`
+# holds the bound and the recursion:
+
+# %% tags=["hide-input"]
+show_source(delay.stable_rate_bound)
+for tau in (0, 1, 3, 7):
+    print(f"tau = {tau}: eta * lambda < {delay.stable_rate_bound(tau):.4f}")
+glue("bound-3", delay.stable_rate_bound(3))
+glue("bound-7", delay.stable_rate_bound(7))
+
+# %% [markdown]
+# The trainer must obey it. Take the one-parameter model of the chapter's
+# stale-gradient figure, $\hat y = w x$ with targets $x / 2$, and give every
+# worker the whole parabola (each example repeated $n$ times, so that the deal
+# `x[i::n]` hands each worker all 50 points): $n$ equal workers then run
+# exactly this recursion with $\tau = n - 1$. We run `AsyncTrainer` at a
+# fifth below and a fifth above the bound for 2, 4 and 8 workers, check that
+# it follows the float64 recursion within float32 rounding, and measure how
+# much the distance to the minimum grows per update:
+
+# %% tags=["hide-input"]
+START = 3.0
+targets = 0.5 * x
+curvature = 2 * float(np.mean(x**2))
+
+
+def one_parameter_model(w):
+    model = keras.Sequential([keras.Input(shape=(1,)), keras.layers.Dense(1, use_bias=False)])
+    model.set_weights([np.array([[w]], np.float32)])
+    return model
+
+
+def mean_squared_error(y, predictions):
+    return tf.reduce_mean(tf.square(y - predictions))
+
+
+def trainer_on_parabola(workers, rate_times_curvature, updates=120):
+    """w after each update of `workers` equal AsyncTrainer workers, all on the whole parabola."""
+    repeated_x, repeated_y = np.repeat(x, workers, axis=0), np.repeat(targets, workers, axis=0)
+    run = AsyncTrainer(one_parameter_model(START), mean_squared_error, devices[:workers],
+                       learning_rate=rate_times_curvature / curvature, progress=False,
+                       stop_on_non_finite=False)
+    path = [START]
+    run.fit(repeated_x, repeated_y, steps=updates,
+            on_update=lambda record: path.append(float(run.get_weights()[0][0, 0])))
+    return np.array(path) - 0.5  # distance to the minimum w* = 0.5
+
+
+measured = {}
+for workers in (2, 4, 8):
+    tau = workers - 1
+    for factor in (0.8, 1.2):
+        product = factor * delay.stable_rate_bound(tau)
+        path = trainer_on_parabola(workers, product)
+        exact = delay.delayed_gradient_path(product, tau, START - 0.5, len(path) - 1)
+        scale = np.abs(exact).max()
+        assert np.abs(path - exact).max() <= pargrad.rounding_tolerance("float32", len(path), scale)
+        growth = delay.growth_per_update(path, tau)
+        measured.setdefault(tau, []).append((product, growth))
+        print(f"tau = {tau}, eta*lambda = {factor} x bound: |w - w*| grows by {growth:.4f} "
+              f"per update -> {'diverges' if growth > 1 else 'converges'}")
+        assert (growth < 1) == (factor < 1)
+
+# %% [markdown]
+# On the y = x² network there is no single curvature, but the bound still
+# predicts how the largest stable rate shrinks with the workers: by the
+# factor $\text{bound}(n - 1) / \text{bound}(0)$ against one worker. For each
+# seed we find, by bisection, the largest rate at which $n$ equal workers end
+# {glue:text}`updates` updates below their starting loss, and divide by one
+# worker's. Mitliagkas et al. {cite}`mitliagkas2016asynchrony` showed that
+# asynchrony with *random*, queue-like delays acts on average like
+# {term}`momentum` $\mu = 1 - 1/n$ at rate $\eta/n$; if that explained these
+# runs, the largest stable rate would *grow*: heavy-ball momentum is stable
+# up to $(\eta/n)\lambda < 2(1 + \mu)$, that is $2n - 1$ times one worker's
+# rate. We measure on both seed sets (the held-out one starts from other
+# initial weights):
+
+# %% tags=["hide-input"]
+stable_ratios, deviations = {}, []
+for name, seeds in (("page", SEEDS), ("held-out", HELD_OUT)):
+    weights = replay.stacked_weights(seeds)
+    largest = {n: parabola_async.largest_stable_rate(weights, x64, y64, n, UPDATES)
+               for n in (1, 2, 4, 8)}
+    for n in (2, 4, 8):
+        ratios = largest[n] / largest[1]
+        predicted = delay.stable_rate_bound(n - 1) / delay.stable_rate_bound(0)
+        deviations.append(abs(np.median(ratios) / predicted - 1))
+        print(f"{name:8s} {n} workers: largest stable rate / one worker's, median "
+              f"{np.median(ratios):.2f}, below 1 on every seed: {bool(np.all(ratios < 1))}; "
+              f"the bound's ratio {predicted:.3f}; momentum's {2 * n - 1}")
+        assert np.all(ratios < 1)
+        if name == "page":
+            stable_ratios[n] = ratios
+print(f"the median ratio lies within {100 * min(deviations):.0f}–{100 * max(deviations):.0f} % "
+      "of the bound's")
+assert max(deviations) < 0.2
+glue("bound-low", 100 * min(deviations))
+glue("bound-high", 100 * max(deviations))
+
+# %% [markdown]
+# For 2, 4 and 8 workers, on both seed sets, the median ratio lies within
+# {glue:text}`bound-low:.0f`–{glue:text}`bound-high:.0f` % of the bound's
+# (the parabola's single curvature is only an approximation of the network),
+# and on every seed the largest stable rate shrinks, where momentum would make
+# it grow. One more control makes the point: at rate 0.1, the sequential run
+# with momentum $1 - 1/n$ at rate $\eta / n$ (one worker, the same shares of
+# the data in turn, every gradient fresh), which Mitliagkas et al.'s
+# equivalence says should behave like the asynchronous workers:
+
+# %% tags=["hide-input"]
+MOMENTUM_RATE = 0.1
+for n in (4, 8):
+    control = replica_final_loss(n, MOMENTUM_RATE / n, SEEDS, momentum=1 - 1 / n, sequential=True)
+    verdict = experiments.compare(control, per_rate[MOMENTUM_RATE][n],
+                                  f"momentum control (n = {n})", f"{n} async workers")
+    print(f"rate {MOMENTUM_RATE}: median final loss: 1 worker "
+          f"{np.median(per_rate[MOMENTUM_RATE][1]):.4f}, momentum control (n = {n}) "
+          f"{np.median(control):.4f}")
+    print("   ", verdict_line(verdict))
+    assert verdict.verdict == f"momentum control (n = {n}) ahead" and verdict.losses == 0
+    assert np.all(control < 2 * per_rate[MOMENTUM_RATE][1])  # close to one worker
+
+figure = plots.stability_bound(delay.stable_rate_bound, np.linspace(0.05, 2.4, 200),
+                               {tau: [delay.growth_per_update(
+                                   delay.delayed_gradient_path(c, tau, 1.0, 120), tau)
+                                   for c in np.linspace(0.05, 2.4, 200)] for tau in (1, 3, 7)},
+                               measured, stable_ratios)
+glue("stability-figure", figure, display=False)
+plt.close(figure)
+
+# %% [markdown]
+# ```{glue:figure} stability-figure
+# :name: fig-stability-bound
+#
+# The delayed-gradient bound against measured runs. (a) On a parabola: how
+# much the distance to the minimum grows per update, from the float64
+# recursion (lines) and from `AsyncTrainer` runs (dots), against the learning
+# rate times the curvature; dotted: the bound for each staleness. (b) On the
+# y = x² network: the largest stable rate with $n$ equal workers relative to
+# one worker's, one dot a seed (the page's seeds), against the bound's ratio
+# (solid) and what momentum $1 - 1/n$ would allow (dashed).
+# ```
+#
+# On every seed the momentum control ends close to one worker, while 4
+# asynchronous workers bounce and 8 diverge ({numref}`fig-stability-bound`).
+# Momentum does not explain these runs; the delay does. The equivalence of
+# Mitliagkas et al. holds for delays that are random, like a queue's, in
+# expectation over them; here the staleness is the same $n - 1$ at every
+# update, a fixed delay, and a fixed delay is what the recursion describes.
+
+# %% [markdown]
+# ## The staleness-aware rate: a guard, not a gain
+#
+# The remedy of Zhang et al. {cite}`zhang2016staleness`, the
+# {term}`staleness-aware rate`, divides each update's rate by its staleness
+# plus one. With equal workers it is nothing new: almost every update has
+# staleness $n - 1$, so $\eta / (\tau + 1)$ is just the constant $\eta / n$.
+# It can only do more when staleness is *uneven*, giving fresh updates full
+# steps and stale ones small steps. Four workers, one of them ten times
+# slower: its updates are very stale, the others' barely. We sweep both the
+# plain constant rate and the rule's base rate and compare each at its best,
+# on the page's seeds and on held-out seeds with their own tuning seeds:
+
+# %% tags=["hide-input"]
+uneven_schedule = virtual_schedule(Scenario(UNEVEN), UPDATES)
+staleness = np.arange(UPDATES) - uneven_schedule["read_version"]
+slow = uneven_schedule["worker"] == 3
+print(f"mean staleness: fast workers {staleness[~slow].mean():.1f}, slow worker "
+      f"{staleness[slow].mean():.1f}")
+plain = experiments.Method("best constant rate", lambda rate, seeds: replica_final_loss(
+    4, rate, seeds, speeds=UNEVEN), RATES + [0.6])
+rule = experiments.Method("rate / (staleness + 1)", lambda rate, seeds: replica_final_loss(
+    4, rate, seeds, speeds=UNEVEN, staleness_aware=True), RATES + [0.6])
+guard = experiments.replicate([plain, rule], SEEDS, TUNING_SEEDS, HELD_OUT, HELD_OUT_TUNING)
+for name, run in (("page", guard.page), ("held-out", guard.held_out)):
+    print(f"{name}: best constant rate {run.rates[plain.name]}, best base rate of the rule "
+          f"{run.rates[rule.name]}")
+print(experiments.results_table(guard, plain.name))
+best_verdict = guard.compare(plain.name, rule.name)
+assert best_verdict.verdict == "best constant rate ahead", best_verdict
+
+# %% [markdown]
+# Then the rule at two fixed base rates against a constant rate with *the
+# same mean step* (the mean of the rates the rule actually used, from its
+# schedule), and against the plain base rate. Issue 31 found the first
+# comparison at base 0.1 "ahead" on one seed set and not on others; here it
+# must hold on both sets:
+
+# %% tags=["hide-input"]
+def matched(base, seeds):
+    """(rule at base, constant with the same mean step, constant at base): final losses."""
+    mean_step = parabola_async.mean_rate(uneven_schedule, base, staleness_aware=True)
+    assert abs(np.mean(base / (staleness + 1)) - mean_step) < 1e-12  # the mean really matched
+    return (replica_final_loss(4, base, seeds, speeds=UNEVEN, staleness_aware=True),
+            replica_final_loss(4, mean_step, seeds, speeds=UNEVEN),
+            replica_final_loss(4, base, seeds, speeds=UNEVEN)), mean_step
+
+
+matched_verdicts = {}
+for base in (0.1, 0.2):
+    verdicts = []
+    for seeds in (SEEDS, HELD_OUT):
+        (by_rule, same_mean, same_base), mean_step = matched(base, seeds)
+        verdicts.append(experiments.compare(by_rule, same_mean, f"{base} / (staleness + 1)",
+                                            f"constant {mean_step:.4f} (same mean step)"))
+        plain_verdict = experiments.compare(by_rule, same_base, f"{base} / (staleness + 1)",
+                                            f"constant {base}")
+        assert plain_verdict.verdict == f"{base} / (staleness + 1) ahead", plain_verdict
+    matched_verdicts[base] = experiments.replicated(*verdicts)
+    print(matched_verdicts[base])
+    assert matched_verdicts[base].verdict in (experiments.NOT_SHOWN, experiments.NEGLIGIBLE)
+(_, _, at_02), _ = matched(0.2, SEEDS)
+start_loss = replay.full_loss(replay.stacked_weights(SEEDS), x64, y64)
+print(f"constant 0.2 ends above its starting loss on {np.sum(~(at_02 < start_loss))} "
+      f"of {len(SEEDS)} seeds")
+glue("matched-verdict-low", matched_verdicts[0.1].verdict)
+glue("matched-verdict-high", matched_verdicts[0.2].verdict)
+glue("matched-ratio-low", matched_verdicts[0.1].page.effect)
+
+# %% [markdown]
+# What the two seed sets say:
+#
+# - **Tuned, a constant rate wins**, on both sets (the table above).
+# - **At a fixed base rate, the rule is a guard.** At either base rate the
+#   rule ends below the plain constant at that base rate on most seeds of
+#   both sets; at the larger one the plain rate diverges (the line above
+#   counts the seeds) and the rule keeps it stable.
+# - **Against the same mean step,** the rule's lead is
+#   {glue:text}`matched-verdict-low` at base 0.1 (on the page's seeds its
+#   median ratio is {glue:text}`matched-ratio-low:.3f`) and
+#   {glue:text}`matched-verdict-high` at base 0.2: damping the slow
+#   worker's old news buys nothing a smaller constant step does not.
+#
+# So on this problem the staleness-aware rate is what its name suggests, a
+# guard: it keeps a rate that is too high for the staleness from blowing up,
+# without the sweep that finds a good constant. When a sweep is affordable,
+# the tuned constant is at least as good.
+#
+# ## Delay compensation: correcting the stale gradient
+#
+# A third remedy keeps the rate and repairs the gradient. A worker computed
+# $g = \nabla L(w_\text{read})$, but it is applied at $w_\text{now}$. To
+# first order, the gradient there is $g + H\,(w_\text{now} - w_\text{read})$,
+# with $H$ the {term}`Hessian`, which nobody can afford for a large network.
+# Delay-compensated asynchronous SGD (DC-ASGD) {cite}`zheng2017asynchronous`
+# replaces $H$ by the outer product $g g^\top$ (for a cross-entropy loss the
+# paper shows that, on average over the examples, it approximates the
+# Hessian), keeps its diagonal and scales it by a number $\lambda$:
+#
+# $$ \tilde g = g + \lambda\, g \odot g \odot (w_\text{now} - w_\text{read}), $$
+#
+# two products an element, and applies $\tilde g$ instead of $g$. It needs
+# the parameters each worker read, which the trainer keeps. The paper has two
+# versions: a constant $\lambda$ (DC-ASGD-c) and an adaptive one (DC-ASGD-a)
+# that divides $\lambda_0$ by the square root of a moving average of
+# $g \odot g$, which worked better in its experiments.
+# `AsyncTrainer(delay_compensation=λ)` implements the constant one (the
+# replica check above includes it):
+
+# %%
+show_source(pargrad.asynchronous.delay_compensated)
+
+# %% [markdown]
+# DC-ASGD has two knobs, the rate and $\lambda$; both are swept together on
+# the tuning seeds, with a $\lambda$ grid wide enough that its optimum lies
+# inside on both seed sets, then DC-ASGD at its best is compared with the two
+# methods above at theirs:
+
+# %% tags=["hide-input"]
+LAMBDAS = [0.0, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0]  # 0: plain asynchronous SGD
+dc = experiments.Method("DC-ASGD", lambda setting, seeds: replica_final_loss(
+    4, setting["rate"], seeds, speeds=UNEVEN, delay_compensation=setting["λ"]),
+    grid={"rate": RATES, "λ": LAMBDAS}, limits={"λ": (0.0,)})
+compensated = experiments.replicate([plain, rule, dc], SEEDS, TUNING_SEEDS, HELD_OUT,
+                                    HELD_OUT_TUNING)
+for name, run in (("page", compensated.page), ("held-out", compensated.held_out)):
+    best = run.rates[dc.name]
+    print(f"{name}: DC-ASGD's best λ = {best['λ']:g} at rate {best['rate']:g}; "
+          f"best constant rate {run.rates[plain.name]:g}")
+print(experiments.results_table(compensated, plain.name))
+dc_vs_constant = compensated.compare(dc.name, plain.name)
+dc_vs_rule = compensated.compare(dc.name, rule.name)
+print(dc_vs_rule)
+assert dc_vs_constant.verdict != "DC-ASGD ahead"
+picked = sorted({run.rates[dc.name]["λ"] for run in (compensated.page, compensated.held_out)})
+glue("dc-lambdas-picked", " and ".join(f"{strength:g}" for strength in picked))
+glue("dc-vs-constant", dc_vs_constant.verdict)
+glue("dc-vs-rule", dc_vs_rule.verdict)
+glue("dc-ratio", dc_vs_constant.page.effect)
+
+# %% [markdown]
+# The sweeps pick $\lambda$ = {glue:text}`dc-lambdas-picked`, a small
+# correction. Against the best constant rate the replicated verdict is
+# "{glue:text}`dc-vs-constant`": the two end within a hair of each other (a
+# median per-seed ratio of {glue:text}`dc-ratio:.2f` on the page's seeds),
+# and DC-ASGD is ahead on neither set. Against the staleness-aware rule it is
+# "{glue:text}`dc-vs-rule`", for the reason the best constant rate is ahead of
+# the rule: with a small $\lambda$, DC-ASGD is close to the constant rate.
+#
+# Is the correction a guard, as the staleness-aware rate is? The count of
+# runs ending above their starting loss, at three rates above the best
+# constant one, plain, compensated with each $\lambda$, and with the rule:
+
+# %% tags=["hide-input"]
+above_start = {}
+for rate in (0.14, 0.2, 0.3):
+    runs = {"plain": replica_final_loss(4, rate, SEEDS, speeds=UNEVEN),
+            **{f"λ = {strength:g}": replica_final_loss(4, rate, SEEDS, speeds=UNEVEN,
+                                                       delay_compensation=strength)
+               for strength in (0.1, 0.3, 1.0, 3.0)},
+            "rate / (staleness + 1)": replica_final_loss(4, rate, SEEDS, speeds=UNEVEN,
+                                                         staleness_aware=True)}
+    above_start[rate] = {name: int(np.sum(~(losses < start_loss))) for name, losses in runs.items()}
+    print(f"rate {rate}: runs ending above their start, of {len(SEEDS)}: "
+          + ", ".join(f"{name} {count}" for name, count in above_start[rate].items()))
+assert above_start[0.14]["plain"] > 0 and above_start[0.14]["λ = 0.3"] == 0
+assert above_start[0.2]["plain"] == len(SEEDS) > 10 * above_start[0.2]["λ = 0.3"]
+assert above_start[0.2]["λ = 1"] > len(SEEDS) / 4 and above_start[0.2]["λ = 3"] == len(SEEDS)
+assert all(count > len(SEEDS) / 2 for name, count in above_start[0.3].items() if "λ" in name)
+assert above_start[0.3]["rate / (staleness + 1)"] == 0
+
+# %% [markdown]
+# **The correction is a guard too, a narrow one.** At rate 0.14 some plain
+# runs end above their start and none with $\lambda = 0.3$; at 0.2 every
+# plain run fails and almost no run with $\lambda = 0.3$, while $\lambda = 1$
+# and 3 fail often; at 0.3 every $\lambda$ fails on most seeds, while the
+# staleness-aware rule keeps every run stable at all three rates. The term
+# $\lambda g \odot g \odot (w_\text{now} - w_\text{read})$ pulls a stale step
+# back when the parameters have moved along the gradient since the read,
+# which is what an overshooting run does; too large a $\lambda$ overcorrects
+# and breaks the run itself.
+#
+# **What the paper reports, and where the small version differs.** Zheng et
+# al. trained ResNets on CIFAR-10 and ImageNet and report that DC-ASGD beats
+# both synchronous and plain asynchronous SGD and nearly reaches the accuracy
+# of sequential SGD {cite}`zheng2017asynchronous`, the adaptive $\lambda$
+# doing better than the constant one. The small version agrees that
+# compensation makes a stale run behave better at a rate where plain
+# asynchronous SGD breaks. It does not reproduce a gain once the rate is
+# tuned: our loss is a squared error on a 16-parameter network with
+# full-shard gradients, where $g g^\top$ is not an estimate of the Hessian
+# (near the minimum the gradient, and with it the correction, vanishes while
+# the curvature does not), and we implement the constant $\lambda$, not the
+# adaptive one. Both differences can decide such a comparison; the verdict
+# above is about this problem.
+#
+# ## Lost updates, in detail
+#
+# An update is a *read-modify-write*: read the parameter, add the step, write
+# the result. If two workers do this at the same time, both can read the same
+# value, and the second write wipes out the first. Keras 3's variables
+# implement `assign_add` exactly that way:
+
+# %%
+show_source(keras.Variable.assign_add)
+
+# %% [markdown]
+# With real threads the interleaving is up to the operating system, but it
+# happens all the time. `pargrad.book.lost_updates` lets two threads add 1 to
+# a variable 2000 times each and counts what is missing. With a Keras
+# variable (the count differs from run to run):
+
+# %% tags=["hide-input", "nbval-ignore-output"]
+lost = lost_updates(keras.Variable(0.0), threads=2, increments=2000)
+print(f"Keras variable: {lost} of 4000 additions lost")
+assert lost > 0
+
+# %% [markdown]
+# A native `tf.Variable` adds in one kernel, `AssignAddVariableOp`, which
+# TensorFlow runs while holding the variable's lock, so the read and the write
+# cannot be torn apart:
+
+# %%
+print("tf.Variable: lost", lost_updates(tf.Variable(0.0), threads=2, increments=2000))
+
+# %% [markdown]
+# `AsyncTrainer` is safe twice over: its shared parameters are native
+# `tf.Variable`s, and it applies each update, together with the version
+# counter and the record, under one lock. A lock serialises the updates.
+# Hogwild! {cite}`niu2011hogwild` goes the other way and drops the lock
+# altogether: for sparse problems, where each update touches only a few
+# parameters, collisions are rare, and the occasional lost or mixed update
+# costs less than the waiting a lock would cause. For dense networks like
+# ours every update touches every parameter, so a lock (or an atomic kernel)
+# is the safe default.
+#
+# ## Summary
+#
+# - A gradient $\tau$ updates old converges on a parabola only while
+#   $\eta\lambda < 2\sin(\pi / (2(2\tau + 1)))$, about $\pi / (2\tau + 1)$;
+#   the trainer follows it, and on the y = x² network the largest stable rate
+#   of $n$ workers shrinks by the bound's factor (the median within the range
+#   printed above, on two seed sets), not like the momentum equivalence of
+#   random delays.
+# - The staleness-aware rate is a guard: it keeps a too-high rate stable, but
+#   a tuned constant rate ends lower on both seed sets, and against the same
+#   mean step its lead is not shown.
+# - DC-ASGD is a narrower guard; tuned over rate and $\lambda$ it is not ahead
+#   of the tuned constant rate on either seed set.
+# - Keras 3's `assign_add` loses updates under threads; `tf.Variable`'s does
+#   not; `AsyncTrainer` applies under a lock.
+#
+# ## Exercises
+#
+# 1. Repeat the delay-compensation comparison with four *equal* workers
+#    (`[1.0] * 4` in place of `UNEVEN`), where every update has staleness 3,
+#    the case the correction's Taylor step describes best. Does DC-ASGD at
+#    its own best $\lambda$ and rate get ahead of the best constant rate?
+#
+#    *Hint:* the methods take the speeds from `UNEVEN`; make them take the
+#    speeds as an argument, and replicate again.
+# 2. Run `lost_updates` with 1, 2 and 4 threads on a Keras variable. Why is
+#    nothing lost with one thread? Wrap the `assign_add` in a
+#    `threading.Lock` and check that nothing is lost with four.
+#
+# ```{dropdown} Solution to exercise 1
+# With equal workers the joint sweep of rate and $\lambda$ picks $\lambda = 0$,
+# no compensation at all, on the page's tuning seeds, and a large
+# $\lambda$ (3) on the held-out tuning seeds, which then ends above the best
+# constant rate on most held-out seeds. The choice of $\lambda$ does not
+# replicate, and DC-ASGD is ahead of the tuned constant rate on neither set:
+# the correction buys no tuned gain here either. (With equal workers the
+# staleness-aware rate is the constant $\eta / 4$ after the first few
+# updates, so its verdict against the plain rate depends on the rate grid's
+# spacing more than on staleness.)
+# ```
+#
+# ```{dropdown} Solution to exercise 2
+# With one thread every `assign` reads the value the previous one wrote, so
+# nothing is lost. With two or four threads, two of them can read the same
+# old value and both write old + 1: one increment disappears. Holding a
+# `threading.Lock` around each `assign_add` makes read and write one step,
+# and four threads lose nothing.
+# ```
