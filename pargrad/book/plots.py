@@ -548,7 +548,7 @@ def time_to_target_chart(table, ax=None, title="Time to the target accuracy", un
     return ax.figure
 
 
-def dial_figure(curves, histories, fast, slow, step_seconds):
+def dial_figure(curves, histories, fast, slow, step_seconds, shown=(1, 16, 256)):
     """The dial: loss against updates, bytes sent, and modelled time on a ``fast`` and a ``slow`` link.
 
     ``curves[H]`` is a dict of loss curves (one value a round, for example
@@ -557,31 +557,41 @@ def dial_figure(curves, histories, fast, slow, step_seconds):
     :class:`pargrad.LocalSGDHistory` of a trainer run with that ``H``,
     which gives every axis: its updates, its bytes (summed over rounds) and
     its clock charged on each link (:meth:`~pargrad.LocalSGDHistory.clock_on`).
+    Only the ``H`` of ``shown`` are drawn, one distinct colour each (local
+    SGD dashed, DiLoCo solid), so that every line can be told apart.
     Taught in the chapter "Communicating rarely".
     """
     from pargrad.book.replay import AVERAGE, NESTEROV
 
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7), sharey=True)
-    colours = plt.cm.viridis(np.linspace(0, 0.85, len(curves)))
-    styles = {AVERAGE: "--", NESTEROV: "-"}
-    for colour, (steps, by_outer) in zip(colours, curves.items()):
+    missing = [steps for steps in shown if steps not in curves or steps not in histories]
+    if missing:
+        raise ValueError(f"shown must name H values that curves and histories hold, got "
+                         f"{missing} missing; pass some of {sorted(curves)}.")
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), sharey=True)
+    colours = ["#1b6ca8", "#d1495b", "#2a9d3f", "#8c564b", "#6a3d9a"]
+    styles = {AVERAGE: ("--", "local SGD"), NESTEROV: ("-", "DiLoCo")}
+    for colour, steps in zip(colours, shown):
         history = histories[steps]
         axes_x = [history.updates, np.cumsum(history.bytes_sent),
                   history.clock_on(fast, step_seconds), history.clock_on(slow, step_seconds)]
-        for outer, curve in by_outer.items():
-            label = f"H = {steps}, {'local SGD' if outer == AVERAGE else 'DiLoCo'}"
+        for outer, curve in curves[steps].items():
+            style, name = styles[outer]
             for ax, xs in zip(axes.flat, axes_x):
-                ax.plot(xs, curve, styles[outer], color=colour, label=label)
+                ax.plot(xs, curve, style, color=colour, lw=1.8, label=f"{name}, H = {steps}")
     titles = ["(a) against local steps a replica", "(b) against bytes each replica sent",
-              f"(c) against modelled time: {fast.name}", f"(d) against modelled time: {slow.name}"]
+              f"(c) modelled time: {fast.name}", f"(d) modelled time: {slow.name}"]
     labels = ["local steps a replica", "bytes sent a replica", "seconds", "seconds"]
     for ax, title, label in zip(axes.flat, titles, labels):
-        ax.set(title=title, xlabel=label, xscale="log", yscale="log")
+        ax.set(xscale="log", yscale="log")
+        ax.set_title(title, fontsize=11)
+        ax.set_xlabel(label, fontsize=10)
+        ax.tick_params(labelsize=9)
         ax.grid(True, which="major", alpha=0.3)
     for ax in axes[:, 0]:
-        ax.set_ylabel("loss on all points (median over seeds)")
-    axes[0, 0].legend(fontsize=7, ncol=2)
-    fig.tight_layout()
+        ax.set_ylabel("loss on all points\n(median over seeds)", fontsize=10)
+    handles, names = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=len(shown), fontsize=9, frameon=False)
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
 
 

@@ -44,12 +44,20 @@ PARAMETER_BYTES = 8 * PARAMETERS                # float64
 UPDATES = 1024                                  # local steps a replica, for every H
 DIAL = (1, 4, 16, 64, 256)
 GRID = tuple(2.0**k for k in range(-8, 0))      # powers of two: exact in Keras's float32 rate
-TEST_SEEDS, TUNING_SEEDS = np.arange(20), np.arange(20, 40)
+TEST_SEEDS, TUNING_SEEDS = np.arange(20), np.arange(20, 30)
+# held-out seeds with their own tuning seeds: a verdict stands only if both sets show it
+HELD_OUT_SEEDS, HELD_OUT_TUNING_SEEDS = np.arange(1000, 1020), np.arange(1100, 1110)
+SEED_SETS = {"page": (TEST_SEEDS, TUNING_SEEDS), "held_out": (HELD_OUT_SEEDS, HELD_OUT_TUNING_SEEDS)}
+# DiLoCo's outer step tuned with the inner rate (issue 31: every knob a verdict depends on)
+OUTER_GRID = {"outer_rate": (0.5, 0.7, 1.0, 1.4), "momentum": (0.0, 0.5, 0.7, 0.9)}
+TUNED_DIAL = (16, 64)                   # H at which the outer step is tuned
+RACE_H = {"fast": (1, 2, 4, 8, 16, 32), "slow": (1, 16, 64, 128, 256)}
 STEP_SECONDS = 1e-3                             # modelled compute of one local step (assumed)
 FAST = cost.Link(5e-6, 600e9 / 2, "NVLink-class, inside a box")     # as the chapter on costs
 SLOW = cost.Link(30e-3, 1e9 / 8, "between data centres")            # assumed orders of magnitude
 SPEEDS = (1.0, 1.0, 1.0, 1 / 3)                 # one worker of four 3 times slower
 LOCAL_STEPS = 16                                # H of local SGD and DiLoCo in the uneven race
+CHURN_PHASES = ((3, 8), (2, 8), (3, 8))         # (workers, rounds): one leaves, one joins
 SYNC_STEPS_IN_BUDGET = 256                      # the race's time: this many synchronous steps
 STORED = "rare_communication_sweeps"
 
@@ -88,18 +96,40 @@ def final_losses(rate, seeds, local_steps, updates, outer=replay.AVERAGE, replic
     return losses[-1]
 
 
-def loss_curves(rate, seeds, local_steps, updates, outer=replay.AVERAGE, replicas=REPLICAS):
-    """Loss on all points after every round, ``(updates / H, seeds)``: the curves of the dial."""
+def loss_curves(rate, seeds, local_steps, updates, outer=replay.AVERAGE, replicas=REPLICAS,
+                outer_rate=replay.OUTER_RATE, momentum=replay.OUTER_MOMENTUM):
+    """Loss on all points after every round, ``(updates / H, seeds)``: the curves of the dial.
+
+    ``outer_rate`` and ``momentum`` set DiLoCo's outer step (default: the paper's).
+    """
     _, losses = replay.train_rounds(replay.start(seeds, HIDDEN), problem_data(), replicas, rate,
-                                    local_steps, updates // local_steps, outer)
+                                    local_steps, updates // local_steps, outer, outer_rate,
+                                    momentum)
     return losses
+
+
+def last_quarter_losses(rate, seeds, local_steps, updates, outer=replay.AVERAGE,
+                        outer_rate=replay.OUTER_RATE, momentum=replay.OUTER_MOMENTUM):
+    """The dial's score: the mean loss over the last quarter of the rounds, one a seed.
+
+    The final loss of DiLoCo depends on where its outer momentum's swing
+    stands at the last round; the mean over the last quarter
+    (:func:`pargrad.book.experiments.last_quarter_mean`) does not.  Taught
+    in the chapter "Communicating rarely".
+    """
+    from pargrad.book.experiments import last_quarter_mean
+
+    return last_quarter_mean(loss_curves(rate, seeds, local_steps, updates, outer,
+                                         outer_rate=outer_rate, momentum=momentum))
 
 
 class GridRunner:
     """``run(rate, seeds)`` for :class:`pargrad.book.experiments.Method` that runs a whole grid at once.
 
-    ``score(rates, seeds)`` must take one rate a run (arrays of the same
-    length) and return one score a run.  The first call for a set of seeds
+    ``score(rates, seeds, **knobs)`` must take one rate a run (arrays of the
+    same length) and return one score a run; a setting may be a rate or a
+    dict ``{"rate": ..., knob: ...}`` of :class:`Method`'s ``grid``, whose
+    other knobs are passed on.  The first call for a set of seeds
     runs every rate of ``rates`` on them in one vectorised batch (the replay
     costs little more for 9 x 20 runs than for 20) and keeps the scores;
     later calls for a rate of the grid read them.  Taught in the chapter
@@ -112,21 +142,30 @@ class GridRunner:
         self.score, self.rates = score, [float(r) for r in rates]
         self._scores = {}
 
-    def __call__(self, rate, seeds):
+    def __call__(self, setting, seeds):
         seeds = replay.checked_seeds(seeds)
-        key = tuple(int(s) for s in seeds)
+        rate, others = _split(setting)
+        key = (tuple(int(s) for s in seeds), tuple(sorted(others.items())))
         if key not in self._scores:
             rates = np.repeat(self.rates, len(seeds))
-            scores = self.score(rates, np.tile(seeds, len(self.rates)))
+            scores = self.score(rates, np.tile(seeds, len(self.rates)), **others)
             self._scores[key] = dict(zip(self.rates, np.reshape(scores, (len(self.rates), -1))))
         if float(rate) in self._scores[key]:
             return self._scores[key][float(rate)]
-        return self.single(rate, seeds)
+        return self.single(setting, seeds)
 
-    def single(self, rate, seeds):
-        """The scores of one rate on ``seeds``, without running the rest of the grid."""
+    def single(self, setting, seeds):
+        """The scores of one setting on ``seeds``, without running the rest of the grid."""
         seeds = replay.checked_seeds(seeds)
-        return self.score(np.full(len(seeds), float(rate)), seeds)
+        rate, others = _split(setting)
+        return self.score(np.full(len(seeds), float(rate)), seeds, **others)
+
+
+def _split(setting):
+    """A setting as ``(rate, other knobs)``: a rate alone, or a dict with a ``"rate"``."""
+    if isinstance(setting, dict):
+        return setting["rate"], {k: v for k, v in setting.items() if k != "rate"}
+    return setting, {}
 
 
 # ----------------------------------------------------------------------------
@@ -206,18 +245,28 @@ def method_name(outer, local_steps):
 
 
 def dial_methods():
-    """Every setting of the dial (both outer steps, every H of :data:`DIAL`) as harness methods.
+    """Every setting of the dial as harness methods, scored by :func:`last_quarter_losses`.
 
-    The score is the loss on all points after :data:`UPDATES` local steps a
-    replica.  Taught in the chapter "Communicating rarely".
+    Both outer steps at every H of :data:`DIAL` (DiLoCo with the paper's
+    outer rate and momentum, inner rate swept), and DiLoCo at every H of
+    :data:`TUNED_DIAL` with its inner rate, outer rate and momentum swept
+    together (:data:`OUTER_GRID`).  Taught in the chapter "Communicating rarely".
     """
     from pargrad.book.experiments import Method
 
     def method(outer, steps):
-        score = lambda rates, seeds: final_losses(rates, seeds, steps, UPDATES, outer)  # noqa: E731
+        score = lambda rates, seeds: last_quarter_losses(rates, seeds, steps, UPDATES,  # noqa: E731
+                                                         outer)
         return Method(method_name(outer, steps), GridRunner(score, GRID), GRID)
 
-    return [method(outer, steps) for outer in replay.OUTERS for steps in DIAL]
+    def tuned(steps):
+        score = lambda rates, seeds, outer_rate, momentum: last_quarter_losses(  # noqa: E731
+            rates, seeds, steps, UPDATES, replay.NESTEROV, outer_rate, momentum)
+        return Method(f"DiLoCo tuned, H={steps}", GridRunner(score, GRID),
+                      grid={"rate": GRID, **OUTER_GRID}, limits={"momentum": (0.0,)})
+
+    return ([method(outer, steps) for outer in replay.OUTERS for steps in DIAL]
+            + [tuned(steps) for steps in TUNED_DIAL])
 
 
 def race_budget(link):
@@ -228,25 +277,31 @@ def race_budget(link):
 def uneven_methods(link):
     """Synchronous, asynchronous, local SGD and DiLoCo with one slow worker, in the same time.
 
-    Each scores the loss on all points at :func:`race_budget` of ``link``.
-    Taught in the chapter "Communicating rarely".
-    Shown in the chapter "Communicating rarely".
+    Each scores the loss on all points at :func:`race_budget` of ``link``;
+    local SGD and DiLoCo run at ``H`` = :data:`LOCAL_STEPS`, and again with
+    ``H`` swept with the rate (:data:`RACE_H`; ``H = 1`` is a limit, not a
+    grid edge).  Taught in the chapter "Communicating rarely".
+    Shown in the chapter "Communicating rarely in depth".
     """
     from pargrad.book.experiments import Method
 
     budget, slowest = race_budget(link), 1 / min(SPEEDS)
+    steps_grid = RACE_H["fast" if link == FAST else "slow"]
 
-    def rounds_method(name, steps, outer):
-        score = lambda rates, seeds: losses_in_time(  # noqa: E731
-            rates, seeds, steps, budget, link, STEP_SECONDS, slowest, outer)
-        return Method(name, GridRunner(score, GRID), GRID)
+    def rounds_score(outer, steps=None):
+        return lambda rates, seeds, H=steps: losses_in_time(  # noqa: E731
+            rates, seeds, int(H), budget, link, STEP_SECONDS, slowest, outer)
 
     asynchronous = lambda rates, seeds: async_losses_in_time(  # noqa: E731
         rates, seeds, budget, link, STEP_SECONDS, SPEEDS)
-    return [rounds_method("sync", 1, replay.AVERAGE),
-            Method("async", GridRunner(asynchronous, GRID), GRID),
-            *[rounds_method(method_name(outer, LOCAL_STEPS), LOCAL_STEPS, outer)
-              for outer in replay.OUTERS]]
+    fixed = [Method(method_name(outer, LOCAL_STEPS), GridRunner(rounds_score(outer, LOCAL_STEPS),
+                                                                GRID), GRID)
+             for outer in replay.OUTERS]
+    tuned = [Method(f"{method_name(outer, LOCAL_STEPS).split(',')[0]}, H tuned", GridRunner(rounds_score(outer), GRID),
+                    grid={"rate": GRID, "H": steps_grid}, limits={"H": (1,)})
+             for outer in replay.OUTERS]
+    return [Method("sync", GridRunner(rounds_score(replay.AVERAGE, 1), GRID), GRID),
+            Method("async", GridRunner(asynchronous, GRID), GRID), *fixed, *tuned]
 
 
 def experiment_sets():
@@ -255,22 +310,45 @@ def experiment_sets():
             f"race, {SLOW.name}": uneven_methods(SLOW)}
 
 
-def measure_sweeps():
-    """Sweep every method of :func:`experiment_sets` on :data:`TUNING_SEEDS`; a dict for JSON.
+def sweep_at_edge_too(method, seeds):
+    """:func:`pargrad.book.experiments.sweep`, but a best setting at a grid's edge is kept, flagged.
 
-    What ``tools/measure_rare_communication.py`` stores (a minute of
-    NumPy), so that the chapter only runs the test seeds.
+    Returns ``(sweep, edge)``: ``edge`` is the sweep's message when its
+    plateau touches an end of the grid (the page then says so), else None.
     """
-    from pargrad.book.experiments import sweep
+    from pargrad.book.experiments import Sweep, sweep
 
-    stored = {"grid": list(GRID), "tuning_seeds": TUNING_SEEDS.tolist(), "updates": UPDATES,
-              "sets": {}}
+    try:
+        return sweep(method, seeds), None
+    except ValueError as error:
+        if "edge of the grid" not in str(error):
+            raise
+        settings = method.settings()
+        scores = np.array([np.asarray(method.run(s, seeds), float) for s in settings])
+        medians = np.median(np.where(np.isnan(scores), np.inf, scores), axis=1)
+        best = settings[int(np.argmin(medians))]
+        return Sweep(method.name, settings, medians, scores, best), str(error)
+
+
+def measure_sweeps(seed_set="page", set_names=None):
+    """Sweep every method of :func:`experiment_sets` on a seed set's tuning seeds; a dict for JSON.
+
+    ``seed_set``: ``"page"`` (:data:`TUNING_SEEDS`) or ``"held_out"``
+    (:data:`HELD_OUT_TUNING_SEEDS`).  What ``tools/measure_rare_communication.py``
+    stores (minutes of NumPy), so that the chapter only runs the test seeds.
+    """
+    check_choice("seed_set", seed_set, SEED_SETS)
+    tuning = SEED_SETS[seed_set][1]
+    stored = {}
     for set_name, methods in experiment_sets().items():
-        stored["sets"][set_name] = {}
+        if set_names is not None and set_name not in set_names:
+            continue
+        stored[set_name] = {}
         for method in methods:
-            result = sweep(method, TUNING_SEEDS)
-            stored["sets"][set_name][method.name] = {
-                "medians": result.medians.tolist(), "best": result.best,
+            result, edge = sweep_at_edge_too(method, tuning)
+            stored[set_name][method.name] = {
+                "medians": np.where(np.isfinite(result.medians), result.medians, -1.0).tolist(),
+                "best": result.best, "edge": edge,
                 "scores": np.where(np.isfinite(result.scores), result.scores, -1.0).tolist()}
     return stored
 
@@ -284,38 +362,81 @@ def stored_sweeps():
         "data", f"{STORED}.json").read_text())
 
 
-def experiment_at_stored_rates(set_name, seeds=TEST_SEEDS, stored=None):
-    """Run a set's methods on ``seeds`` at the best rates of the stored sweep: an ``Experiment``.
+def experiment_at_stored_rates(set_name, seeds=None, stored=None, seed_set="page"):
+    """Run a set's methods on ``seeds`` at the best settings of a stored sweep: an ``Experiment``.
 
-    Checks that every stored best rate lies inside the grid (the sweep's
-    rule) before running.  Taught in the chapter "Communicating rarely".
-    Shown in the chapter "Communicating rarely".
+    ``seed_set`` picks the sweep (``"page"`` or ``"held_out"``, each made on
+    its own tuning seeds) and the default seeds.  A stored best rate at the
+    edge of a 1-D grid is refused; a grid method whose best touches an edge
+    is run and its edge kept (``stored_edges``).  Taught in the chapter
+    "Communicating rarely".  Shown in the chapter "Communicating rarely in depth".
     """
-    from pargrad.book.experiments import Experiment, Sweep, scores_as_array
+    from pargrad.book.experiments import Experiment, scores_as_array
 
     stored = stored_sweeps() if stored is None else stored
-    check_choice("set_name", set_name, stored["sets"])
-    seeds = replay.checked_seeds(seeds)
+    check_choice("seed_set", seed_set, SEED_SETS)
+    sweeps = stored["sweeps"][seed_set]
+    check_choice("set_name", set_name, sweeps)
+    seeds = replay.checked_seeds(SEED_SETS[seed_set][0] if seeds is None else seeds)
     grid = np.asarray(stored["grid"])
-    scores, rates, sweeps = {}, {}, {}
+    scores, rates = {}, {}
     for method in experiment_sets()[set_name]:
-        kept = stored["sets"][set_name][method.name]
-        best = kept["best"]
-        if best in (grid[0], grid[-1]):
+        best = sweeps[set_name][method.name]["best"]
+        if not isinstance(best, dict) and best in (grid[0], grid[-1]):
             raise ValueError(f"{method.name}: the stored best rate {best} is at the edge of the "
                              "grid; widen the grid and measure again.")
-        tuning = np.asarray(kept["scores"], float)
-        sweeps[method.name] = Sweep(method.name, grid, np.asarray(kept["medians"]),
-                                    np.where(tuning < 0, np.inf, tuning), best)
         rates[method.name] = best
         run = getattr(method.run, "single", method.run)      # only the best rate, not the grid
         scores[method.name] = scores_as_array(run(best, seeds), seeds)
-    return Experiment(seeds, scores, rates, sweeps)
+    return Experiment(seeds, scores, rates, {})
+
+
+def replication_at_stored_rates(set_name, stored=None):
+    """The set on the page's seeds and on the held-out seeds, each at its own sweep's best.
+
+    A :class:`pargrad.book.experiments.Replication`: its ``compare`` gives
+    verdicts under the replication rule.  Taught in the chapter "Communicating rarely".
+    """
+    from pargrad.book.experiments import Replication
+
+    stored = stored_sweeps() if stored is None else stored
+    return Replication(*(experiment_at_stored_rates(set_name, stored=stored, seed_set=which)
+                         for which in SEED_SETS))
+
+
+def stored_edges(stored=None):
+    """``{(seed set, set, method): message}`` for every stored sweep whose best touches a grid edge."""
+    stored = stored_sweeps() if stored is None else stored
+    return {(which, set_name, name): kept["edge"]
+            for which, sets in stored["sweeps"].items() for set_name, methods in sets.items()
+            for name, kept in methods.items() if kept.get("edge")}
 
 
 # ----------------------------------------------------------------------------
 # Workers that leave and join: one phase a cluster
 # ----------------------------------------------------------------------------
+
+def phase_scores(phases, rate, seeds, local_steps=LOCAL_STEPS, reset_momentum=False):
+    """DiLoCo over ``phases`` of ``(workers, rounds)``, replayed: ``(last-quarter mean, final loss)``.
+
+    One value a seed each, over the rounds of all phases together.  The
+    weights and the outer momentum are handed from phase to phase, as
+    :func:`train_phase` hands them over across processes; with
+    ``reset_momentum`` the momentum restarts at zero in every phase.
+    Taught in the chapter "Communicating rarely".
+    """
+    from pargrad.book.experiments import last_quarter_mean
+
+    state, curves = replay.start(seeds, HIDDEN), []
+    for workers, rounds in phases:
+        if reset_momentum:
+            state = replay.State(state.weights, tuple(np.zeros_like(w) for w in state.weights))
+        state, curve = replay.train_rounds(state, problem_data(), workers, rate, local_steps,
+                                           rounds, replay.NESTEROV)
+        curves.append(curve)
+    curves = np.concatenate(curves)
+    return last_quarter_mean(curves), curves[-1]
+
 
 def outer_optimizer(outer):
     """The Keras outer optimizer of ``outer``: SGD(1.0), or DiLoCo's SGD(0.7, momentum 0.9, Nesterov)."""
