@@ -432,7 +432,7 @@ print(f"with / without the token count, processor time per update, {PAIRS} inter
       f"median ratio {np.median(ratios):.2f}, range {ratios.min():.2f} to {ratios.max():.2f}")
 print("a cost this measurement resolves (every pair on the same side of 1):", resolved)
 
-# %% tags=["remove-cell"]
+# %% tags=["nbval-ignore-output", "remove-cell"]
 assert np.median(ratios) < 2
 glue("count_share", f"{1 / (parameters + 1):.2%}", display=False)
 glue("cost_verdict", "every pair of rounds puts the count's cost on the same side of 1, so "

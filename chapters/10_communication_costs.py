@@ -283,7 +283,7 @@ for workers in (2, 3):
 for n, two, three in zip(sizes, worker_runs[2]["seconds"], worker_runs[3]["seconds"]):
     print(f"{n:>10d} B  2 workers {two * 1e3:8.3f} ms   3 workers {three * 1e3:8.3f} ms")
 
-# %% tags=["remove-cell"]
+# %% tags=["nbval-ignore-output", "remove-cell"]
 assert all(run["replicas"] == [w] * w for w, run in worker_runs.items())
 
 # %% [markdown]
@@ -391,7 +391,7 @@ typical = math.exp(np.mean(np.log(ratios[large])))
 print(f"geometric mean of measured / predicted from 64 KiB on: {typical:.2f}; "
       f"over all sizes: {math.exp(np.mean(np.log(ratios))):.2f}")
 
-# %% tags=["remove-cell"]
+# %% tags=["nbval-ignore-output", "remove-cell"]
 glue("prediction_ratio", typical, display=False)
 glue("prediction_ratio_all", math.exp(np.mean(np.log(ratios))), display=False)
 assert 1 / 3 < typical < 3, ratios
@@ -658,7 +658,7 @@ packing = worker_runs[2]["packing"]
 for key, seconds in packing.items():
     print(f"{key:12s} {seconds * 1e3:8.3f} ms")
 
-# %% tags=["remove-cell"]
+# %% tags=["nbval-ignore-output", "remove-cell"]
 glue("packing_speedup", packing["separate"] / packing["packed"], display=False)
 assert packing["separate"] > 2 * packing["packed"]
 
