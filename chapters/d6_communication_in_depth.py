@@ -13,6 +13,12 @@
 # α–β model to all-reduces measured on two CPU cores and then fed it with
 # vendors' link figures. Its predictions for real clusters cannot be measured
 # here; this page sets one of them next to a published measurement.
+#
+# **In this chapter you will**
+#
+# - predict the scaling efficiency of Goyal et al.'s ResNet-50 run from
+#   their published step time and link, with and without overlap;
+# - see where the model is too simple for a real system.
 
 # %% tags=["colab", "hide-input"]
 # On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
@@ -109,7 +115,7 @@ assert no_overlap < PUBLISHED < bucketed_goyal
 # - The two ends are no overlap and perfect overlap; a real system sits
 #   between them, for the four reasons above.
 #
-# ## Exercise
+# ## Exercises
 #
 # 1. Vary the assumed latency of the 50 GbE link from `5e-6` to `100e-6`
 #    seconds. Does the bracket still hold the published figure?
