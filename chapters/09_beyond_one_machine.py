@@ -1,6 +1,14 @@
 # %% [markdown]
 # # Beyond one machine
 #
+# ```{admonition} Takeaway
+# Across processes and machines, the code stays the same: synchronous
+# training with `MultiWorkerMirroredStrategy` gives the weights of one
+# device, and `ParameterServerStrategy` trains asynchronously and survives a
+# dead worker. What changes is `TF_CONFIG`, ports, shared storage, and
+# trust: TensorFlow's gRPC servers have no authentication.
+# ```
+#
 # So far every device lived in one Python process. Real clusters are several
 # processes on several machines, and machines fail. TensorFlow offers the
 # two modes of the earlier chapters across processes:
@@ -31,11 +39,8 @@
 #   recovery took;
 # - see what changes on several machines (`TF_CONFIG`, ports, firewalls,
 #   trust) and what does not (the code).
-#
-# Runs in under two minutes on two CPU cores; most of that time goes into
-# starting TensorFlow in each of the clusters' processes.
 
-# %% tags=["colab"]
+# %% tags=["colab", "hide-input"]
 # On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
 import sys
 
@@ -124,8 +129,8 @@ for bad in ({"workers": 0}, {"workers": 2, "parameter_servers": -1}, {"workers":
 # so here that is one replica a process). Every step, every replica computes
 # the gradient of its shard of the
 # batch, one all-reduce over the network sums them, and every worker applies
-# the same update. The worker function is the `SyncTrainer` loop of the
-# chapter "Synchronous training", on 48 of the y = x² question's points so that 2 and 3
+# the same update. The worker function is the `SyncTrainer` loop of
+# [Synchronous training](03_synchronous), on 48 of the y = x² question's points so that 2 and 3
 # workers split the batch evenly. These are the lines that carry the idea:
 # the strategy, the model built in its scope, the trainer, and the loop
 # (the checkpoints, for later, are two lines; the full function, with its
@@ -145,7 +150,7 @@ show_source(train_parabola_multiworker)
 # logical devices.
 
 # %% [markdown]
-# As in the chapter "Synchronous training", the comparison runs in float64
+# As in [Synchronous training](03_synchronous), the comparison runs in float64
 # so that no machine's rounding can blur it, with the one-device reference
 # at Keras's float32 learning rate; the worker processes also choose
 # deterministic kernels (`deterministic=True`, which matters on GPUs) so that
@@ -175,6 +180,8 @@ print(f"final loss on one device: {one_loss[-1]:.6f}; tolerance {tolerance:.0e}"
 for name, weights in runs.items():
     print(f"{name:28s} weights agree with one device within the tolerance: "
           f"{gap(weights) < tolerance}")
+
+# %% tags=["remove-cell"]
 assert all(gap(weights) < tolerance for weights in runs.values())
 
 # %% [markdown]
@@ -185,8 +192,8 @@ assert all(gap(weights) < tolerance for weights in runs.values())
 # %% [markdown]
 # ## Asynchronous across processes: parameter servers
 #
-# `ParameterServerStrategy` splits the roles of the chapter "Asynchronous
-# training" over processes:
+# `ParameterServerStrategy` splits the roles of [Asynchronous
+# training](04_asynchronous) over processes:
 #
 # - the **parameter servers** hold the variables. A variable created in the
 #   strategy's scope lives on one of them, or, with a *variable partitioner*,
@@ -228,7 +235,7 @@ show_source(train_parameter_server)
 # %% [markdown]
 # ### Why staleness is only a proxy here
 #
-# In the chapter "Asynchronous training" one lock ordered every read and
+# In [Asynchronous training](04_asynchronous) one lock ordered every read and
 # every update, so the number of updates between a worker's read and its
 # update was exact. Here there is no such lock and no global version of the
 # parameters: a closure reads each shard from its parameter server in a
@@ -284,11 +291,13 @@ counts = np.bincount(staleness[both])
 print("updates by worker 0, worker 1 before the kill:", np.bincount(worker[both], minlength=2))
 print("staleness proxy: value -> updates", dict(enumerate(counts.tolist())))
 print(f"mean {staleness[both].mean():.2f}; after the kill (one worker): max {staleness[~both].max()}")
+
+# %% tags=["remove-cell"]
 assert staleness[both].max() >= 1            # two workers overlap
 assert staleness[~both].max() <= 1           # one worker left: hardly any overlap
 
 # %% [markdown]
-# With two workers on two cores, a good share of the updates had one other
+# With two workers, a good share of the updates had one other
 # update land while they computed; after the kill, with one worker left, the
 # updates are almost never stale (the few exceptions are closures that were
 # already running when the worker died). The loss follows that of one
@@ -301,6 +310,8 @@ fig = plots.parameter_server_updates(ps_run, kill_time=killed_wall, reference_lo
 
 # %% tags=["nbval-ignore-output"]
 print(f"final loss: parameter servers {ps_run['loss'][-1]:.3f}, one device {reference_loss[-1]:.3f}")
+
+# %% tags=["remove-cell"]
 assert abs(ps_run["loss"][-1] - reference_loss[-1]) < 0.02 * reference_loss[-1]  # "closely": 2%
 
 # %% [markdown]
@@ -332,6 +343,8 @@ print(f"time from the kill to the next applied update: {recovery * 1e3:.0f} ms "
 rate_before = both.sum() / (killed_wall - finished.min())
 rate_after = after.sum() / (finished.max() - killed_wall)
 print(f"updates per second: {rate_before:.0f} with two workers, {rate_after:.0f} with one")
+
+# %% tags=["remove-cell"]
 assert ps_run["applied"] >= ps_run["scheduled"] == UPDATES
 assert set(worker[after].tolist()) == {0}
 
@@ -339,8 +352,8 @@ assert set(worker[after].tolist()) == {0}
 # The parameter-server run did not stop: the loss of one worker cost a few
 # milliseconds, and from then on worker 0 did all the work. Here the
 # throughput fell, but by far less than half (the two rates printed above):
-# on two shared cores, with a network this small,
-# the coordinator dispatching closures sets the pace, not the workers
+# with a network this small, the coordinator dispatching closures sets the
+# pace, not the workers
 # computing them. With a real model on separate machines, losing one of two
 # workers would halve it, until someone restarts the worker: the coordinator
 # keeps trying to reconnect and uses it again when it comes back. The parameter servers themselves are not protected this way: if one
@@ -425,9 +438,11 @@ print(f"steps done at the kill: {done_at_kill}; last checkpoint: {resumed_at}; "
       f"steps lost: {done_at_kill - resumed_at}")
 print(f"after the kill: failure detected {detected_at - killed_at:.2f} s, "
       f"job stopped {stopped_at - killed_at:.1f} s, first new step {back_at - killed_at:.1f} s")
+fig = plots.recovery_timeline(before, after, killed_at - started, sorted(set(saved)))
+
+# %% tags=["remove-cell"]
 assert resumed_at in saved and resumed_at == 150
 assert 0 < done_at_kill - resumed_at < 150
-fig = plots.recovery_timeline(before, after, killed_at - started, sorted(set(saved)))
 
 # %% [markdown]
 # At most the steps since the last checkpoint are lost (here the 25 or so
@@ -437,7 +452,7 @@ fig = plots.recovery_timeline(before, after, killed_at - started, sorted(set(sav
 # large models, writing a checkpoint takes seconds to minutes, so the
 # interval is a trade-off. (`keras.callbacks.BackupAndRestore` does this for
 # `fit`, which Keras 3 does not support under these strategies; see the
-# appendix "Compatibility matrix".)
+# appendix [Compatibility matrix](a2_compatibility).)
 #
 # ## From one machine to several
 #

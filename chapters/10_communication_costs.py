@@ -1,6 +1,14 @@
 # %% [markdown]
 # # What communication costs
 #
+# ```{admonition} Takeaway
+# A message of $n$ bytes costs a latency $\alpha$ plus $n/\beta$. A ring
+# all-reduce over $R$ replicas pays $2(R-1)$ latencies and moves each byte
+# about twice, whatever $R$. So small models are latency-bound and scale
+# badly; large ones are bandwidth-bound and scale well on fast links, best
+# with gradients sent in buckets during the backward pass.
+# ```
+#
 # Every timing in this book so far came from logical devices on two CPU
 # cores, where "communication" is a memory copy. Nobody trains that way. A
 # reader who wants to know what happens on eight GPUs in one box, or on 64
@@ -13,23 +21,20 @@
 # **In this chapter you will**
 #
 # - derive the cost of one message, of a ring and a tree all-reduce, of an
-#   all-reduce inside boxes and then across boxes, and of parameter servers,
-#   each with a picture of who sends what;
+#   all-reduce inside boxes and then across boxes, and of parameter servers;
 # - measure all-reduce against the payload size in one process, in two and
 #   three worker processes over gRPC, and with a parameter server, fit α
 #   and β to each, and check a prediction against a measurement the fit
 #   never saw;
-# - predict the scaling efficiency of the book's digits network, of a
-#   ResNet-50-sized and a BERT-large-sized model on real hardware, from
-#   vendor figures, and set one prediction next to a published one;
-# - see why frameworks all-reduce gradients in buckets while the backward
-#   pass is still running, in the model and in a measurement;
+# - predict the scaling efficiency of small and large models on real
+#   hardware from vendor figures, and see why frameworks all-reduce
+#   gradients in buckets while the backward pass is still running;
 # - use `pargrad.cost`, a calculator you can feed your own numbers.
 #
-# Runs in one to two minutes on two CPU cores; most of it goes into
-# starting TensorFlow in eight worker, coordinator and server processes.
+# The deep dive [Communication costs in depth](d6_communication_in_depth)
+# sets one prediction next to a published measurement.
 
-# %% tags=["colab"]
+# %% tags=["colab", "hide-input"]
 # On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
 import sys
 
@@ -87,7 +92,7 @@ show_source(cost.Pattern)
 #
 # {numref}`fig-patterns` shows who sends what.
 #
-# **Ring.** The chapter "Synchronous training" ran the ring algorithm step
+# **Ring.** [Synchronous training](03_synchronous) ran the ring algorithm step
 # by step: each of the $R$ replicas cuts its $n$ bytes into $R$ chunks; in
 # $R-1$ reduce-scatter steps and $R-1$ all-gather steps every replica sends
 # one chunk of $n/R$ bytes to its neighbour, all at the same time. So
@@ -132,12 +137,13 @@ show_source(cost.Pattern)
 
 # %%
 print(cost.ring_pattern(4), cost.tree_pattern(4), cost.parameter_server_pattern(4, 1), sep="\n")
+
+# %% tags=["remove-cell"]
 assert cost.ring_pattern(4) == cost.Pattern(messages=6, traffic=1.5)
 assert cost.tree_pattern(4) == cost.Pattern(messages=4, traffic=4.0)
 assert cost.parameter_server_pattern(4, 1) == cost.Pattern(messages=2, traffic=8.0)
 
-# %% tags=["nbval-ignore-output"]
-# The figure is stored for the book through glue; nbval does not compare pictures.
+# %% tags=["nbval-ignore-output", "remove-cell"]
 figure = plots.communication_patterns(replicas=4)
 glue("fig_patterns", figure, display=False)
 plt.close(figure)
@@ -150,7 +156,7 @@ plt.close(figure)
 # (every replica sends $n/R$ to its neighbour in each of $2(R-1)$ steps), the
 # binomial tree (whole payloads, $\lceil\log_2 R\rceil$ rounds up and as many
 # down) and a parameter server (every worker pushes and pulls $n$). The
-# patterns printed and asserted above the figure are the numbers it shows.
+# patterns printed above the figure are the numbers it shows.
 # ```
 #
 # The calculator turns a pattern and a link into seconds. Take a payload of
@@ -168,9 +174,8 @@ for label, seconds in [
     ("tree, 4 bytes", cost.tree_all_reduce_time(4, 64, link)),
 ]:
     print(f"{label:28s} {seconds * 1e3:9.3f} ms")
-# The next sentences, checked against the model: these asserts evaluate the model's
-# arithmetic on purpose; they fail when a pattern or an assumed figure changes and a
-# sentence of the text would no longer be true.
+
+# %% tags=["remove-cell"]
 assert cost.ring_all_reduce_time(100e6, 64, link) < cost.tree_all_reduce_time(100e6, 64, link)
 assert cost.tree_all_reduce_time(4, 64, link) < cost.ring_all_reduce_time(4, 64, link)
 
@@ -271,12 +276,15 @@ for workers in (2, 3):
         kwargs={"sizes": sizes, "repeats": 3, "packing_tensors": 16 if workers == 2 else 0})
     # The all-reduce ends for all workers together: keep the slowest worker's time.
     worker_runs[workers] = {"seconds": np.max([r["seconds"] for r in results], axis=0),
-                            "packing": results[0]["packing"]}
-    assert all(r["replicas"] == workers for r in results)
+                            "packing": results[0]["packing"],
+                            "replicas": [r["replicas"] for r in results]}
     fits[f"{workers} worker processes, gRPC"] = cost.fit_link(
         sizes, worker_runs[workers]["seconds"], cost.ring_pattern(workers), name=f"{workers} workers")
 for n, two, three in zip(sizes, worker_runs[2]["seconds"], worker_runs[3]["seconds"]):
     print(f"{n:>10d} B  2 workers {two * 1e3:8.3f} ms   3 workers {three * 1e3:8.3f} ms")
+
+# %% tags=["nbval-ignore-output", "remove-cell"]
+assert all(run["replicas"] == [w] * w for w, run in worker_runs.items())
 
 # %% [markdown]
 # ### (c) A parameter server
@@ -315,6 +323,9 @@ for label, fit in fits.items():
     residual = np.median(np.abs(fit.relative_residuals))
     print(f"{label:34s} {fit.link.latency * 1e6:7.0f} µs {fit.link.bandwidth / 1e9:8.3f} GB/s"
           f" {100 * residual:16.0f} %")
+
+# %% tags=["nbval-ignore-output", "remove-cell"]
+for label, fit in fits.items():
     # The line explains the data: the median miss is below three quarters of
     # the measurement (loose on purpose: it rejects a model that does not
     # describe the data, not the noise of a shared machine), and the line
@@ -345,23 +356,21 @@ for label, key in [("4 logical devices, one process", "in_process"),
 #
 # All-reduce (and parameter-server push and pull) time against the payload,
 # measured on two CPU cores (dots), the fitted $\alpha$ + traffic$\cdot n/\beta$
-# lines, and the relative residuals (bottom). The table printed by the cell
-# holds the fitted values; the cell asserts that every median residual is
-# below three quarters of the measurement and that the line does far better
-# than one constant time for all sizes.
+# lines, and the relative residuals (bottom). The table printed above holds
+# the fitted values; every median residual is checked to be below three
+# quarters of the measurement, and each line to do far better than one
+# constant time for all sizes.
 # ```
 #
-# On this machine two worker processes gave $\alpha \approx$
+# In the run stored with this page, two worker processes gave $\alpha \approx$
 # {glue:text}`alpha_two_workers:.0f` µs and $\beta \approx$
 # {glue:text}`beta_two_workers:.2f` GB/s per step of the ring. These are not
 # properties of a wire: the "link" is a CPU core copying memory and running
 # gRPC, and $\alpha$ is mostly TensorFlow launching the collective (the cell
 # checks that the worker processes' $\alpha$ is larger than the one-process
 # $\alpha$). The median residuals were at most
-# {glue:text}`largest_median_residual:.0f`% in this run; single payloads miss
-# by more when other programs take the two cores. The cell's bound, a median
-# miss below three quarters, is loose on purpose: it rejects a line that does
-# not describe the data, not the noise of a shared machine.
+# {glue:text}`largest_median_residual:.0f`%; single payloads miss by more
+# when other programs take the two cores.
 #
 # ## A prediction the fit never saw
 #
@@ -381,6 +390,8 @@ large = np.asarray(sizes) >= 2 ** 16   # where bytes, not launches, dominate
 typical = math.exp(np.mean(np.log(ratios[large])))
 print(f"geometric mean of measured / predicted from 64 KiB on: {typical:.2f}; "
       f"over all sizes: {math.exp(np.mean(np.log(ratios))):.2f}")
+
+# %% tags=["nbval-ignore-output", "remove-cell"]
 glue("prediction_ratio", typical, display=False)
 glue("prediction_ratio_all", math.exp(np.mean(np.log(ratios))), display=False)
 assert 1 / 3 < typical < 3, ratios
@@ -388,9 +399,9 @@ assert 1 / 3 < typical < 3, ratios
 # %% [markdown]
 # For the payloads of 64 KiB and more, where the bytes dominate, measured
 # over predicted is {glue:text}`prediction_ratio:.2f` on the geometric
-# mean (the cell asserts it lies within a factor of three); over all sizes
+# mean (checked to lie within a factor of three); over all sizes
 # {glue:text}`prediction_ratio_all:.2f`. The small payloads are at the mercy
-# of the other programs on this machine: their time is a few milliseconds of
+# of other programs: their time is a few milliseconds of
 # launching, and a busy core doubles it. Where the model misses, it also
 # misses for a reason it leaves out on purpose: it gives every replica its
 # own link and its own processor, and three worker processes on two cores
@@ -467,7 +478,7 @@ for name in clusters:
 # datasheets {cite}`nvidia2020a100,nvidia2022h100`; real training reaches a
 # fraction of them, which we *assume* to be
 # {glue:text}`utilisation_percent:.0f`% (`UTILISATION` below). The digits
-# network of the chapter "Sync vs async in the same time" is so small that a
+# network of [Sync vs async in the same time](05_sync_vs_async) is so small that a
 # GPU step is bound by launching kernels, which we assume takes
 # {glue:text}`digits_step_ms:.0f` ms on either GPU (`DIGITS_STEP_SECONDS`).
 
@@ -478,8 +489,6 @@ PEAK = {  # dense tensor-core operations a second
 }
 UTILISATION = 0.30
 DIGITS_STEP_SECONDS = 1e-3
-glue("utilisation_percent", 100 * UTILISATION, display=False)
-glue("digits_step_ms", 1e3 * DIGITS_STEP_SECONDS, display=False)
 
 digits_parameters = digits.digits_model(hidden=64).count_params()
 models = {  # name: (parameters, bytes a gradient value, operations a step on one GPU or None)
@@ -502,6 +511,10 @@ print(f"digits network: {digits_parameters} parameters")
 for model in models:
     print(f"{model:28s} gradient {models[model][0] * models[model][1] / 1e6:9.3f} MB   "
           f"step on an A100 {compute_seconds(model, 'A100') * 1e3:6.1f} ms")
+
+# %% tags=["remove-cell"]
+glue("utilisation_percent", 100 * UTILISATION, display=False)
+glue("digits_step_ms", 1e3 * DIGITS_STEP_SECONDS, display=False)
 
 # %% [markdown]
 # With a fixed batch on every GPU, $R$ GPUs do $R$ times the work of one in
@@ -548,9 +561,14 @@ plain = efficiency_table(without_overlap)
 # needs the fat network.
 
 # %%
+
+
+# %% tags=["remove-cell"]
 glue("eff_rn50_fp16_64_hdr", 100 * plain["64 boxes, A100, 8 x IB HDR"][2], display=False)
 glue("eff_rn50_fp16_64_25g", 100 * plain["64 boxes, A100, 1 x 25 GbE"][2], display=False)
 glue("eff_digits_64_hdr", 100 * plain["64 boxes, A100, 8 x IB HDR"][0], display=False)
+
+# %% tags=["remove-cell"]
 assert plain["64 boxes, A100, 8 x IB HDR"][2] > plain["64 boxes, A100, 1 x 25 GbE"][2]
 # The digits network's all-reduce is nearly all latency on every cluster ...
 for cluster in clusters:
@@ -600,11 +618,12 @@ best = int(bucket_counts[np.argmin(steps)])
 print(f"compute {compute * 1e3:.1f} ms, all-reduce {all_reduce_seconds(nbytes, example_cluster) * 1e3:.1f} ms")
 print(f"one bucket {steps[0] * 1e3:.1f} ms; best: {best} buckets of {nbytes / best / 1e6:.2f} MB, "
       f"{min(steps) * 1e3:.1f} ms; {bucket_counts[-1]} buckets {steps[-1] * 1e3:.1f} ms")
+
+# %% tags=["remove-cell"]
 assert min(steps) < steps[0] and min(steps) < steps[-1]
 glue("best_buckets", best, display=False)
 
-# %% tags=["nbval-ignore-output"]
-# The figure is stored for the book through glue; nbval does not compare pictures.
+# %% tags=["nbval-ignore-output", "remove-cell"]
 figure, ax = plt.subplots(figsize=(6.5, 3.6))
 ax.semilogx(bucket_counts, np.array(steps) * 1e3, "o-", ms=3)
 ax.axhline(compute * 1e3, color="gray", ls="--", label="compute alone")
@@ -624,8 +643,8 @@ plt.close(figure)
 # A100s with one 100 GbE port a box, against the number of buckets its
 # gradient is cut into. One bucket: no overlap. A few buckets hide most of
 # the all-reduce behind the backward pass; hundreds pay the latencies of
-# two rings (inside and across boxes) each. The cell prints the ends and the best count and asserts
-# that the curve has an inside minimum; the next cell draws it.
+# two rings (inside and across boxes) each. The cell above prints the ends and
+# the best count.
 # ```
 #
 # The best is {glue:text}`best_buckets` buckets here. The same idea on the
@@ -638,6 +657,8 @@ plt.close(figure)
 packing = worker_runs[2]["packing"]
 for key, seconds in packing.items():
     print(f"{key:12s} {seconds * 1e3:8.3f} ms")
+
+# %% tags=["nbval-ignore-output", "remove-cell"]
 glue("packing_speedup", packing["separate"] / packing["packed"], display=False)
 assert packing["separate"] > 2 * packing["packed"]
 
@@ -661,21 +682,26 @@ def with_buckets(compute, nbytes, cluster):
                                    lambda n: all_reduce_seconds(n, cluster))
 
 
+print(f"buckets of {BUCKET_BYTES / 1e6:.0f} MB")
 bucketed = efficiency_table(with_buckets)
-# Buckets help ResNet-50 everywhere ...
-assert all(bucketed[c][i] > plain[c][i] for c in clusters for i in (1, 2))
-# ... but BERT-large on one 25 GbE port loses: 28 buckets pay 126 latencies each.
 bert_25g = (plain["64 boxes, A100, 1 x 25 GbE"][3], bucketed["64 boxes, A100, 1 x 25 GbE"][3])
 print(f"BERT-large, 64 boxes, 25 GbE: {100 * bert_25g[0]:.1f}% without buckets, "
       f"{100 * bert_25g[1]:.1f}% with")
-assert bert_25g[1] < bert_25g[0]
 fast = [c for c in clusters if "IB" in c or "NVLink" in c]  # NVLink or InfiniBand
 large = [bucketed[c][i] for c in fast for i in (1, 2, 3)]
-glue("bucketed_fast_low", 100 * min(large), display=False)
-glue("bucketed_fast_high", 100 * max(large), display=False)
 lowest = min(fast, key=lambda c: min(bucketed[c][1:]))
 print(f"large models on NVLink or InfiniBand, with buckets: {100 * min(large):.1f}% to "
       f"{100 * max(large):.1f}%; lowest on {lowest}")
+
+# %% tags=["remove-cell"]
+glue("bucketed_fast_low", 100 * min(large), display=False)
+glue("bucketed_fast_high", 100 * max(large), display=False)
+
+# %% tags=["remove-cell"]
+# Buckets help ResNet-50 everywhere ...
+assert all(bucketed[c][i] > plain[c][i] for c in clusters for i in (1, 2))
+# ... but BERT-large on one 25 GbE port loses: 28 buckets pay 126 latencies each.
+assert bert_25g[1] < bert_25g[0]
 
 # %% [markdown]
 # With buckets, the large models on NVLink and InfiniBand keep between
@@ -686,63 +712,11 @@ print(f"large models on NVLink or InfiniBand, with buckets: {100 * min(large):.1
 # 25 GbE port for 64 boxes), and there the latency that every bucket pays
 # again makes BERT-large slightly *slower* than without buckets.
 #
-# ## Next to a published figure
-#
-# Goyal et al. trained ResNet-50 on 8 to 256 Tesla P100 GPUs, eight a box,
-# each box with one 50 Gb/s Ethernet port; the backward pass of their 32
-# images a GPU took 120 ms, and they report about 90% scaling efficiency
-# from 8 to 256 GPUs {cite}`goyal2017accurate`. The model with their
-# numbers, and with two assumptions of ours that their paper does not
-# state: the forward pass takes half the backward pass, and a message over
-# their Ethernet costs $\alpha$ = {glue:text}`goyal_alpha_us:.0f` µs. The
-# in-box term, the same at 8 and 256 GPUs, is left out, which can only
-# lower the efficiency:
-
-# %%
-backward = 0.120
-forward = backward / 2
-gradient_bytes = 25.6e6 * 4
-ethernet_50g = cost.Link(20e-6, 50e9 / 8, "50 GbE")   # alpha assumed, not published
-glue("goyal_alpha_us", ethernet_50g.latency * 1e6, display=False)
-across_32 = cost.ring_all_reduce_time(gradient_bytes, 32, ethernet_50g)
-one_box = forward + backward
-no_overlap = cost.scaling_efficiency(one_box, cost.step_time(one_box, across_32))
-bucketed_goyal = cost.scaling_efficiency(one_box, cost.bucketed_step_time(
-    forward, backward, gradient_bytes, math.ceil(gradient_bytes / BUCKET_BYTES),
-    lambda n: cost.ring_all_reduce_time(n, 32, ethernet_50g)))
-PUBLISHED = 0.90
-print(f"all-reduce across 32 boxes: {across_32 * 1e3:.1f} ms; step on one box: {one_box * 1e3:.0f} ms")
-print(f"predicted efficiency 8 -> 256 GPUs: {100 * no_overlap:.1f}% without overlap, "
-      f"{100 * bucketed_goyal:.1f}% with 25 MB buckets; published: about {100 * PUBLISHED:.0f}%")
-glue("goyal_no_overlap", 100 * no_overlap, display=False)
-glue("goyal_buckets", 100 * bucketed_goyal, display=False)
-glue("goyal_published", 100 * PUBLISHED, display=False)
-assert no_overlap < PUBLISHED < bucketed_goyal
-
-# %% [markdown]
-# Under those two assumptions the model brackets the published figure:
-# {glue:text}`goyal_no_overlap:.0f`% if nothing overlaps,
-# {glue:text}`goyal_buckets:.0f`% if buckets overlap perfectly with the
-# backward pass; Goyal et al. measured about
-# {glue:text}`goyal_published:.0f`%. The lower end is not their system:
-# they all-reduced gradients while the backward pass ran, so the bracket's
-# "no overlap" end is a floor for a system they did not build, and with
-# other assumed values of the forward pass or $\alpha$ both ends move (the
-# first exercise varies $\alpha$). Horovod reports a similar figure for
-# Inception V3 and ResNet-101 on 512 GPUs {cite}`sergeev2018horovod`. The gap to the bucketed prediction is where
-# the model is too simple:
-#
-# - **Overlap is not perfect.** The backward pass and the all-reduce share
-#   the GPU's memory bandwidth and, in Goyal et al.'s system, CPU threads;
-#   the first layers' gradients, needed first by the next forward pass,
-#   come last.
-# - **Peak is not sustained.** Links reach a share of their datasheet
-#   figure; NCCL's own benchmarks report "bus bandwidths" below the peak.
-# - **Many small tensors.** A layer's gradient is a few tensors (weights,
-#   biases, normalisation parameters); unpacked, each pays the latency (we
-#   measured it above).
-# - **Stragglers and the network's shape.** A step waits for the slowest
-#   GPU (chapter "Synchronous training"), and 32 boxes share switches.
+# How close such a prediction comes to a real cluster, and where the model
+# is too simple (imperfect overlap, links below their peak, many small
+# tensors, stragglers), is the subject of the deep dive [Communication costs
+# in depth](d6_communication_in_depth), which sets it next to Goyal et al.'s
+# 256 GPUs {cite}`goyal2017accurate`.
 #
 # ## Summary
 #
@@ -763,10 +737,6 @@ assert no_overlap < PUBLISHED < bucketed_goyal
 #   Predicted from the two-worker fit, the three-worker run took
 #   {glue:text}`prediction_ratio:.2f` times the predicted time (geometric
 #   mean over the payloads of 64 KiB and more).
-# - With published link figures, the model predicts
-#   {glue:text}`goyal_no_overlap:.0f`–{glue:text}`goyal_buckets:.0f`%
-#   efficiency for Goyal et al.'s 256 GPUs, who measured about
-#   {glue:text}`goyal_published:.0f`%.
 # - Small models are latency-bound and do not scale; large ones are
 #   bandwidth-bound and scale when their gradients travel in buckets during
 #   the backward pass.

@@ -44,6 +44,8 @@ CITED_CONSTANTS = {
     "10_communication_costs": {
         "100 Gb/s": "ieee2022ethernet",
         "3.8": "he2016deep",
+    },
+    "d6_communication_in_depth": {
         "50 Gb/s": "goyal2017accurate",
         "120 ms": "goyal2017accurate",
         "90%": "goyal2017accurate",
