@@ -38,7 +38,7 @@
 # [What happened since](#what-happened-since) tells that history, and
 # [Which mode when](#which-mode-when) closes the page with a table.
 #
-# **You will** race `SyncTrainer` and `AsyncTrainer` on one clock, read a
+# **In this chapter you will** race `SyncTrainer` and `AsyncTrainer` on one clock, read a
 # time-to-target table over paired seeds, and know which mode to pick for
 # which cluster. You need the chapters
 # [Synchronous training](03_synchronous) and
@@ -249,8 +249,8 @@ print("every verdict the text states holds, on", SEEDS, "seeds")
 #    shown.** With heavy-tailed delays the rule finds no difference. Behind
 #    the persistently slow device the stored seeds favour the backup
 #    worker, but asynchronous training's rate sweep did not settle there
-#    (rates across the whole grid tie on the tuning seeds), and at the other
-#    rates of that tie the lead does not hold: not shown.
+#    (rates from one end of its grid to the other tie on the tuning seeds),
+#    and the stored races ran it at the smallest of them: not shown.
 #
 # The two mitigations of asynchronous training, the
 # {term}`staleness-aware rate <staleness-aware rate>` and

@@ -6,13 +6,18 @@
 # verdicts: the three mitigations as trainer options, the stored races
 # checked live, the learning-rate sweeps and where they did not settle,
 # every verdict with its test, and the same race on the wall clock. Read it
-# when you want to check a verdict, not to learn the answer.
+# to check a verdict, not to learn the answer.
 # ```
 #
 # This optional page holds the evidence behind the race of
 # [Sync vs async in the same time](05_sync_vs_async): what a curious reader
 # may check and everyone else may skip. Its runs are the same stored
 # virtual-clock races, plus a live race and a stored sweep on the wall clock.
+#
+# **In this chapter you will** see the three mitigations as trainer options
+# at work, check the stored races against live runs, apply the book's fair
+# sweep rule to the stored learning-rate sweeps, read every verdict of the
+# race with its test, and see the same race on the wall clock.
 
 # %% tags=["colab"]
 # On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
@@ -574,3 +579,67 @@ plt.close(figure)
 # Until then, the core page states only the verdicts that do not depend on
 # where a tie was broken: the ones that hold on every stored seed or by a
 # wide margin, and the control.
+#
+# ## Summary
+#
+# - The mitigations are trainer options: `backup_workers=b` weights the
+#   first gradients to arrive and drops the rest inside one all-reduce;
+#   `staleness_aware=True` divides a stale update's rate; `staleness_bound=s`
+#   makes a worker that is too far ahead wait.
+# - The stored races repeat live, and every stored rate lies on the plateau
+#   of its sweep; but on a coarse checkpoint grid the plateaus are wide, and
+#   some reach an end of the grid.
+# - The verdicts that hold on every stored seed or by a wide margin are the
+#   core page's; those that rest on an unsettled rate (the backup worker
+#   against asynchronous training and the staleness-aware rate, behind the
+#   slow device) are not shown until the re-sweep.
+# - On the wall clock, over few seeds, the slow device's cost to plain
+#   synchronous training shows as on the virtual clock; the rest is an
+#   illustration.
+#
+# ## Exercises
+#
+# 1. Score the stored sweep at the *lower* target instead
+#    (`stored_run(scenario, method, TARGETS[0])` in `fair_sweep`). Do more
+#    or fewer sweeps reach an end of their grid, and why?
+#
+#    *Hint:* the lower target is reached sooner, in fewer checkpoints.
+# 2. Try `staleness_bound` 0, 1, 4 and 8 with the slow device. Where does
+#    bounded staleness stop hurting, and why?
+#
+#    *Hint:* how far ahead does a fast worker get in one step of the slow
+#    one?
+# 3. Run `tools/measure_race_sweep.py --step-ms 5 --output /tmp/race.json`.
+#    What happens to synchronous training when the step is small next to the
+#    cost of launching it?
+#
+#    *Hint:* a synchronous step pays the launch and the all-reduce once per
+#    update, whatever the step's size.
+#
+# ### Solutions
+#
+# ```{dropdown} Solution to exercise 1
+# More ties: fewer checkpoints lie between the start and the lower target,
+# so the medians of neighbouring rates fall on the same checkpoint more
+# often, the plateaus widen and more of them reach an end of the grid. A
+# finer checkpoint grid, not a lower target, is the cure.
+# ```
+#
+# ```{dropdown} Solution to exercise 2
+# With a *persistent* straggler, no finite bound stops hurting. The bound
+# counts applied updates: each fast worker applies three updates for every
+# one of the slow worker, so its lead grows by two every slow step, and
+# whatever the bound $s$, after about $s/2$ slow steps every fast worker is
+# $s$ ahead and from then on waits for the slow one at every step. A larger
+# bound only delays the throttling. A bound helps against *transient*
+# stragglers, whose lag it lets the others absorb: with heavy-tailed delays
+# the slow device changes from step to step, and the counts even out.
+# ```
+#
+# ```{dropdown} Solution to exercise 3
+# With steps of a few milliseconds, the fixed cost of a synchronous step
+# (launching it on every replica and the all-reduce) becomes a large part of
+# each update, so synchronous training falls behind even with equal devices;
+# accumulating several micro-batches per update, or larger batches, spreads
+# that cost again.
+# ```
