@@ -131,8 +131,12 @@ def virtual(arguments):
     import os
 
     started, load_before = time.perf_counter(), [round(v, 2) for v in os.getloadavg()]
-    tuning = list(range(100, 100 + arguments.sweep_seeds))
-    seeds = list(range(arguments.seeds))
+    tuning = list(range(arguments.first_tuning_seed, arguments.first_tuning_seed
+                        + arguments.sweep_seeds))
+    seeds = list(range(arguments.first_seed, arguments.first_seed + arguments.seeds))
+    if set(tuning) & set(seeds):
+        raise SystemExit(f"the tuning seeds {tuning} and the seeds {seeds} overlap; pass "
+                         "--first-tuning-seed beyond the seeds.")
     tasks = [(scenario, method) for scenario in race.SCENARIOS for method in methods_of(scenario)]
     # The slow scenarios first: the longest tasks start early.
     tasks.sort(key=lambda task: -BUDGETS[task[0]])
@@ -170,13 +174,15 @@ def virtual(arguments):
     seconds = time.perf_counter() - started
     arguments.output.parent.mkdir(parents=True, exist_ok=True)
     arguments.output.write_text(json.dumps({
-        "script": f"benchmarks/sync_vs_async.py --clock virtual --jobs {arguments.jobs}",
+        "script": (f"benchmarks/sync_vs_async.py --clock virtual --jobs {arguments.jobs} "
+                   f"--virtual-every {arguments.virtual_every:g} --first-seed {arguments.first_seed} "
+                   f"--first-tuning-seed {arguments.first_tuning_seed}"),
         "run": {"seconds": round(seconds), "jobs": arguments.jobs, "cores": os.cpu_count(),
                 "load_average_before": load_before,
                 "load_average_after": [round(v, 2) for v in os.getloadavg()],
                 "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")},
         "settings": {"budgets": BUDGETS, "every": arguments.virtual_every,
-                     "seeds": arguments.seeds, "tuning_seeds": tuning,
+                     "seeds": arguments.seeds, "seed_list": seeds, "tuning_seeds": tuning,
                      "targets": list(TARGETS), "sweep_target": max(TARGETS),
                      "grid_step": SWEEP_STEP, "batch_size": race.BATCH_SIZE,
                      "best_rates": {s: {m: best[s][m] for m in methods_of(s)}
@@ -193,8 +199,13 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clock", choices=("wall", "virtual"), default="wall",
                         help="the measured race (default) or the virtual-clock sweep")
-    parser.add_argument("--virtual-every", type=float, default=5.0,
-                        help="virtual: time units between checkpoints")
+    parser.add_argument("--virtual-every", type=float, default=1.0,
+                        help="virtual: time units between checkpoints (fine, so that the times "
+                             "to a target of two rates rarely tie)")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="virtual: the first of the --seeds seeds (1000: a held-out set)")
+    parser.add_argument("--first-tuning-seed", type=int, default=100,
+                        help="virtual: the first tuning seed (1100 for a held-out set)")
     parser.add_argument("--sweep-seeds", type=int, default=10,
                         help="virtual: tuning seeds of each learning rate in the sweep")
     parser.add_argument("--jobs", type=int, default=2,

@@ -390,7 +390,7 @@ class AsyncTrainer:
         Always true without a ``staleness_bound``; with bound ``s``, true
         when the worker has applied at most ``s`` updates more (in this fit)
         than the worker with the fewest among those still running.  Shown in
-        the chapter "Sync vs async in the same time".
+        the chapter "The race in depth".
         """
         if self.staleness_bound is None:
             return True

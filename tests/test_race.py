@@ -110,6 +110,23 @@ def test_paired_verdict_follows_the_books_rule():
         race.paired_verdict(results[:5] + results[20:25], "s", "a", "b")
 
 
+def test_the_results_table_compares_each_method_with_the_reference_by_scenario():
+    results = ([result("s", "ref", seed, 2.0 + seed % 3) for seed in range(20)]
+               + [result("s", "fast", seed, 1.0 + seed % 3) for seed in range(20)]
+               + [result("s", "same", seed, 2.0 + (seed + 1) % 3) for seed in range(20)]
+               + [result("t", "ref", seed, 1.0 + seed % 3) for seed in range(20)]
+               + [result("t", "fast", seed, 3.0 + seed % 3) for seed in range(20)])
+    table = race.race_results_table(results, "ref", {"s": ["fast", "same"], "t": ["fast"]},
+                                    target=0.9)
+    rows = {(row[0], row[1]): row for row in table.rows}
+    assert table.columns[0] == "scenario" and "90%" in table.columns[2]
+    assert rows["s", "ref"][-1] == "reference"
+    assert rows["s", "fast"][-1] == "fast ahead" and rows["s", "fast"][4] == "20 of 20"
+    assert rows["s", "same"][-1] == "no difference shown"
+    assert rows["t", "fast"][-1] == "ref ahead" and rows["t", "fast"][4] == "0 of 20"
+    assert "| s | fast |" in table.to_markdown()
+
+
 def test_wall_clock_claims_can_fail():
     def races(async_at, backup_at, sync_at):
         return [result("one device 3x slower", method, seed, at)

@@ -53,7 +53,7 @@ def backup_worker_mask(replica_times, backup_workers):
     boolean array shaped like ``replica_times``.  Taught in the chapter
     "Sync vs async in the same time".
 
-    Shown in the chapter "Sync vs async in the same time".
+    Shown in the chapter "The race in depth".
     """
     times = np.asarray(replica_times, float)
     if times.ndim != 2:
@@ -342,7 +342,7 @@ class InstrumentedSyncTrainer(SyncTrainer):
         dropped ones (so the sum over replicas is the mean over the used
         examples), and each used replica's emulated seconds (0: cut off).
 
-        Shown in the chapter "Sync vs async in the same time".
+        Shown in the chapter "The race in depth".
         """
         if self.backup_workers:
             self._gradient_weights.assign(

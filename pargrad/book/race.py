@@ -344,6 +344,32 @@ def paired_verdict(results, scenario, first, second, target=TARGET, resolution=0
                                min_seeds=experiments.MIN_SEEDS if min_seeds is None else min_seeds)
 
 
+def race_results_table(results, reference, methods, target=TARGET):
+    """One results table: per scenario and method, the time to ``target`` against ``reference``.
+
+    ``methods`` maps each scenario to the methods compared with the
+    scenario's ``reference`` run.  Per row: the median time, the median
+    per-seed ratio to the reference, the seeds on which the method was
+    faster, and the verdict of :data:`pargrad.book.experiments.RULE` (each
+    method at the rate stored with ``results``), as
+    :func:`pargrad.book.experiments.results_table` makes them.  Returns a
+    :class:`pargrad.book.experiments.ResultsTable` with a scenario column.
+    Shown in the chapter "Sync vs async in the same time".
+    """
+    from pargrad.book import experiments
+
+    rows = []
+    for scenario, names in methods.items():
+        scores = {}
+        for method in [reference, *names]:
+            seeds, scores[method] = times_by_seed(results, scenario, method, target)
+        experiment = experiments.Experiment(seeds, scores, {m: None for m in scores}, {})
+        table = experiments.results_table(experiment, reference, [reference, *names])
+        rows.extend((scenario, *row) for row in table.rows)
+    columns = ("scenario", *table.columns[:1], f"median time to {target:.0%}", *table.columns[2:])
+    return experiments.ResultsTable(columns, tuple(rows))
+
+
 # The claims the chapter makes about the measured (wall-clock) race: with a
 # device three times slower, plain synchronous training waits three times as
 # long every step, while asynchronous training and a backup worker do not.

@@ -1,0 +1,645 @@
+# %% [markdown]
+# # The race in depth
+#
+# ```{admonition} Takeaway
+# How the page [Sync vs async in the same time](05_sync_vs_async) reached its
+# verdicts: the three mitigations as trainer options, the stored races
+# checked live, the learning-rate sweeps and where they did not settle,
+# every verdict with its test, and the same race on the wall clock. Read it
+# to check a verdict, not to learn the answer.
+# ```
+#
+# This optional page holds the evidence behind the race of
+# [Sync vs async in the same time](05_sync_vs_async): what a curious reader
+# may check and everyone else may skip. Its runs are the same stored
+# virtual-clock races, plus a live race and a stored sweep on the wall clock.
+#
+# **In this chapter you will** see the three mitigations as trainer options
+# at work, check the stored races against live runs, apply the book's fair
+# sweep rule to the stored learning-rate sweeps, read every verdict of the
+# race with its test, and see the same race on the wall clock.
+
+# %% tags=["colab"]
+# On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
+import sys
+
+if "google.colab" in sys.modules:
+    import subprocess
+
+    REPOSITORY = "https://github.com/pargrad/pargrad"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", f"pargrad @ git+{REPOSITORY}@main"],
+        check=True,
+    )
+
+# %%
+import pargrad  # first: it imports TensorFlow quietly
+
+import keras
+import matplotlib.pyplot as plt
+import numpy as np
+from pargrad.book import digits, experiments, glue, plots, race, show_source
+from pargrad.asynchronous import AsyncTrainer
+from pargrad.scenario import Scenario
+from pargrad.book.instruments import InstrumentedSyncTrainer, backup_worker_mask
+from pargrad.strategies import sync_strategy
+
+devices = pargrad.logical_devices(4)
+keras.utils.set_random_seed(0)
+x_train, y_train, x_test, y_test = data = race.digits_data(seed=0)
+print(devices)
+
+# %% [markdown]
+# The methods and their default options (the races replace each learning
+# rate by the best of the method's own sweep in each scenario). The
+# zero-staleness control is one device as fast as the four together,
+# applying the asynchronous workers' updates (same batch, same rate) one
+# after the other, so none is stale.
+
+# %%
+for name, options in {**race.METHODS, **race.CONTROLS}.items():
+    print(f"{name:24s} {options}")
+
+# %% [markdown]
+# ## Three mitigations, as trainer options
+#
+# **{term}`Backup workers <backup worker>`** (Chen et al. {cite}`chen2016revisiting`). Chen et al.
+# run $N + b$ workers and apply each update with the first $N$ gradients to
+# arrive, dropping the $b$ latest, so a straggler no longer sets the pace. We
+# keep the same four devices for every method, so here the four are the
+# $N + b$: `backup_workers=b` keeps the first $N = 4 - b$ gradients and
+# drops the $b$ slowest. (Chen et al.'s notation, $N$ kept and $b$ backups,
+# is the one of [Synchronous training](03_synchronous), and the only one on this
+# page.)
+
+# %%
+show_source(backup_worker_mask)
+
+# %% [markdown]
+# The book's `InstrumentedSyncTrainer(backup_workers=b)`, the synchronous
+# trainer with the instruments of this chapter wrapped around its core step,
+# applies this rule inside the real step: before the step it sets each
+# replica's weight, $(N + b)/N$ for the $N$ replicas that arrive first and 0
+# for the $b$ others (in the code, `self.replicas` is $N + b$ and
+# `self.backup_workers` is $b$); every replica multiplies its
+# gradient by its weight before the one all-reduce, so the update is the mean
+# gradient over the examples that arrived in time.
+
+# %%
+show_source(InstrumentedSyncTrainer._set_plan)
+
+# %% [markdown]
+# What is real and what is not: the gradients, the weighting and the
+# all-reduce are real; *who arrives first* is decided from the clock before
+# the step, because a `MirroredStrategy` all-reduce always waits for every
+# replica. Two steps on the digits, replica 1 slow in the first and replica 0
+# in the second:
+
+# %%
+strategy = sync_strategy(4)
+with strategy.scope():
+    sync_model = digits.digits_model(seed=0)
+trainer = InstrumentedSyncTrainer(sync_model, strategy, loss=race.cross_entropy_per_example,
+                                  learning_rate=0.8, backup_workers=1, progress=False)
+history = trainer.fit(x_train, y_train, steps=2, batch_size=128,
+                      replica_times=np.array([[1.0, 5.0, 1.2, 1.1], [2.0, 1.0, 1.0, 1.0]]))
+print("gradients used:\n", history.used.astype(int))
+print("virtual step times:", history.virtual_step_time)
+
+# %% [markdown]
+# **Staleness-aware learning rate** (Zhang et al. {cite}`zhang2016staleness`,
+# [Asynchronous training](04_asynchronous)): `AsyncTrainer(staleness_aware=True)`
+# divides each update's learning rate by its staleness plus one.
+#
+# **{term}`Bounded staleness <bounded staleness>`** (stale synchronous parallel, Ho et al.
+# {cite}`ho2013more`): `AsyncTrainer(staleness_bound=s)` makes a worker that
+# has applied more than $s$ updates beyond the worker with the fewest (among
+# those still running) wait before it reads again (a free-running worker waits for it in `AsyncTrainer._claim_update`,
+# the one line of its loop that bounded staleness adds). The rule:
+
+# %%
+show_source(AsyncTrainer.may_start)
+
+# %% [markdown]
+# Two workers, one three times slower, bound 1: after its second update the
+# fast worker is two updates ahead and waits (its next read is at time 3, when
+# the slow worker's update lands), instead of racing on:
+
+# %%
+ssp = AsyncTrainer(digits.digits_model(seed=0), digits.cross_entropy, devices[:2],
+                   learning_rate=0.2, staleness_bound=1, progress=False)
+waits = ssp.fit(x_train, y_train, steps=8, batch_size=32, scenario=Scenario((1.0, 1 / 3)))
+for key in ("worker", "read_time", "time", "staleness"):
+    print(f"{key:>10}: {np.round(waits[key], 2)}")
+
+
+# %% [markdown]
+# ## The stored races
+#
+# `pargrad.book.race.race(method, scenario, seed)` trains for a budget of
+# time units, copies the parameters at the first update after every
+# {glue:text}`every:.0f` units, and evaluates every copy on the test set
+# afterwards. The races and the learning-rate sweeps take far longer than a
+# page may, so `benchmarks/sync_vs_async.py --clock virtual` ran them and
+# stored them in `pargrad/book/data/sync_vs_async_virtual.json`: every
+# checkpoint of every race, and each sweep run's times to the two targets
+# (re-make it with `.venv/bin/python benchmarks/sync_vs_async.py --clock
+# virtual`; `--cache DIR` lets an interrupted run resume). The virtual clock
+# is seeded, so the file can be checked: the next cell re-runs three of its
+# races and one of its sweep runs live and compares them with the file.
+
+# %%
+stored = race.stored_sweep("sync_vs_async_virtual")
+settings = stored["settings"]
+as_arrays = lambda r: {**r, **{k: np.array(r[k], float) for k in ("time", "accuracy", "loss")}}  # noqa: E731
+results = [as_arrays(r) for r in stored["results"]]
+sweep_runs = stored["sweep"]  # one entry a (scenario, method, rate, tuning seed): its times to the targets
+BUDGETS, EVERY, TARGETS = settings["budgets"], settings["every"], settings["targets"]
+SEEDS = settings["seeds"]
+print(f"{len(results)} races ({SEEDS} seeds of every method in every scenario) and "
+      f"{len(sweep_runs)} learning-rate sweep races on {len(settings['tuning_seeds'])} other seeds")
+print("budgets:", BUDGETS)
+matches = []
+for scenario, method in (("equal devices", "sync"), ("equal devices", "async"),
+                         ("one device 3x slower", "sync, 1 backup")):
+    kept = next(r for r in results if (r["scenario"], r["method"], r["seed"]) == (scenario, method, 0))
+    live = race.race(method, scenario, seed=0, budget=BUDGETS[scenario], every=EVERY, data=data,
+                     devices=devices, learning_rate=kept["learning_rate"])
+    matches.append(np.allclose(live["accuracy"], kept["accuracy"], atol=3 / len(y_test))
+                   and all(abs(race.digits_time_to_target(live, t)
+                               - race.digits_time_to_target(kept, t)) <= EVERY for t in TARGETS))
+    print(f"re-run live: {scenario}, {method}: matches the file: {matches[-1]}")
+kept = next(r for r in sweep_runs if (r["scenario"], r["method"], r["seed"])
+            == ("one device 3x slower", "sync", settings["tuning_seeds"][0]))
+live = race.race("sync", "one device 3x slower", seed=kept["seed"], every=EVERY, data=data,
+                 budget=BUDGETS["one device 3x slower"], devices=devices,
+                 learning_rate=kept["learning_rate"])
+matches.append(all(abs(race.digits_time_to_target(live, target)
+                       - (np.inf if stored_time is None else stored_time)) <= EVERY
+                   for target, stored_time in zip(TARGETS, kept["time_to_target"])))
+print(f"re-run live: the sweep's run of sync at rate {kept['learning_rate']:.3g}, one device 3x "
+      f"slower, tuning seed {kept['seed']}: matches the file: {matches[-1]}")
+
+# %% tags=["remove-cell"]
+best_rates = settings["best_rates"]
+CONTENDERS = ("sync", "sync, 1 backup", "async", "sequential, no staleness")
+
+
+def race_figure(runs, target, xlabel):
+    """Accuracy against time, one panel a scenario, the three contenders (and the control)."""
+    figure, axes = plt.subplots(1, 3, figsize=(14, 3.8), sharey=True)
+    for ax, scenario in zip(axes, race.SCENARIOS):
+        plots.race_curves([r for r in runs if r["scenario"] == scenario
+                           and r["method"] in CONTENDERS], ax=ax, title=scenario,
+                          target=target, xlabel=xlabel, ylim=(0.6, 1.0))
+    figure.tight_layout()
+    return figure
+
+
+assert all(matches)
+glue("every", EVERY)
+glue("seeds", SEEDS)
+glue("tuning-seeds", len(settings["tuning_seeds"]))
+
+# %% [markdown]
+# ## The learning rates, and where the sweeps did not settle
+#
+# Every method was swept in every scenario on the
+# {glue:text}`tuning-seeds` tuning seeds (never on the seeds of the
+# verdicts), over rates a factor $2^{1/4} \approx$
+# {glue:text}`grid-step:.2f` apart, scored by the median time to the higher
+# target. The stored races ran each method at the rate the sweep chose when
+# the file was made, with ties broken towards the *smaller* rate. The book's
+# rule now is fairer ([How the book decides](a0_methods)): rates whose
+# medians tie form a *plateau*, the tie goes to the lowest mean time, and a
+# plateau that touches an end of the grid means the grid is too short, so
+# the sweep refuses to answer. The cell applies that rule to the stored
+# sweep:
+
+# %%
+def stored_run(scenario, method, target):
+    """A harness run function that reads the stored sweep instead of training."""
+    column = TARGETS.index(target)
+    kept = {(round(r["learning_rate"], 6), r["seed"]): r["time_to_target"][column]
+            for r in sweep_runs if (r["scenario"], r["method"]) == (scenario, method)}
+
+    def run(rate, seeds):
+        return [np.inf if kept[round(rate, 6), int(s)] is None else kept[round(rate, 6), int(s)]
+                for s in seeds]
+
+    return run
+
+
+def stored_grid(scenario, method):
+    return sorted({r["learning_rate"] for r in sweep_runs
+                   if (r["scenario"], r["method"]) == (scenario, method)})
+
+
+def fair_sweep(scenario, method):
+    """``(sweep, None)`` under the book's rule, or ``(None, the plateau)`` if it touches an edge."""
+    rates = stored_grid(scenario, method)
+    run = stored_run(scenario, method, settings["sweep_target"])
+    try:
+        return experiments.sweep(experiments.Method(method, run, rates),
+                                 settings["tuning_seeds"]), None
+    except ValueError:  # the plateau touches an end of the grid: recompute it to report it
+        medians = np.array([np.median(run(rate, settings["tuning_seeds"])) for rate in rates])
+        return None, [rate for rate, m in zip(rates, medians) if m <= medians.min()]
+
+
+fair = {}
+for scenario, chosen_rates in settings["best_rates"].items():
+    print(scenario)
+    for method, stored_rate in chosen_rates.items():
+        swept, edge = fair_sweep(scenario, method)
+        fair[scenario, method] = swept, edge
+        plateau = edge if swept is None else swept.plateau
+        status = (f"at the edge of the grid ({len(edge)} rates tie)" if swept is None
+                  else f"fair choice {swept.best:.3g}")
+        print(f"   {method:26s} stored {stored_rate:.3g}; plateau "
+              + ", ".join(f"{r:.3g}" for r in plateau) + f"; {status}")
+
+# %% tags=["remove-cell"]
+edges = {key for key, (swept, _) in fair.items() if swept is None}
+assert ("one device 3x slower", "async") in edges and ("equal devices", "sync") in edges
+for (scenario, method), (swept, edge) in fair.items():  # every stored rate lies on its plateau
+    plateau = edge if swept is None else swept.plateau
+    assert any(np.isclose(settings["best_rates"][scenario][method], r, rtol=1e-5) for r in plateau)
+glue("edges", len(edges))
+glue("grid-step", settings["grid_step"])
+glue("sweeps", len(fair))
+moved = [key for key, (swept, _) in fair.items() if swept is not None
+         and not np.isclose(swept.best, settings["best_rates"][key[0]][key[1]], rtol=1e-5)]
+glue("moved", len(moved))
+
+# %% [markdown]
+# Every stored rate lies on its plateau, so each stored race ran its method
+# at *a* best rate on the tuning seeds. But the plateaus are wide where the
+# score is a time read on a grid of checkpoints {glue:text}`every:.0f` units
+# apart: medians tie often. Under the fair rule, {glue:text}`moved` of the
+# {glue:text}`sweeps` sweeps would take a larger rate of their plateau, and
+# {glue:text}`edges` reach an end of the grid, among them plain
+# asynchronous training behind the slow device, whose plateau spans almost
+# the whole grid. So the stored file cannot say that asynchronous training's
+# best rate is lower behind a slow device than with equal devices, and a
+# verdict about that method there rests on one rate of a tie. The verdicts
+# below that depend on such a choice are marked "not shown"; the re-sweep
+# that settles them (finer checkpoints, wider grids) is listed at the end of
+# this page.
+#
+# ## Every verdict
+#
+# Each question is answered at both targets with the rule of
+# [How the book decides](a0_methods). The verdicts the core page states are
+# the robust ones; the others are printed here (with their p-values, in the
+# collapsed output) and marked by what the stored data can support.
+
+# %% tags=["hide-output"]
+QUESTIONS = {
+    "equal devices": [("sequential, no staleness", "async"), ("sync", "async"),
+                      ("sync", "sync, 1 backup"), ("async, staleness-aware", "async"),
+                      ("async, bound 2", "async")],
+    "one device 3x slower": [("async", "sync"), ("sync, 1 backup", "sync"),
+                             ("sync, 1 backup", "async"), ("async, staleness-aware", "async"),
+                             ("async, bound 2", "async")],
+    "heavy-tailed delays": [("async", "sync"), ("sync, 1 backup", "sync"),
+                            ("sync, 1 backup", "async"), ("async, staleness-aware", "async"),
+                            ("async, bound 2", "async")],
+}
+verdicts = {}
+for scenario, pairs in QUESTIONS.items():
+    print(scenario)
+    for first, second in pairs:
+        for target in TARGETS:
+            verdict = race.paired_verdict(results, scenario, first, second, target)
+            verdicts[scenario, first, second, target] = verdict
+            print(f"   {target:.0%}: {verdict}")
+
+# %% tags=["remove-cell"]
+SHOWN, NONE = "ahead", "no difference shown"
+STATED = {  # (scenario, first, second): verdict on the stored seeds at the lower target, at the higher
+    ("equal devices", "sequential, no staleness", "async"): (SHOWN, SHOWN),
+    ("equal devices", "sync", "async"): (SHOWN, NONE),
+    ("equal devices", "sync", "sync, 1 backup"): (NONE, SHOWN),
+    ("equal devices", "async, staleness-aware", "async"): (NONE, NONE),
+    ("equal devices", "async, bound 2", "async"): (NONE, NONE),
+    ("one device 3x slower", "async", "sync"): (SHOWN, SHOWN),
+    ("one device 3x slower", "sync, 1 backup", "sync"): (SHOWN, SHOWN),
+    ("one device 3x slower", "sync, 1 backup", "async"): (SHOWN, SHOWN),
+    ("one device 3x slower", "async, staleness-aware", "async"): (NONE, SHOWN),
+    ("one device 3x slower", "async, bound 2", "async"): ("second", "second"),
+    ("heavy-tailed delays", "async", "sync"): (SHOWN, SHOWN),
+    ("heavy-tailed delays", "sync, 1 backup", "sync"): (SHOWN, SHOWN),
+    ("heavy-tailed delays", "sync, 1 backup", "async"): (NONE, NONE),
+    ("heavy-tailed delays", "async, staleness-aware", "async"): (NONE, NONE),
+    ("heavy-tailed delays", "async, bound 2", "async"): (NONE, NONE),
+}
+for (scenario, first, second), expected in STATED.items():
+    for target, stated in zip(TARGETS, expected):
+        verdict = verdicts[scenario, first, second, target]
+        wanted = {SHOWN: f"{first} ahead", "second": f"{second} ahead", NONE: NONE}[stated]
+        assert verdict.verdict == wanted, (scenario, first, second, target, verdict)
+        assert verdict.seeds == SEEDS >= experiments.MIN_SEEDS
+assert all(v.ties == SEEDS for t in TARGETS
+           for v in [verdicts["equal devices", "async, bound 2", "async", t]])  # identical runs
+assert all(verdicts["one device 3x slower", "async, bound 2", "async", t].losses == SEEDS
+           for t in TARGETS)
+for name, key in {"slow-backup-async": ("one device 3x slower", "sync, 1 backup", "async"),
+                  "slow-aware-async": ("one device 3x slower", "async, staleness-aware", "async")}.items():
+    for level, target in zip(("low", "high"), TARGETS):
+        glue(f"{name}-{level}-wins", verdicts[(*key, target)].wins)
+        glue(f"{name}-{level}-losses", verdicts[(*key, target)].losses)
+
+# %% [markdown]
+# What the stored seeds show, and what the page may say:
+#
+# - **Staleness costs (equal devices).** The zero-staleness control
+#   reaches both targets before the asynchronous workers on every seed.
+# - **Backup worker vs asynchronous training, behind the slow device: not
+#   shown.** The stored seeds favour the backup worker
+#   ({glue:text}`slow-backup-async-low-wins` to
+#   {glue:text}`slow-backup-async-low-losses` at the lower target,
+#   {glue:text}`slow-backup-async-high-wins` to
+#   {glue:text}`slow-backup-async-high-losses` at the higher), but against
+#   asynchronous training at the smallest rate of a plateau that reaches the
+#   end of the grid: a larger rate of the same tie may close the gap.
+# - **The staleness-aware rate behind the slow device: not shown.** The
+#   stored seeds put it ahead of plain asynchronous training at the higher
+#   target ({glue:text}`slow-aware-async-high-wins` to
+#   {glue:text}`slow-aware-async-high-losses`), against the same unsettled
+#   rate. With equal devices and with heavy-tailed delays no difference is
+#   shown.
+# - **Bounded staleness** never binds with equal devices (its runs are the
+#   plain asynchronous ones, seed for seed); behind the persistent
+#   straggler it is behind plain asynchronous training on every seed, because
+#   the fast workers must wait for the slow one.
+# - **A backup worker with equal devices** buys nothing: nobody is late, and
+#   it drops a quarter of the examples; plain synchronous training is ahead
+#   of it at the higher target.
+#
+# {numref}`fig-time-to-target` shows every seed of every method at the
+# higher target, and the collapsed table below it both targets.
+
+# %% tags=["remove-cell"]
+table = race.time_to_target_table(results, TARGETS[1])
+figure = plots.time_to_target_chart(table, unit="virtual time")
+glue("time-to-target", figure, display=False)
+plt.close(figure)
+
+# %% [markdown]
+# ```{glue:figure} time-to-target
+# :name: fig-time-to-target
+#
+# Time to the higher target on the virtual clock, one row a scenario and
+# method: a dot for each seed, a bar to the median, an × for a seed that never
+# got there within the budget.
+# ```
+
+# %% tags=["hide-output"]
+for target in TARGETS:
+    print(f"time to {target:.0%}:")
+    print(race.format_table(race.time_to_target_table(results, target),
+                            unit="virtual time units", digits=1))
+
+# ## On the wall clock
+#
+# The virtual clock leaves out everything but computation. On the wall
+# clock, `race(..., mode="free-running")` runs real threads for
+# `AsyncTrainer` and a real `MirroredStrategy` step for `SyncTrainer`. Our four
+# logical devices share two CPU cores, so a device's compute time is
+# *emulated*, as an accelerator's: each device's step is stretched to
+# `step_seconds` times the same $(1 + \text{delay}) / \text{speed}$, the host
+# thread waiting meanwhile as it would for a GPU, and a dropped backup worker
+# is cut off. Everything else is measured: Python, the lock, launching the
+# step, the all-reduce.
+#
+# **One clock for every contender.** A checkpoint's time is the elapsed time
+# since the timed run began, taken around the whole run: the trainer's
+# bookkeeping, launching each call, the copies of the parameters at the
+# checkpoints, everything, for `SyncTrainer` and `AsyncTrainer` alike. Both
+# are warmed up the same way before that clock starts: `race.WARM_UP_STEPS`
+# untimed steps on the same arrays the timed run uses (so nothing is traced or
+# compiled on the clock), then the weights are reset to the seed's initial
+# weights.
+#
+# First, a live race (its numbers change from run to run): the slow device, one seed, a few seconds
+# a method. The cell checks one thing, the robust one: asynchronous training
+# and synchronous training with one backup worker each reach the lower target
+# before plain synchronous training, which waits three times as long every
+# step.
+
+# %% tags=["nbval-ignore-output"]
+import os
+
+load_before = os.getloadavg()
+live = [race.race(method, "one device 3x slower", seed=0, budget=4.0, every=0.2,
+                  mode="free-running", step_seconds=0.02, data=data, devices=devices,
+                  learning_rate=best_rates["one device 3x slower"][method])
+        for method in ("sync", "sync, 1 backup", "async")]
+print(f"load average before {np.round(load_before, 2)}, after {np.round(os.getloadavg(), 2)} "
+      f"on {os.cpu_count()} cores")
+for target in TARGETS:
+    print(race.format_table(race.time_to_target_table(live, target),
+                            unit=f"seconds to {target:.0%}, wall clock", digits=2))
+print("updates in the budget:", {r["method"]: int(r["updates"][-1]) for r in live})
+
+# %% tags=["remove-cell"]
+reached = {r["method"]: race.digits_time_to_target(r, TARGETS[0]) for r in live}
+assert reached["async"] < reached["sync"] - 0.2 and reached["sync, 1 backup"] < reached["sync"] - 0.2
+
+# %% [markdown]
+# The stored sweep: every contender in every scenario, several seeds, measured
+# by `tools/measure_race_sweep.py` into `pargrad/book/data/sync_vs_async.json`
+# together with the machine it ran on (the script refuses to store a
+# measurement made on a busy machine, unless told otherwise); the next cell prints what the stored one was measured on,
+# and at which learning rates: each method at the best rate of its own sweep
+# *in that scenario*, the rates of the virtual-clock comparison above (the
+# cell checks that they are the same).
+
+# %%
+measured = race.stored_sweep("sync_vs_async")
+machine = measured["machine"]
+print(f"{machine['cpu']}, {machine['cores']} cores, TensorFlow {machine['tensorflow']}, "
+      f"{machine['date']}")
+print(f"load average before the sweep {machine['load_average_before']}, after "
+      f"{machine['load_average_after']}"
+      + (" (measured on a busy machine: provisional)" if machine["allowed_load"] else ""))
+wall_settings = measured["settings"]
+wall_rates = race.wall_clock_rates(wall_settings)
+for r_scenario, rates in wall_rates.items():
+    print(f"learning rates, {r_scenario}: " + ", ".join(f"{m} {v:.3g}" for m, v in rates.items()))
+walls = [{**r, **{k: np.array(r[k], float) for k in ("time", "updates", "accuracy")}}
+         for r in measured["results"]]
+WALL_SEEDS = wall_settings["seeds"]
+for target in wall_settings["targets"]:
+    print(f"\nseconds to {target:.0%}, one column a seed ('-': never), and the 1-minute load "
+          "average at the start of each run:")
+    for r_scenario in race.SCENARIOS:
+        for method in ("sync", "sync, 1 backup", "async"):
+            runs = sorted((r for r in walls if r["scenario"] == r_scenario and r["method"] == method),
+                          key=lambda r: r["seed"])
+            times = [race.digits_time_to_target(r, target) for r in runs]
+            print(f"   {r_scenario:22s} {method:16s} "
+                  + " ".join(f"{t:5.2f}" if np.isfinite(t) else "    -" for t in times)
+                  + "   load " + " ".join(f"{r['load_before']:.1f}" for r in runs))
+claims = race.wall_clock_claims(walls, wall_settings["targets"][0], wall_settings["every"])
+for claim, holds in claims.items():
+    print(f"{'holds' if holds else 'FAILS'} on all {WALL_SEEDS} seeds (sign test): {claim}")
+
+# %% tags=["remove-cell"]
+# what the text says: measured at each scenario's own (stored) rates, and the claims hold
+assert all(rate == best_rates[s][m] for s, rates in wall_rates.items() for m, rate in rates.items())
+assert all(claims.values())
+glue("wall-seeds", WALL_SEEDS)
+
+# %% [markdown]
+# The claim the cell checks holds on all {glue:text}`wall-seeds` seeds of the
+# stored sweep (over so few seeds the sign test needs nearly all of them): with a
+# device three times slower, asynchronous training and one backup worker
+# both reach the lower target before plain synchronous training. The other
+# comparisons are printed seed by seed and not claimed: with this few seeds,
+# on a clock that moves with whatever else the machine runs, the virtual clock's verdicts
+# above are the evidence, and the wall clock an illustration. Was the warm-up
+# fair? If a trainer still traced or compiled on the clock, its first
+# checkpoint interval would be slower per update than the rest:
+
+# %%
+def first_interval_ratio(runs):
+    """Median over runs of (seconds per update before the first checkpoint) / (after it)."""
+    ratios = [((r["time"][1] - r["time"][0]) / (r["updates"][1] - r["updates"][0]))
+              / ((r["time"][-1] - r["time"][1]) / (r["updates"][-1] - r["updates"][1]))
+              for r in runs if len(r["time"]) > 2 and r["updates"][1] > 0]
+    return float(np.median(ratios))
+
+
+first_ratios = {}
+for kind in ("sync", "async"):
+    runs = [r for r in walls if r["method"] == kind and r["scenario"] == "equal devices"]
+    first_ratios[kind] = first_interval_ratio(runs)
+    print(f"{kind:5s}: first interval / the rest, seconds per update: {first_ratios[kind]:.2f}")
+equal_sync = [r for r in walls if r["scenario"] == "equal devices" and r["method"] == "sync"]
+per_step = np.median([r["time"][-1] / r["updates"][-1] for r in equal_sync])
+print(f"synchronous step with equal devices: {per_step * 1e3:.1f} ms for "
+      f"{wall_settings['step_seconds'] * 1e3:.0f} ms of emulated compute")
+
+# %% tags=["remove-cell"]
+assert all(ratio < 1.5 for ratio in first_ratios.values()), "a trainer pays for start-up"
+
+# %% [markdown]
+# Neither trainer's first interval is much slower than the rest (the check
+# allows half as long again), so neither pays for start-up on the clock.
+
+# %% tags=["remove-cell"]
+figure = race_figure(walls, wall_settings["targets"][1], "seconds (wall clock)")
+glue("race-wall", figure, display=False)
+plt.close(figure)
+
+# %% [markdown]
+# ```{glue:figure} race-wall
+# :name: fig-race-wall
+#
+# Test accuracy against the wall clock, measured on the machine the cell
+# above describes: median of the seeds, band from the lowest to the highest.
+# Solid: synchronous; dashed: asynchronous.
+# ```
+#
+# {numref}`fig-race-wall` is the wall clock's picture. Where it differs from
+# the virtual clock, the difference is overhead: a synchronous step costs
+# more than its emulated compute (the line above says how much: launching the
+# step from Python, handing four replicas their shards and the all-reduce,
+# all on two shared cores), once per step and on the critical path, while the
+# asynchronous workers' overheads overlap with each other's emulated
+# compute. The virtual clock charges nothing for that overhead, nor for
+# communication: on real accelerators a step's compute is long next to the
+# launch, which favours the virtual clock's picture, but gradients of a large
+# model cross a network every synchronous step (and every asynchronous update
+# crosses it to a parameter server), which
+# [What communication costs](10_communication_costs) prices. Neither clock
+# alone is the guide for a real model; the virtual one isolates waiting, the
+# wall clock adds the host's overheads.
+#
+# ## The re-sweep that would settle the open verdicts
+#
+# Three verdicts of the stored seeds are "not shown" above, because a rate
+# sweep did not settle: its medians tie across a plateau that reaches the
+# end of the grid. Two changes settle them. Checkpoints one time unit apart
+# instead of {glue:text}`every:.0f` make times to a target rarely tie, so
+# the plateaus shrink to the rates that really are as good; and a held-out
+# seed set, with its own tuning seeds and its own sweep, tells a verdict
+# that replicates from one that rode on a lucky rate. Both are options of
+# the benchmark (each run takes tens of minutes on two idle cores):
+#
+# ```
+# .venv/bin/python benchmarks/sync_vs_async.py --clock virtual --virtual-every 1 --cache /tmp/race-page
+# .venv/bin/python benchmarks/sync_vs_async.py --clock virtual --virtual-every 1 \
+#     --first-seed 1000 --first-tuning-seed 1100 --cache /tmp/race-held-out \
+#     --output pargrad/book/data/sync_vs_async_virtual_held_out.json
+# ```
+#
+# Until then, the core page states only the verdicts that do not depend on
+# where a tie was broken: the ones that hold on every stored seed or by a
+# wide margin, and the control.
+#
+# ## Summary
+#
+# - The mitigations are trainer options: `backup_workers=b` weights the
+#   first gradients to arrive and drops the rest inside one all-reduce;
+#   `staleness_aware=True` divides a stale update's rate; `staleness_bound=s`
+#   makes a worker that is too far ahead wait.
+# - The stored races repeat live, and every stored rate lies on the plateau
+#   of its sweep; but on a coarse checkpoint grid the plateaus are wide, and
+#   some reach an end of the grid.
+# - The verdicts that hold on every stored seed or by a wide margin are the
+#   core page's; those that rest on an unsettled rate (the backup worker
+#   against asynchronous training and the staleness-aware rate, behind the
+#   slow device) are not shown until the re-sweep.
+# - On the wall clock, over few seeds, the slow device's cost to plain
+#   synchronous training shows as on the virtual clock; the rest is an
+#   illustration.
+#
+# ## Exercises
+#
+# 1. Score the stored sweep at the *lower* target instead
+#    (`stored_run(scenario, method, TARGETS[0])` in `fair_sweep`). Do more
+#    or fewer sweeps reach an end of their grid, and why?
+#
+#    *Hint:* the lower target is reached sooner, in fewer checkpoints.
+# 2. Try `staleness_bound` 0, 1, 4 and 8 with the slow device. Where does
+#    bounded staleness stop hurting, and why?
+#
+#    *Hint:* how far ahead does a fast worker get in one step of the slow
+#    one?
+# 3. Run `tools/measure_race_sweep.py --step-ms 5 --output /tmp/race.json`.
+#    What happens to synchronous training when the step is small next to the
+#    cost of launching it?
+#
+#    *Hint:* a synchronous step pays the launch and the all-reduce once per
+#    update, whatever the step's size.
+#
+# ### Solutions
+#
+# ```{dropdown} Solution to exercise 1
+# More ties: fewer checkpoints lie between the start and the lower target,
+# so the medians of neighbouring rates fall on the same checkpoint more
+# often, the plateaus widen and more of them reach an end of the grid. A
+# finer checkpoint grid, not a lower target, is the cure.
+# ```
+#
+# ```{dropdown} Solution to exercise 2
+# With a *persistent* straggler, no finite bound stops hurting. The bound
+# counts applied updates: each fast worker applies three updates for every
+# one of the slow worker, so its lead grows by two every slow step, and
+# whatever the bound $s$, after about $s/2$ slow steps every fast worker is
+# $s$ ahead and from then on waits for the slow one at every step. A larger
+# bound only delays the throttling. A bound helps against *transient*
+# stragglers, whose lag it lets the others absorb: with heavy-tailed delays
+# the slow device changes from step to step, and the counts even out.
+# ```
+#
+# ```{dropdown} Solution to exercise 3
+# With steps of a few milliseconds, the fixed cost of a synchronous step
+# (launching it on every replica and the all-reduce) becomes a large part of
+# each update, so synchronous training falls behind even with equal devices;
+# accumulating several micro-batches per update, or larger batches, spreads
+# that cost again.
+# ```
