@@ -19,7 +19,7 @@
 # sweep rule to the stored learning-rate sweeps, read every verdict of the
 # race with its test, and see the same race on the wall clock.
 
-# %% tags=["colab"]
+# %% tags=["colab", "hide-input"]
 # On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
 import sys
 
