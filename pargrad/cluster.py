@@ -162,18 +162,7 @@ class LocalCluster:
         """Start every process; returns ``self``."""
         if self.processes:
             raise ClusterError("This cluster has already been started; make a new one.")
-        if self.ports is not None:
-            busy = [port for port in self.ports if not _port_is_free(port)]
-            if busy:
-                raise ClusterError(
-                    f"Port(s) {busy} on {HOST} are in use by another program; pass "
-                    "other ports, or ports=None to let the cluster pick free ones."
-                )
-        ports = self.ports if self.ports is not None else free_ports(len(self.roles))
-        spec = {}
-        for (role, _), port in zip(self.roles, ports):
-            spec.setdefault(role, []).append(f"{HOST}:{port}")
-        self.cluster_spec = spec
+        spec = self.cluster_spec = self._claim_ports()
         _live_clusters.add(self)
         try:
             for role, index in self.roles:
@@ -202,6 +191,21 @@ class LocalCluster:
             self.stop()
             raise
         return self
+
+    def _claim_ports(self):
+        """The cluster spec ``{role: ["127.0.0.1:port", ...]}``: the given ports if free, else new ones."""
+        if self.ports is not None:
+            busy = [port for port in self.ports if not _port_is_free(port)]
+            if busy:
+                raise ClusterError(
+                    f"Port(s) {busy} on {HOST} are in use by another program; pass "
+                    "other ports, or ports=None to let the cluster pick free ones."
+                )
+        ports = self.ports if self.ports is not None else free_ports(len(self.roles))
+        spec = {}
+        for (role, _), port in zip(self.roles, ports):
+            spec.setdefault(role, []).append(f"{HOST}:{port}")
+        return spec
 
     def wait(self, timeout=None):
         """Wait for every process; return their results, in task order.
