@@ -12,7 +12,7 @@
   // ---------------------------------------------------------------- arithmetic
   function checkStaleness(staleness) {
     if (!Number.isInteger(staleness) || staleness < 0) {
-      throw new Error("staleness must be a whole number of updates >= 0 (0 = fresh), got " +
+      throw new Error("staleness (in updates; 0 = fresh) must be a whole number >= 0, got " +
                       staleness + ".");
     }
     return staleness;
