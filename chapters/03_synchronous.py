@@ -439,32 +439,7 @@ assert np.array_equal(tf_result, result)
 show_source(InstrumentedSyncTrainer._replica_step)
 
 # %% tags=["hide-input"]
-rng = np.random.default_rng(0)
-features = rng.standard_normal((4096, 64)).astype(np.float32)
-targets = rng.standard_normal((4096, 1)).astype(np.float32)
-
-
-def perceptron_trainer(replicas, speeds=None):
-    """A 64-256-256-1 perceptron under SyncTrainer on ``replicas`` devices."""
-    strategy = sync_strategy(replicas)
-    with strategy.scope():
-        keras.utils.set_random_seed(0)
-        model = keras.Sequential([
-            keras.Input((64,)),
-            keras.layers.Dense(256, activation="relu"),
-            keras.layers.Dense(256, activation="relu"),
-            keras.layers.Dense(1),
-        ])
-    scenario = None if speeds is None else Scenario(speeds)
-    return InstrumentedSyncTrainer(model, strategy, scenario=scenario, record_times=True,
-                                   progress=False)
-
-
-def measure(trainer, steps=20):
-    batch = 256 * trainer.replicas
-    trainer.fit(features, targets, steps=2, batch_size=batch)          # trace first
-    return trainer.fit(features, targets, steps=steps, batch_size=batch)
-
+from pargrad.book.instruments import measure, perceptron_trainer
 
 slow = measure(perceptron_trainer(2, (1, 1 / 3)))
 

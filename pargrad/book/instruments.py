@@ -30,6 +30,7 @@ trainer, bit for bit.
 """
 
 import dataclasses
+import functools
 import numbers
 import time
 
@@ -38,10 +39,11 @@ import numpy as np
 from pargrad._quiet import import_tensorflow_quietly
 from pargrad.checks import check_whole_number
 from pargrad.scenario import Scenario
-from pargrad.strategies import tf_variable as _tf_variable
+from pargrad.strategies import sync_strategy, tf_variable as _tf_variable
 from pargrad.sync import SyncHistory, SyncTrainer
 
 tf = import_tensorflow_quietly()
+import keras  # noqa: E402  (after the quiet TensorFlow import)
 
 
 def backup_worker_mask(replica_times, backup_workers):
@@ -471,3 +473,42 @@ def _sleep_until(deadline, computed):
     """Sleep until ``deadline`` (seconds of time.time()); return when it woke."""
     time.sleep(max(0.0, float(deadline) - time.time()))
     return np.float64(max(time.time(), float(computed)))
+
+
+# -- the chapters' timed perceptron ---------------------------------------------------
+
+@functools.lru_cache(maxsize=1)
+def perceptron_data():
+    """The timed runs' data: 4096 random rows of 64 features and one target (seeded)."""
+    rng = np.random.default_rng(0)
+    return (rng.standard_normal((4096, 64)).astype(np.float32),
+            rng.standard_normal((4096, 1)).astype(np.float32))
+
+
+def perceptron_trainer(replicas, speeds=None):
+    """A seeded 64-256-256-1 perceptron under :class:`InstrumentedSyncTrainer` on ``replicas``
+    devices, recording each replica's times; ``speeds`` makes a :class:`Scenario` of stragglers.
+
+    Used in the chapters "Synchronous training" and "Synchronous training in depth".
+    """
+    strategy = sync_strategy(replicas)
+    with strategy.scope():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([
+            keras.Input((64,)),
+            keras.layers.Dense(256, activation="relu"),
+            keras.layers.Dense(256, activation="relu"),
+            keras.layers.Dense(1),
+        ])
+    scenario = None if speeds is None else Scenario(speeds)
+    return InstrumentedSyncTrainer(model, strategy, scenario=scenario, record_times=True,
+                                   progress=False)
+
+
+def measure(trainer, steps=20):
+    """Trace ``trainer`` on :func:`perceptron_data` (2 steps), then fit ``steps`` steps of 256
+    examples a replica; returns that fit's history."""
+    features, targets = perceptron_data()
+    batch = 256 * trainer.replicas
+    trainer.fit(features, targets, steps=2, batch_size=batch)          # trace first
+    return trainer.fit(features, targets, steps=steps, batch_size=batch)
