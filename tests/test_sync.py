@@ -16,7 +16,6 @@ import tensorflow as tf
 import pargrad
 from pargrad.book import digits, plots
 from pargrad.cluster import LocalCluster
-from pargrad.allreduce import ring_all_reduce
 from pargrad.scenario import Scenario
 from pargrad.strategies import sync_strategy
 from pargrad.sync import SyncTrainer
@@ -342,19 +341,6 @@ def test_arguments_after_the_strategy_are_keyword_only():
 def test_no_strategy_is_refused():
     with pytest.raises(TypeError, match="sync_strategy"):
         SyncTrainer(parabola_model(), strategy=None)
-
-
-# -- all-reduce --------------------------------------------------------------------
-
-@pytest.mark.parametrize("replicas", [2, 3, 4, 5])
-def test_ring_all_reduce_gives_every_replica_the_sum(replicas):
-    rng = np.random.default_rng(replicas)
-    vectors = rng.standard_normal((replicas, 3 * replicas))
-    result, states, sent = ring_all_reduce(vectors)
-    assert np.allclose(result, vectors.sum(axis=0))
-    assert len(states) == 2 * (replicas - 1) + 1 and len(sent) == 2 * (replicas - 1)
-    # every replica sends one chunk a step: 2 (n - 1) / n of its vector in all
-    assert all(sorted(s for s, _, _ in step) == list(range(replicas)) for step in sent)
 
 
 # -- XLA ----------------------------------------------------------------------------
