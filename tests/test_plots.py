@@ -136,3 +136,31 @@ def test_devices_diagram_links_every_logical_device_to_every_core_in_readable_te
         assert min(text.get_fontsize() for text in texts) >= SMALLEST_POINTS
     finally:
         plt.close(figure)
+
+
+def font_sizes_set_in(path):
+    """``(line, value)`` of every ``fontsize=``/``labelsize=``/``size=`` keyword in a Python file."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    return [(node.lineno, ast.unparse(keyword.value)) for node in ast.walk(tree)
+            if isinstance(node, ast.Call) for keyword in node.keywords
+            if keyword.arg in ("fontsize", "labelsize", "size")]
+
+
+def test_no_figure_code_sets_a_font_under_9_points():
+    # Matplotlib's defaults (10 pt text, "medium" ticks and legends) are readable;
+    # what can make a text small is a size set by hand: a number under 9 or a
+    # relative size ("small" is 8.3 pt at the default 10).
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    files = [root / "pargrad" / "book" / "plots.py", *sorted((root / "chapters").glob("*.py"))]
+    small = []
+    for path in files:
+        for line, value in font_sizes_set_in(path):
+            readable = value.replace(".", "", 1).isdigit() and float(value) >= SMALLEST_POINTS
+            named = value.strip("'\"") in ("medium", "large", "x-large", "xx-large", "larger")
+            if not (readable or named or value.isidentifier()):
+                small.append(f"{path.name}:{line}: {value}")
+    assert not small, f"font sizes under {SMALLEST_POINTS} pt: {small}"

@@ -9,7 +9,11 @@ from matplotlib import ticker
 
 
 def loss_curve(losses, ax=None, label=None, title="Training loss"):
-    """Loss against steps on a log scale (chapter "The training loop")."""
+    """Loss against steps on a log scale.
+
+    Drawn in the chapters "The training loop", "Accumulating gradients in TF1
+    graphs" and "Accumulation in TF2 and across replicas".
+    """
     if ax is None:
         _, ax = plt.subplots(figsize=(5, 3.2))
     ax.plot(np.arange(1, len(losses) + 1), losses, label=label)
@@ -75,14 +79,14 @@ def stale_gradient(weights, losses, async_path, fresh_path, sync_path, sweep=Non
         lift = 0.03 * (losses.max() - losses.min())
         ax.plot(weights, losses, color="black", lw=1.5, zorder=1)
         ax.axvline(lowest, color="0.5", ls=":", lw=1)
-        ax.text(lowest, losses.max(), " minimum", color="0.4", va="top", fontsize=8)
+        ax.text(lowest, losses.max(), " minimum", color="0.4", va="top", fontsize=9)
         direction = np.sign(path[1] - path[0])
         span = 0.12 * (weights.max() - weights.min())
         for k, reader in enumerate(readers):  # the gradients read at t0: downhill
             y = height[0] + (4 + 3 * k) * lift
             ax.annotate("", xy=(path[0] + direction * span, y), xytext=(path[0], y),
                         arrowprops=dict(arrowstyle="-|>", color="0.3", lw=1.2))
-            ax.text(path[0] + direction * 1.08 * span, y, reader, va="center", fontsize=8,
+            ax.text(path[0] + direction * 1.08 * span, y, reader, va="center", fontsize=9,
                     ha="right" if direction < 0 else "left")
         for i, label in enumerate(step_labels):
             bend = 0.4 if path[i + 1] < path[i] else -0.4
@@ -94,7 +98,7 @@ def stale_gradient(weights, losses, async_path, fresh_path, sync_path, sweep=Non
             middle = (path[i] + path[i + 1]) / 2
             ax.text(middle, np.interp(middle, weights, losses) + 0.2 * abs(path[i + 1] - path[i])
                     * (losses.max() - losses.min()) / (weights.max() - weights.min()) + 6 * lift
-                    + 5 * lift * i, label, ha="center", color="C3", fontsize=7)
+                    + 5 * lift * i, label, ha="center", color="C3", fontsize=9)
         for i, (w, h) in enumerate(zip(path, height)):
             ax.scatter([w], [h + lift], s=150, color=fills[i], edgecolors="black",
                        zorder=3, linewidths=1.2)
@@ -120,7 +124,7 @@ def stale_gradient(weights, losses, async_path, fresh_path, sync_path, sweep=Non
         axes[2].scatter([double[1]], [height[1] + lift], s=150, color="white", edgecolors="C1",
                         zorder=3, linewidths=1.5)
         axes[2].text(double[1], height[1] + 9 * lift, "one step at 2η", color="C1",
-                     ha="center", fontsize=7)
+                     ha="center", fontsize=9)
     axes[0].set_ylabel("loss")
     for ax in axes[1:3]:
         ax.sharey(axes[0])
@@ -128,7 +132,7 @@ def stale_gradient(weights, losses, async_path, fresh_path, sync_path, sweep=Non
                           markeredgecolor="black", label=label)
                for fill, label in zip(fills, ["t0: w read by both", "t1: after the first update",
                                               "t2: after the second update"])]
-    figure.legend(handles=handles, fontsize=8, loc="lower center", ncol=3, frameon=False)
+    figure.legend(handles=handles, fontsize=9, loc="lower center", ncol=3, frameon=False)
     if sweep is not None:
         ax = axes[3]
         x = np.asarray(sweep["step_times_curvature"], float)
@@ -148,14 +152,14 @@ def stale_gradient(weights, losses, async_path, fresh_path, sync_path, sweep=Non
         ax.set_xlabel("learning rate × curvature")
         ax.set_ylabel("|w - w*| after / before")
         ax.set_title("(d) distance to the minimum", fontsize=10)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=9)
     figure.tight_layout(rect=(0, 0.07, 1, 1))
     return figure
 
 
 def stability_bound(bound, rates_times_curvature, growth, measured, stable_rate_ratios,
                     title="Where a delayed gradient stops converging"):
-    """The delayed-gradient stability bound against measured runs (chapter "Asynchronous training").
+    """The delayed-gradient stability bound against measured runs (chapter "Stale gradients in depth").
 
     ``bound(τ)`` is :func:`pargrad.book.delay.stable_rate_bound`.  Panel (a):
     ``growth`` maps a staleness τ to the growth of ``|w - w*|`` per update
@@ -182,7 +186,7 @@ def stability_bound(bound, rates_times_curvature, growth, measured, stable_rate_
     left.set_xlabel("learning rate × curvature, ηλ  (dotted: the bound)")
     left.set_ylabel("growth of |w − w*| per update")
     left.set_title("(a) one parameter, a parabola", fontsize=10)
-    left.legend(fontsize=7)
+    left.legend(fontsize=9)
     workers = np.array(sorted(stable_rate_ratios))
     for n in workers:
         ratios = np.asarray(stable_rate_ratios[n], float)
@@ -197,7 +201,7 @@ def stability_bound(bound, rates_times_curvature, growth, measured, stable_rate_
     right.set_xlabel("workers n (staleness n − 1)")
     right.set_ylabel("largest stable rate / one worker's")
     right.set_title("(b) the y = x² network", fontsize=10)
-    right.legend(fontsize=7)
+    right.legend(fontsize=9)
     figure.suptitle(title, fontsize=11)
     figure.tight_layout()
     return figure
@@ -209,7 +213,7 @@ def paired_scores(panels, title="One dot a seed: the same initial weights, two m
     ``panels`` maps a panel title to ``(first_name, first_scores,
     second_name, second_scores)``; each dot is one seed (lower is better, log
     axes), the diagonal is a tie, and the panel counts the seeds on each
-    side.  Drawn in the chapter "Asynchronous training".
+    side.  Drawn in the chapter "Stale gradients in depth".
     """
     figure, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.9), squeeze=False)
     for ax, (panel, (first, a, second, b)) in zip(axes[0], panels.items()):
@@ -252,7 +256,7 @@ def async_timeline(history, ax=None, title="Who read and applied when"):
                                              history["staleness"]):
         ax.barh(worker, end - start, left=start, height=0.6, color=f"C{worker % 10}",
                 alpha=0.75, edgecolor="black")
-        ax.text((start + end) / 2, worker, str(staleness), ha="center", va="center", fontsize=8)
+        ax.text((start + end) / 2, worker, str(staleness), ha="center", va="center", fontsize=9)
     ax.set_yticks(range(int(workers.max()) + 1),
                   [f"d{w}" for w in range(int(workers.max()) + 1)])
     ax.invert_yaxis()
@@ -309,7 +313,7 @@ def loss_against_updates(runs, title="Loss against updates", window=1, ax=None):
     ax.set_xlabel("update")
     ax.set_ylabel("loss" if window == 1 else f"loss (mean of {window} updates)")
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=9)
     return ax.figure
 
 
@@ -329,7 +333,7 @@ def peak_memory_against_batch(batch_sizes, big_batch_mb, accumulated_mb, micro_b
     ax.set_xlabel("examples per update (batch size)")
     ax.set_ylabel("peak memory (MB)" if device == "GPU" else "peak resident memory (MB)")
     ax.set_title(title)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=9)
     return fig
 
 
@@ -354,22 +358,22 @@ def ring_all_reduce_steps(states, sent, counts, title="Ring all-reduce, step by 
         for r in range(n):
             for c in range(grid.shape[1]):
                 full = grid[r, c] == n
-                ax.text(c, r, f"{states[p][r, c]:g}", ha="center", va="center", fontsize=8,
+                ax.text(c, r, f"{states[p][r, c]:g}", ha="center", va="center", fontsize=9,
                         color="white" if full else "black", fontweight="bold" if full else None)
         if p > 0:
             for sender, receiver, chunk in sent[p - 1]:
                 ax.add_patch(plt.Rectangle((chunk - 0.5, sender - 0.5), 1, 1, fill=False,
                                            edgecolor="tab:orange", linewidth=2))
         ax.set_xticks(range(grid.shape[1]))
-        ax.set_xticklabels([f"c{c}" for c in range(grid.shape[1])], fontsize=7)
+        ax.set_xticklabels([f"c{c}" for c in range(grid.shape[1])], fontsize=9)
         ax.set_yticks(range(n))
-        ax.set_yticklabels([f"r{r}" for r in range(n)] if p == 0 else [], fontsize=7)
+        ax.set_yticklabels([f"r{r}" for r in range(n)] if p == 0 else [], fontsize=9)
         if p == 0:
-            ax.set_title("start", fontsize=8)
+            ax.set_title("start", fontsize=9)
         elif p < n:
-            ax.set_title(f"reduce-scatter {p}", fontsize=8)
+            ax.set_title(f"reduce-scatter {p}", fontsize=9)
         else:
-            ax.set_title(f"all-gather {p - n + 1}", fontsize=8)
+            ax.set_title(f"all-gather {p - n + 1}", fontsize=9)
     fig.suptitle(title + " (orange: the chunk each replica sends to the next)", fontsize=9)
     fig.tight_layout()
     return fig
@@ -416,7 +420,7 @@ def device_timeline(history, steps=range(4), ax=None, title="What each replica d
     if history.stragglers:
         handles.insert(2, plt.Rectangle((0, 0), 1, 1, color=colors["straggler"]))
         labels.insert(2, "compute, straggler")
-    ax.legend(handles, labels, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0),
+    ax.legend(handles, labels, fontsize=9, loc="lower center", bbox_to_anchor=(0.5, 1.0),
               ncol=len(labels), frameon=False)
     ax.set_yticks(range(replicas))
     ax.set_yticklabels([f"replica {r}" for r in range(replicas)])
@@ -431,7 +435,7 @@ def step_time_against_slowest(runs, ax=None, title="A step lasts as long as its 
     """Scatter of step time against the slowest replica's launch + compute, in ms.
 
     ``runs``: ``{label: history}``; the dashed line is step time = slowest
-    replica.  (Chapter "Synchronous training".)
+    replica.  (Chapter "Synchronous training in depth".)
     """
     if ax is None:
         _, ax = plt.subplots(figsize=(5, 3.6))
@@ -445,7 +449,7 @@ def step_time_against_slowest(runs, ax=None, title="A step lasts as long as its 
     ax.set_xlabel("slowest replica: launch + compute (ms)")
     ax.set_ylabel("step time (ms)")
     ax.set_title(title)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=9)
     return ax.figure
 
 
@@ -453,7 +457,7 @@ def throughput_against_replicas(replicas, examples_per_second, ax=None,
                                 title="Throughput against replicas on this machine"):
     """Measured examples per second against replicas, beside perfect scaling.
 
-    (Chapter "Synchronous training".)
+    (Chapter "Synchronous training in depth".)
     """
     if ax is None:
         _, ax = plt.subplots(figsize=(5, 3.4))
@@ -467,7 +471,7 @@ def throughput_against_replicas(replicas, examples_per_second, ax=None,
     ax.set_ylabel("examples per second")
     ax.set_ylim(bottom=0)
     ax.set_title(title)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=9)
     return ax.figure
 
 
@@ -520,8 +524,7 @@ def time_to_target_chart(table, ax=None, title="Time to the target accuracy", un
 
     ``table`` is :func:`pargrad.book.race.time_to_target_table`'s result; a dot
     marks each seed's time, a bar the median; a seed that never reached the
-    target is drawn at the right edge as an ×.  Drawn in the chapter
-    "Sync vs async in the same time".
+    target is drawn at the right edge as an ×.  Drawn in the chapter "The race in depth".
     """
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 0.32 * len(table) + 1.0))
@@ -539,7 +542,7 @@ def time_to_target_chart(table, ax=None, title="Time to the target accuracy", un
         ax.plot([edge] * int((~np.isfinite(times)).sum()), [i] * int((~np.isfinite(times)).sum()),
                 "x", color="black", markersize=5)
         labels.append(f"{row['scenario']}: {row['method']}")
-    ax.set_yticks(range(len(table)), labels, fontsize=7)
+    ax.set_yticks(range(len(table)), labels, fontsize=9)
     ax.invert_yaxis()
     ax.set_xlim(0, edge * 1.03)
     ax.set_xlabel(f"{unit} to the target (× : never, within the budget)")
@@ -599,7 +602,7 @@ def seeds_figure(experiments, titles):
     """Per-seed final losses of every method, one panel an experiment (a strip of dots a method).
 
     ``experiments``: :class:`pargrad.book.experiments.Experiment` objects;
-    a line joins each method's median.  Taught in the chapter "Communicating rarely".
+    a line joins each method's median.  Drawn in the chapter "Communicating rarely in depth".
     """
     fig, axes = plt.subplots(1, len(experiments), figsize=(5 * len(experiments), 3.8),
                              squeeze=False)
@@ -610,7 +613,7 @@ def seeds_figure(experiments, titles):
             jitter = np.linspace(-0.15, 0.15, len(scores))
             ax.plot(i + jitter, scores, "o", ms=3, alpha=0.6)
             ax.plot([i - 0.25, i + 0.25], [np.median(scores)] * 2, "k-", lw=2)
-        ax.set_xticks(range(len(names)), [n.replace(", ", "\n") for n in names], fontsize=8)
+        ax.set_xticks(range(len(names)), [n.replace(", ", "\n") for n in names], fontsize=9)
         ax.set(yscale="log", title=title, ylabel="loss on all points at the end")
         ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
@@ -637,7 +640,7 @@ def parameter_server_updates(result, kill_time=None, reference_loss=None,
     if kill_time is not None:
         left.axvline(kill_time - start, color="k", linestyle="--", linewidth=1,
                      label="worker 1 killed")
-        left.legend(fontsize=7, loc="center right")
+        left.legend(fontsize=9, loc="center right")
     left.set_yticks(workers, [f"worker {w}" for w in workers])
     left.set_xlabel("seconds since the first update")
     left.set_title("Each tick: one update applied")
@@ -648,7 +651,7 @@ def parameter_server_updates(result, kill_time=None, reference_loss=None,
     right.set_xlabel("update")
     right.set_ylabel("loss read by the update")
     right.set_title("Loss")
-    right.legend(fontsize=7)
+    right.legend(fontsize=9)
     fig.suptitle(title)
     fig.tight_layout()
     return fig
@@ -675,7 +678,7 @@ def recovery_timeline(interrupted, resumed, kill_time, checkpoints,
     ax.set_xlabel("seconds since the first run started")
     ax.set_ylabel("steps done")
     ax.set_title(title)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=9)
     return fig
 
 
