@@ -12,12 +12,12 @@
 #
 # The y = x² asker ([Where this book starts](00_sources)) wants to split a
 # batch of 50 points over several workers, compute the gradients in
-# parallel, bring them to a master, average them and apply the result. Can
-# that train the same network as one device? **Yes, and you do not need to
-# write the master**: TensorFlow's `MirroredStrategy` runs one copy of the
-# model per device and sums their gradients with an all-reduce, and the
-# result is the full-batch computation, to the last digits of float64. The
-# first program below is all of it, ready to copy.
+# parallel, and have a master average them and apply the result. Does that
+# train the same network as one device? **Yes, and you do not need to write
+# the master**: `MirroredStrategy` runs one copy of the model per device and
+# sums their gradients with an all-reduce, and the result is the full-batch
+# computation, to the last digits of float64. The first program below is all
+# of it, ready to copy.
 #
 # **In this chapter you will** write a synchronous training loop with
 # `MirroredStrategy` and `strategy.run`; explain why the loss is divided by
@@ -41,7 +41,7 @@ if "google.colab" in sys.modules:
 
 # %% [markdown]
 # We import `pargrad` first, split the CPU into five logical devices before
-# TensorFlow starts (chapter [Devices](02_devices)), and fix the seeds.
+# TensorFlow starts ([Devices](02_devices)), and fix the seeds.
 
 # %%
 import pargrad  # first: it imports TensorFlow quietly
@@ -66,9 +66,8 @@ keras.utils.set_random_seed(0)
 print(devices)
 
 # %% [markdown]
-# Part II compares two ways for several devices to train one model; the
-# picture below is the one to keep in mind through it
-# ({numref}`fig-sync-async-timelines`).
+# Part II compares two ways for several devices to train one model; keep
+# this picture in mind ({numref}`fig-sync-async-timelines`).
 
 # %% mystnb={"figure": {"caption": "Two devices, device 1 slower, on a fixed schedule (a drawing, not a measurement). Top, synchronous: both devices compute a gradient on the same weights (w0, then w1), the fast one waits (hatched) for the slow one, and one all-reduce and one update (red) end every step. Bottom, asynchronous: each device reads the weights (\u25bc), computes and applies its update on its own and never waits, but an update computed on weights that the other device has changed since the read (orange) is stale: it is applied one update behind.", "name": "fig-sync-async-timelines"}}
 fig = plots.sync_async_timelines()
@@ -77,34 +76,30 @@ fig = plots.sync_async_timelines()
 # ## The answer as a program
 #
 # In synchronous data-parallel training every device reads the *same*
-# parameters, computes the gradient of its own share of the batch, the
-# gradients are summed, and *one* update is applied everywhere; every step
-# waits for the slowest device. Why does that compute the same as one device
-# on the whole batch? The loss of a batch of $B$ examples is a mean, and a
-# mean splits into pieces:
+# parameters and computes the gradient of its share of the batch; the
+# gradients are summed and *one* update is applied everywhere. Why is that
+# the full-batch computation? The loss of a batch of $B$ examples is a mean,
+# and a mean splits into pieces:
 #
 # $$\nabla \frac{1}{B}\sum_{i=1}^{B} \ell_i
 #   = \sum_{r=1}^{R} \nabla \Big(\frac{1}{B}\sum_{i \in \text{shard } r} \ell_i\Big).$$
 #
 # Each device holds a {term}`replica`, a full copy of the model; replica $r$
 # of $R$ computes the gradient of its {term}`shard`, its share of the batch.
-# So replica $r$ scales its shard's loss by the *global* batch size $B$ (not
-# by its shard's size; `tf.nn.compute_average_loss` does exactly this), and
-# the *sum* of the replicas' gradients is the full-batch gradient. An
-# {term}`all-reduce` is the operation that sums one value per replica and
-# hands every replica the sum. `tf.distribute.MirroredStrategy`
-# ({term}`MirroredStrategy`) is TensorFlow's way to run one replica per
-# device of one machine and all-reduce their gradients.
+# If each replica scales its shard's loss by the *global* batch size $B$, not
+# by its shard's size (`tf.nn.compute_average_loss` does), the *sum* of the
+# replicas' gradients is the full-batch gradient. An {term}`all-reduce` sums
+# one value per replica and hands every replica the sum.
+# `tf.distribute.MirroredStrategy` ({term}`MirroredStrategy`) runs one
+# replica per device of one machine and all-reduces their gradients.
 #
-# Here is all of it for the y = x² asker's network, as a program you can copy
-# (it imports from `pargrad` only the logical devices, which must exist
-# before TensorFlow starts). `MirroredStrategy` puts one replica on each of two
-# devices; the model and optimizer made in `strategy.scope()` hold mirrored
-# variables; `experimental_distribute_values_from_function` hands replica $r$
-# its rows of the batch; `strategy.run` runs `replica_step` on every replica,
-# whose loss is its shard's summed squared error divided by the *global* batch
-# (`tf.nn.compute_average_loss`), and whose one `apply_gradients` sums the
-# replicas' gradients (the all-reduce) and applies the same update everywhere.
+# Here it is for the asker's network, a program you can copy (from `pargrad`
+# it imports only the logical devices, which must exist before TensorFlow
+# starts). Variables made in `strategy.scope()` are mirrored on both devices;
+# `experimental_distribute_values_from_function` hands each replica its rows;
+# `strategy.run` runs `replica_step` on every replica; and its one
+# `apply_gradients` sums the replicas' gradients (the all-reduce) and applies
+# the same update everywhere.
 
 # %%
 import keras
@@ -147,10 +142,9 @@ for _ in range(300):
     step()
 
 # %% [markdown]
-# The same network on one device with the full batch, trained as long: the
-# weights agree within float64 rounding (`pargrad.rounding_tolerance`; the
-# deep dive [Synchronous training in depth](d1_synchronous_in_depth) explains
-# it).
+# The same network on one device with the full batch, trained as long, ends
+# with the same weights within float64 rounding (`pargrad.rounding_tolerance`;
+# [Synchronous training in depth](d1_synchronous_in_depth) explains it).
 
 # %%
 single, single_optimizer = new_model(), keras.optimizers.SGD(learning_rate=1e-2)
@@ -177,46 +171,42 @@ print(f"2 replicas vs 1 device after 300 steps, weight gap < tolerance ({copy_to
       f"{largest_gap(model, single) < copy_tolerance}")
 
 # %% [markdown]
-# `pargrad.SyncTrainer`, which the book uses from here on, is this
-# program with what a real training run needs around it: shards cut from any
-# batch without `tf.data`'s distributed iterators (a garbage-collected one can
-# hang TensorFlow 2.21), accumulation of several micro-batches per step, the
-# instruments that show stragglers, and errors that say what to pass instead.
+# `pargrad.SyncTrainer`, used from here on, is this program plus what a real
+# run needs: shards cut from any batch without `tf.data`'s distributed
+# iterators (a garbage-collected one can hang TensorFlow 2.21), accumulation
+# of micro-batches, instruments that show stragglers, and errors that say
+# what to pass instead.
 #
-# First each replica takes its shard. The data sit in memory on the host, and
+# First each replica takes its shard: the data sit in host memory, and
 # replica $r$ gathers the $B/R$ rows that follow $r \cdot B/R$ in the batch
-# (the batch starts where the previous one ended, wrapping around the data):
+# (which starts where the previous one ended, wrapping around the data):
 
 # %%
 show_source(SyncTrainer._shard)
 
 # %% [markdown]
-# Then comes the part of `pargrad.SyncTrainer` that runs on every replica: its
-# gradients, computed with the loss divided by the *global* batch size, and the
-# optimizer's `apply_gradients`, which performs the one all-reduce and the
-# update. The line between them stops training, before the update, if any
-# replica's loss is NaN or infinite (the chapter [Your own model](12_your_own_model) shows it
-# at work):
+# Then comes what runs on every replica: the gradients, with the loss
+# divided by the *global* batch size, and `apply_gradients`, which performs
+# the all-reduce and the update. The line between stops training before the
+# update if any replica's loss is NaN or infinite
+# ([Your own model](12_your_own_model) shows it at work):
 
 # %%
 show_source(SyncTrainer._replica_step)
 
 # %% [markdown]
-# `_replica_gradients` is, with one micro-batch a replica (the chapter
-# [Accumulation in TF2 and across replicas](07_accumulation_tf2) sums several), this forward and backward pass.
-# The three lines after the loss matter for models other than this
-# chapter's, and change nothing here: the model's regularization losses
-# (none here), the loss scaling of mixed precision (none here) and the
-# updates of Keras metrics (none here); the chapter [Your own model](12_your_own_model) uses
-# them:
+# `_replica_gradients` is, with one micro-batch a replica
+# ([Accumulation in TF2 and across replicas](07_accumulation_tf2) sums
+# several), this forward and backward pass. The three lines after the loss
+# (regularization losses, mixed precision's loss scaling, Keras metrics)
+# change nothing here; [Your own model](12_your_own_model) uses them:
 
 # %%
 show_source(SyncTrainer._gradients)
 
 # %% [markdown]
-# The trainer wants the model's variables created inside the strategy's
-# scope, so that every replica holds a mirrored copy; it refuses a model built
-# anywhere else, and a batch that does not split evenly:
+# The trainer refuses a model built outside the strategy's scope (every
+# replica must hold a mirrored copy) and a batch that does not split evenly:
 
 # %%
 strategy = sync_strategy(4)
@@ -234,17 +224,13 @@ except ValueError as error:
     print(type(error).__name__, error)
 
 # %% [markdown]
-# The step is the idea; around it sits the loop that Keras's `fit` runs too,
-# the same for every trainer of the book, and it changes nothing in the
-# step. In one sitting: `SyncTrainer.fit` checks the data and hands them to
-# `pargrad.data.EpochReader`, which says which batches come next (in order,
-# or the epoch's shuffled order) and keeps the position a checkpoint saves;
-# `pargrad.loop.fit_loop` calls Keras's callbacks in Keras's order around
-# the epochs; and one epoch, `pargrad.loop.train_epoch`, is a `for` loop
-# over the calls of the step, each run by the trainer (`SyncTrainer.run_call`)
-# between two batch callbacks, that tells the reader what ran and records
-# the losses (both collapsed below). Every strategy trainer of the book
-# hands its calls to this one loop:
+# Around the step sits the loop that Keras's `fit` runs too, the same for
+# every trainer of the book: `SyncTrainer.fit` hands the data to
+# `pargrad.data.EpochReader`, which says which batches come next (in order or
+# shuffled) and keeps the position a checkpoint saves;
+# `pargrad.loop.fit_loop` calls Keras's callbacks around the epochs; and
+# `pargrad.loop.train_epoch` runs the step's calls (`SyncTrainer.run_call`)
+# between batch callbacks and records the losses (both collapsed below):
 
 # %% tags=["hide-cell"]
 show_source(fit_loop)
@@ -266,17 +252,15 @@ show_source(train_epoch)
 # 4. two operating-system processes with `MultiWorkerMirroredStrategy`, 25
 #    points each.
 #
-# The two processes take a while to start TensorFlow and find each other, so
-# we start them first and collect them after the other runs.
-# `pargrad.LocalCluster` gives each process its own `TF_CONFIG` naming both on
+# The processes are slow to start, so we start them first.
+# `pargrad.LocalCluster` gives each its own `TF_CONFIG` naming both on
 # 127.0.0.1 with free ports, keeps every line they print, and stops them all
-# when we are done, or when anything fails, times out or is interrupted.
+# when done, or when anything fails, times out or is interrupted.
 #
 # ```{warning}
-# TensorFlow's gRPC servers listen on **all** network interfaces, even though
-# `TF_CONFIG` names 127.0.0.1, and they have **no authentication**: anyone
-# who can reach the port can talk to them. Run clusters only on machines and
-# networks you trust, and stop them when you are done.
+# TensorFlow's gRPC servers listen on **all** network interfaces, whatever
+# `TF_CONFIG` names, and have **no authentication**. Run clusters only on
+# machines and networks you trust, and stop them when you are done.
 # ```
 
 # %%
@@ -286,21 +270,18 @@ cluster.start()
 print(cluster.roles)
 
 # %% [markdown]
-# Meanwhile, in this process: one device, then 2 and 5 replicas. Each
-# replica of `train_parabola` gets a contiguous slice of the 50 points.
-# (`progress=False` switches off the progress bar that `SyncTrainer` shows
-# during long runs. `steps_per_call=100` runs 100
-# steps in one `tf.function` call: each is still one all-reduce and one
-# update.)
+# Meanwhile, in this process: one device, then 2 and 5 replicas, each
+# replica taking a contiguous slice of the 50 points. (`progress=False` turns
+# off the progress bar; `steps_per_call=100` runs 100 steps in one
+# `tf.function` call, each still one all-reduce and one update.)
 
 # %%
 show_source(train_parabola)
 
 # %% [markdown]
-# One detail first: Keras keeps a learning rate in float32 whatever the
-# model's dtype, so the one-device reference takes the same number, 0.01
-# rounded to float32 (it differs from 0.01 in the ninth digit, enough to
-# show up in a float64 comparison).
+# Keras keeps a learning rate in float32 whatever the model's dtype, so the
+# one-device reference takes 0.01 rounded to float32 (it differs from 0.01 in
+# the ninth digit, enough to show in float64).
 
 # %%
 x64, y64 = parabola_data(dtype="float64")
@@ -314,7 +295,7 @@ for replicas in (2, 5):
 
 # %% [markdown]
 # Now the two processes. `wait` returns each worker's result (or raises as
-# soon as one fails); `stop` ends both processes whatever happened:
+# soon as one fails); `stop` ends both whatever happened:
 
 # %%
 try:
@@ -327,11 +308,10 @@ print("replicas per worker run:", [result["replicas"] for result in workers])
 
 # %% [markdown]
 # In exact arithmetic all five runs compute the same numbers. A computer
-# rounds every addition, and the replicas add in another order than one
-# device does, so the runs agree up to rounding, within
-# `pargrad.rounding_tolerance("float64", 2000)` (float64 makes the point
-# unmistakable on every machine; float32 agrees only to its last digits,
-# which differ between machines; the deep dive measures both):
+# rounds every addition, and replicas add in another order than one device,
+# so the runs agree within `pargrad.rounding_tolerance("float64", 2000)`
+# (float32 agrees only to last digits that differ between machines; the deep
+# dive measures both):
 
 # %% tags=["remove-input"]
 tolerance = pargrad.rounding_tolerance("float64", 2000)
@@ -364,28 +344,26 @@ fig.tight_layout()
 
 # %% [markdown]
 # So the answer to the y = x² question is: yes, and you do not need to write
-# the master. Split the batch, scale each shard's loss by the global batch
-# size, and let the strategy all-reduce; the result is the full-batch
-# computation.
+# the master. Scale each shard's loss by the global batch size and let the
+# strategy all-reduce.
 #
 # ## All-reduce
 #
-# The y = x² question imagines a *master*: the workers send their gradients to it, it
-# averages them and sends back the result. That is one way to all-reduce, and
-# its weakness is the master's link: with $R$ replicas it receives $R$
-# gradients each step. The **{term}`ring all-reduce`** {cite}`patarasuk2009bandwidth`
-# (the algorithm Horovod {cite}`sergeev2018horovod` brought to deep learning)
-# spreads the work: each replica cuts its gradient into $R$ chunks; in $R - 1$
+# The asker imagines a *master* that receives the workers' gradients,
+# averages them and sends back the result. That is one way to all-reduce;
+# its weakness is the master's link, which receives $R$ gradients each step.
+# The **{term}`ring all-reduce`** {cite}`patarasuk2009bandwidth`, which
+# Horovod {cite}`sergeev2018horovod` brought to deep learning, spreads the
+# work: each replica cuts its gradient into $R$ chunks; in $R - 1$
 # *reduce-scatter* steps every replica passes one chunk to its neighbour, who
-# adds it to its own; then every chunk is complete on one replica, and in
+# adds it to its own, until every chunk is complete on one replica; in
 # $R - 1$ *all-gather* steps the finished chunks travel around the ring once
-# more. Each replica sends $2(R-1)/R$ of its gradient in total, almost the same
-# whatever $R$ is. {numref}`fig-ring-all-reduce` shows every step.
+# more. Each replica sends $2(R-1)/R$ of its gradient, almost the same
+# whatever $R$ is ({numref}`fig-ring-all-reduce`).
 #
-# `pargrad.allreduce.ring_all_reduce` runs the algorithm in NumPy. Four replicas
-# hold the gradients `[1 2 3 4]`, `[10 20 30 40]`, ...; each cell shows a
-# replica's current value of a chunk, darker when it holds more replicas'
-# contributions (the darkest blue, with a white number: the complete sum):
+# `pargrad.allreduce.ring_all_reduce` runs it in NumPy. Four replicas hold
+# the gradients `[1 2 3 4]`, `[10 20 30 40]`, ...; a cell is darker the more
+# replicas' contributions it holds:
 
 # %% mystnb={"figure": {"caption": "A ring all-reduce of four replicas, step by step. Rows are replicas, columns chunks of the gradient; each cell shows the replica's current value of the chunk, darker blue when it holds more replicas' contributions, darkest (with a white, bold number) when it holds the complete sum.", "name": "fig-ring-all-reduce"}}
 gradients = np.array([[1, 2, 3, 4]]) * np.array([[1], [10], [100], [1000]])
@@ -396,7 +374,7 @@ print(result)
 
 # %% [markdown]
 # Every replica ends with the sum, the same that TensorFlow's all-reduce
-# returns when four replicas of a `MirroredStrategy` contribute the same rows:
+# returns for the same rows:
 
 # %%
 strategy = sync_strategy(4)
@@ -412,28 +390,26 @@ print("equal to the ring's result:", np.array_equal(tf_result, result))
 assert np.array_equal(tf_result, result)
 
 # %% [markdown]
-# Which algorithm TensorFlow uses depends on the strategy and on where the
-# replicas are: NCCL's rings and trees on several GPUs of one machine,
-# TensorFlow's own ring collectives between processes (on GPUs too, unless
-# asked for NCCL), and, for this book's logical CPUs, `ReductionToOneDevice`:
-# the asker's master, literally, and cheap when all "devices" share one
-# memory. The deep dive [Synchronous training in depth](d1_synchronous_in_depth)
-# has the details.
+# TensorFlow's algorithm depends on the strategy and on where the replicas
+# are: NCCL's rings and trees on one machine's GPUs, its own ring collectives
+# between processes, and, for this book's logical CPUs,
+# `ReductionToOneDevice`: the asker's master, literally, cheap when all
+# "devices" share one memory ([Synchronous training in
+# depth](d1_synchronous_in_depth) has the details).
 #
 # ## What it costs: waiting
 #
-# Equal results have a price: a step ends only when *every* replica has
-# contributed its gradient. A {term}`straggler` is a device slower than the
-# others. To see one we need a model whose computation is visible next to
-# the overheads, a small multilayer perceptron on random data, and two
-# replicas with 256 examples each; `scenario=Scenario((1, 1 / 3))` (the
-# replicas' speeds) makes replica 1 three times slower: after computing its
-# gradient it computes it twice more, inside the step, and applies the
-# first, like a device that needs three times as long for the same work.
-# Stragglers and timelines are the book's instruments, not part of the
-# lesson's step: `pargrad.book.instruments.InstrumentedSyncTrainer` wraps
-# `tf.timestamp()` lines and the straggler's extra passes around the same two
-# lines as `SyncTrainer._replica_step` (both collapsed below).
+# A step ends only when *every* replica has contributed its gradient. A
+# {term}`straggler` is a device slower than the others. To see one we need a
+# model whose computation shows next to the overheads: a small multilayer
+# perceptron on random data, two replicas of 256 examples each, and
+# `scenario=Scenario((1, 1 / 3))` (the replicas' speeds), which makes replica
+# 1 three times slower: it computes its gradient twice more inside the step
+# and applies the first, like a device that needs three times as long for
+# the same work. `pargrad.book.instruments.InstrumentedSyncTrainer`,
+# the book's instrument, wraps `tf.timestamp()` lines and the straggler's
+# extra passes around the two lines of `SyncTrainer._replica_step` (both
+# collapsed below).
 
 # %% tags=["hide-cell"]
 show_source(InstrumentedSyncTrainer._replica_step)
@@ -445,12 +421,8 @@ slow = measure(perceptron_trainer(2, (1, 1 / 3)))
 
 # %% [markdown]
 # {numref}`fig-sync-timeline` shows four consecutive steps with the x3
-# straggler. Each row is a replica; blue is its forward and backward pass,
-# orange the straggler's, and red the time between its gradient and its
-# update: the all-reduce, which cannot finish before the slowest replica has
-# contributed. Gray is the time before the replica starts (launching the step
-# from Python, handing the replica its input, waiting for a free core). The
-# dotted lines end the steps.
+# straggler. Gray is the time before a replica starts: launching the step
+# from Python, handing the replica its input, waiting for a free core.
 
 # %% mystnb={"figure": {"caption": "Four synchronous steps of two replicas, replica 1 a x3 straggler. Blue and orange: forward and backward passes; red: from a replica's gradient to its update (the all-reduce, waiting for the slowest); gray: before the replica starts. Dotted lines end the steps. Measured on two shared CPU cores: the lengths vary from run to run.", "name": "fig-sync-timeline"}} tags=["nbval-ignore-output"]
 fig = plots.device_timeline(slow, steps=range(4))
@@ -465,38 +437,36 @@ assert np.median(slow.compute[:, 1] - slow.compute[:, 0]) > 0
 
 # %% [markdown]
 # Replica 0 spends its red time idle, waiting for replica 1: a synchronous
-# step is as slow as its slowest device. This is the weakness the
-# stale-gradient article names, and the reason asynchronous training was
-# attractive. Chen et al. {cite}`chen2016revisiting` kept synchronous
-# training and removed the tail instead: add a few
-# {term}`backup workers <backup worker>` and apply each update with the
-# first $N$ of $N + b$ gradients, dropping the stragglers'. The deep dive measures the step time
-# against the slowest replica for stragglers of several speeds, the
-# throughput against the number of devices, and the two settings that make a
-# step cheaper (`steps_per_call` and XLA's `jit_compile`).
+# step is as slow as its slowest device. The stale-gradient article names
+# this weakness, and it made asynchronous training attractive. Chen et al.
+# {cite}`chen2016revisiting` kept synchronous training and cut the tail
+# instead: add a few {term}`backup workers <backup worker>` and apply each
+# update with the first $N$ of $N + b$ gradients. The deep dive times
+# stragglers of several speeds, the throughput against the number of
+# devices, and two settings that make a step cheaper (`steps_per_call` and
+# XLA's `jit_compile`).
 #
-# On real GPUs each replica brings its own compute. With the per-replica batch
-# fixed, the compute time per step stays the same, and what grows is the
-# all-reduce: with the ring, each GPU sends about twice the model's size per
-# step whatever the number of GPUs, so scaling is good when the computation
-# per step is large next to the gradient's size. Goyal et al.
-# {cite}`goyal2017accurate` trained ResNet-50 on ImageNet synchronously on 256
-# GPUs with about 90% scaling efficiency relative to 8, in one hour, by growing
-# the learning rate with the batch and warming it up.
+# On real GPUs each replica brings its own compute: with the per-replica
+# batch fixed, the compute per step stays the same and what grows is the
+# all-reduce, with the ring about twice the model's size sent per GPU
+# whatever their number. Scaling is good when the computation per step is
+# large next to the gradient. Goyal et al. {cite}`goyal2017accurate` trained
+# ResNet-50 on ImageNet synchronously on 256 GPUs in one hour, with about 90%
+# scaling efficiency relative to 8, by growing the learning rate with the
+# batch and warming it up.
 #
 # Was synchronous training "mostly abandoned", as the answer to the y = x²
-# question claims? No: the chapter
-# [Sync vs async in the same time](05_sync_vs_async) tells that history and
-# measures both modes against the clock.
+# question claims? No: [Sync vs async in the same time](05_sync_vs_async)
+# tells that history and measures both modes against the clock.
 #
 # ## From TensorFlow 1 to TensorFlow 2
 #
-# The asker wrote TensorFlow 1. There the answer was one {term}`tower` per
-# device in one graph (`pargrad.tf1.multi_tower_step`), the towers' gradients
-# averaged in the graph and one `apply_gradients`; across machines,
-# `SyncReplicasOptimizer` with parameter servers, now deprecated. The deep
-# dive runs the towers (equal to the full batch in float64) and explains why
-# `SyncReplicasOptimizer` is gone. Which TF1 construct became which TF2 one:
+# The asker wrote TensorFlow 1, where the answer was one {term}`tower` per
+# device in one graph (`pargrad.tf1.multi_tower_step`), the towers'
+# gradients averaged in the graph and one `apply_gradients`; across
+# machines, `SyncReplicasOptimizer` with parameter servers, now deprecated.
+# The deep dive runs the towers and explains why `SyncReplicasOptimizer` is
+# gone. Which TF1 construct became which TF2 one:
 #
 # | TensorFlow 1 | TensorFlow 2 | in this book |
 # | --- | --- | --- |
@@ -512,11 +482,11 @@ assert np.median(slow.compute[:, 1] - slow.compute[:, 0]) > 0
 # ```{admonition} Further reading: TensorFlow's own guides
 # :class: seealso
 #
-# - [Distributed training with TensorFlow](https://www.tensorflow.org/guide/distributed_training): the overview of `tf.distribute` strategies,
+# - [Distributed training with TensorFlow](https://www.tensorflow.org/guide/distributed_training): the `tf.distribute` strategies,
 #   synchronous (`MirroredStrategy`, `MultiWorkerMirroredStrategy`,
 #   `TPUStrategy`) and asynchronous (`ParameterServerStrategy`).
-# - [Custom training with tf.distribute.Strategy](https://www.tensorflow.org/tutorials/distribute/custom_training): a custom training loop with `MirroredStrategy`,
-#   the pattern of `SyncTrainer`, including `tf.nn.compute_average_loss`.
+# - [Custom training with tf.distribute.Strategy](https://www.tensorflow.org/tutorials/distribute/custom_training): a custom loop with `MirroredStrategy`,
+#   the pattern of `SyncTrainer`, `tf.nn.compute_average_loss` included.
 # - [Multi-worker training with Keras](https://www.tensorflow.org/tutorials/distribute/multi_worker_with_keras) and
 #   [Custom training loop with Keras and MultiWorkerMirroredStrategy](https://www.tensorflow.org/tutorials/distribute/multi_worker_with_ctl): synchronous training across processes with
 #   `TF_CONFIG`.
@@ -530,29 +500,29 @@ assert np.median(slow.compute[:, 1] - slow.compute[:, 0]) > 0
 #   computes the gradient of its shard with the loss scaled by the *global*
 #   batch size, one all-reduce sums the gradients, one update is applied.
 # - It computes what one device computes on the whole batch: the y = x²
-#   question's network on 1, 2 and 5 devices and in two processes ends with
-#   the same weights after 2000 steps, within float64 rounding. You do not
-#   write the master: `MirroredStrategy` and `strategy.run` do it, in a
-#   program of some thirty lines.
+#   network on 1, 2 and 5 devices and in two processes ends with the same
+#   weights after 2000 steps, within float64 rounding. `MirroredStrategy`
+#   and `strategy.run` are the master, in a program of some thirty lines.
 # - `pargrad.SyncTrainer` is that program with shards from any batch,
 #   accumulation, instruments and errors that say what to pass instead.
 # - A ring all-reduce sends about twice the gradient's size per replica,
 #   however many replicas there are.
-# - Every step waits for the slowest replica: the others' time shows up as
-#   waiting in the all-reduce. Backup workers remove that tail.
+# - Every step waits for the slowest replica; backup workers remove that
+#   tail.
 # - In TensorFlow 1 the same answer was one tower per device in one graph.
 #
 # ## Exercises
 #
-# 1. Train the y = x² question's network with `SyncTrainer` on 3 logical
-#    devices. What does the trainer say, and which batch sizes would work?
-#    Change `pargrad.book.parabola.parabola_data(n=...)` so that 3 replicas work, and check
-#    the result against `pargrad.book.parabola.fit_one_device` on the same data.
+# 1. Train the y = x² network with `SyncTrainer` on 3 logical devices. What
+#    does the trainer say, and which batch sizes would work? Change
+#    `pargrad.book.parabola.parabola_data(n=...)` so that 3 replicas work, and
+#    check the result against `pargrad.book.parabola.fit_one_device`.
 #
 #    *Hint:* the global batch must split into equal shards; $50 = 2 \cdot 5^2$.
-# 2. Replace `tf.nn.compute_average_loss` in your own copy of the replica
-#    step with a plain mean over the replica's shard. By what factor does the
-#    update change with 5 replicas? Which learning rate would undo it?
+# 2. In your own copy of the replica step, replace
+#    `tf.nn.compute_average_loss` with a plain mean over the shard. By what
+#    factor does the update change with 5 replicas? Which learning rate
+#    undoes it?
 #
 #    *Hint:* a shard's mean divides by its 10 examples, not by the batch's 50,
 #    and the all-reduce *sums* the replicas' gradients.
@@ -562,12 +532,12 @@ assert np.median(slow.compute[:, 1] - slow.compute[:, 0]) > 0
 #
 #    *Hint:* each replica's shard is cut into `accumulation_steps`
 #    micro-batches; `fit` returns a history with `effective_batch_size`.
-# 4. Make two replicas stragglers instead of one, with factors 2 and 4. Which
-#    one sets the step time? Draw the timeline.
+# 4. Make two replicas stragglers, with factors 2 and 4. Which one sets the
+#    step time? Draw the timeline.
 #
 #    *Hint:* `perceptron_trainer(3, (1, 1 / 2, 1 / 4))`, then `measure` and
 #    `plots.device_timeline`.
-# 5. Start a `LocalCluster` of two workers and kill one of them with
+# 5. Start a `LocalCluster` of two workers and kill one with
 #    `os.kill(cluster.pids[1], signal.SIGKILL)` while it trains. What does
 #    `wait` raise, and which processes are left afterwards
 #    (`psutil.Process().children()`)?
