@@ -10,33 +10,29 @@
 # ```
 #
 # So far every device lived in one Python process. Real clusters are several
-# processes on several machines, and machines fail. TensorFlow offers the
-# two modes of the earlier chapters across processes:
-# `MultiWorkerMirroredStrategy` (synchronous: every step all-reduces the
-# gradients of all workers) and `ParameterServerStrategy` (asynchronous: the
-# parameters live on *{term}`parameter servers <parameter server>`*, workers read and update them on
+# processes on several machines, and machines fail. TensorFlow offers both
+# modes of the earlier chapters across processes:
+# `MultiWorkerMirroredStrategy` (synchronous: every step all-reduces all
+# workers' gradients) and `ParameterServerStrategy` (asynchronous: the
+# parameters live on *{term}`parameter servers <parameter server>`*, which workers read and update on
 # their own), the architecture of the first large systems
 # {cite}`dean2012large,abadi2016tensorflow`.
 #
-# We cannot rent a data centre for a notebook, but we can start several
-# operating-system processes on one machine, each with its own address and
-# its own `TF_CONFIG`, and talk between them over the network stack exactly
-# as between machines. Only the addresses change when the processes move to
-# real machines; we show that at the end.
+# We start several processes on one machine, each with its own address and
+# `TF_CONFIG`, talking over the network stack as machines would; on real
+# machines only the addresses change, as the end shows.
 #
 # **In this chapter you will**
 #
-# - start local clusters of processes with `pargrad.LocalCluster`: workers
-#   only, or a coordinator with workers and parameter servers, always stopped;
-# - train the y = x² question's network synchronously in 2 and 3 worker processes and get
-#   the same weights as in one process;
-# - train it asynchronously with `ParameterServerStrategy` and a
-#   `ClusterCoordinator`, with the variables cut into shards on two
-#   parameter servers, and measure a proxy of staleness;
-# - kill a worker in the middle of both runs: the coordinator moves the
-#   parameter-server work to the surviving worker, and the synchronous run
-#   restarts from its last checkpoint; we measure what was lost and how long
-#   recovery took;
+# - start local clusters of processes with `pargrad.LocalCluster` (workers
+#   only, or a coordinator with workers and parameter servers), always stopped;
+# - train the y = x² question's network synchronously in 2 and 3 worker
+#   processes and get the weights of one process;
+# - train it asynchronously with `ParameterServerStrategy`, its variables cut
+#   into shards on two parameter servers, and measure a proxy of staleness;
+# - kill a worker in both runs: the parameter-server run carries on with the
+#   survivor, the synchronous run restarts from its last checkpoint; we
+#   measure what was lost and how long recovery took;
 # - see what changes on several machines (`TF_CONFIG`, ports, firewalls,
 #   trust) and what does not (the code).
 
@@ -55,8 +51,7 @@ if "google.colab" in sys.modules:
 
 # %% [markdown]
 # We import `pargrad` first (it silences TensorFlow's start-up lines), split
-# the CPU into three logical devices for the runs in this process, and seed
-# everything.
+# the CPU into three logical devices and seed everything.
 
 # %%
 import pargrad  # first: it imports TensorFlow quietly
@@ -91,11 +86,11 @@ print(tf_config(spec, "worker", 0))
 print(tf_config(spec, "worker", 1))
 
 # %% [markdown]
-# `pargrad.LocalCluster` writes these for us, with ports that are free right
-# now, starts one Python process per task, runs the same importable function
-# in each, keeps every line they print with the task as a prefix, hands back
-# what they return, and stops every process when its `with` block ends:
-# normally, on an exception, on a time-out or on Ctrl-C. Two layouts:
+# `pargrad.LocalCluster` writes these with free ports, starts one Python
+# process per task, runs the same importable function in each, keeps what
+# they print (prefixed by the task) and return, and stops every process when
+# its `with` block ends, however it ends (an exception, a time-out, Ctrl-C).
+# Two layouts:
 #
 # - `LocalCluster(f, workers=3)`: three workers, each running `f`
 #   (`MultiWorkerMirroredStrategy`);
@@ -125,16 +120,13 @@ for bad in ({"workers": 0}, {"workers": 2, "parameter_servers": -1}, {"workers":
 # ## Synchronous across processes
 #
 # `MultiWorkerMirroredStrategy` is `MirroredStrategy` across processes: one
-# replica per device on every worker (our workers have one CPU device each,
-# so here that is one replica a process). Every step, every replica computes
-# the gradient of its shard of the
-# batch, one all-reduce over the network sums them, and every worker applies
-# the same update. The worker function is the `SyncTrainer` loop of
-# [Synchronous training](03_synchronous), on 48 of the y = x² question's points so that 2 and 3
-# workers split the batch evenly. These are the lines that carry the idea:
-# the strategy, the model built in its scope, the trainer, and the loop
-# (the checkpoints, for later, are two lines; the full function, with its
-# reporting and checks, is collapsed below):
+# replica per device on every worker (here one CPU device, so one replica a
+# process). Every step, each replica computes the gradient of its shard of
+# the batch, one all-reduce over the network sums them, and every worker
+# applies the same update. The worker function is the `SyncTrainer` loop of
+# [Synchronous training](03_synchronous) on 48 of the y = x² question's
+# points, so that 2 and 3 workers split the batch evenly. The lines that
+# carry the idea (the full function is collapsed below):
 
 # %%
 pargrad.book.show_lines(train_parabola_multiworker, "strategy = sync_strategy()",
@@ -144,17 +136,15 @@ pargrad.book.show_lines(train_parabola_multiworker, "strategy = sync_strategy()"
 show_source(train_parabola_multiworker)
 
 # %% [markdown]
-# We start a cluster of 2 workers and one of 3 at the same time (TensorFlow
-# takes a few seconds to start in each process), and meanwhile train the same
-# 300 steps in this process: on one device, and with `MirroredStrategy` on 3
+# We start clusters of 2 and 3 workers at once and meanwhile train the same
+# 300 steps in this process, on one device and with `MirroredStrategy` on 3
 # logical devices.
 
 # %% [markdown]
 # As in [Synchronous training](03_synchronous), the comparison runs in float64
-# so that no machine's rounding can blur it, with the one-device reference
-# at Keras's float32 learning rate; the worker processes also choose
-# deterministic kernels (`deterministic=True`, which matters on GPUs) so that
-# the failure experiment below can compare runs bit for bit.
+# (the one-device reference at Keras's float32 learning rate); the workers
+# also choose deterministic kernels (`deterministic=True`) so that the
+# failure experiment below can compare runs bit for bit.
 
 # %%
 STEPS = 300
@@ -195,23 +185,20 @@ assert all(gap(weights) < tolerance for weights in runs.values())
 # `ParameterServerStrategy` splits the roles of [Asynchronous
 # training](04_asynchronous) over processes:
 #
-# - the **parameter servers** hold the variables. A variable created in the
-#   strategy's scope lives on one of them, or, with a *variable partitioner*,
+# - the **parameter servers** hold the variables: a variable created in the
+#   strategy's scope lives on one of them or, with a *variable partitioner*,
 #   is cut along its first axis into shards on several;
-# - the **workers** compute. They hold no state of their own;
-# - the **coordinator** runs the training loop. It *schedules* functions
-#   (closures) with a `ClusterCoordinator`; each runs on whichever worker is
-#   free: read the parameters from the parameter servers, compute, write the
-#   update back. Nobody waits for anybody.
+# - the **workers** compute and hold no state;
+# - the **coordinator** runs the training loop: it *schedules* functions
+#   (closures) with a `ClusterCoordinator`, each run by whichever worker is
+#   free: read the parameters, compute, write the update back. Nobody waits
+#   for anybody.
 #
-# Our coordinator function trains the y = x² network (the model of the
-# asynchronous chapter, from the same initial weights) with full-batch
-# updates. Besides the weights, it keeps a `version` counter on a parameter
-# server. The lines that carry the idea: the strategy and its coordinator,
-# the variables created in its scope (so they live on the parameter
-# servers), the update each closure runs, and the loop that schedules the
-# closures (the straggler's sleep and the records of each update are in the
-# full function, collapsed below):
+# Our coordinator trains the y = x² network of the asynchronous chapter, from
+# the same initial weights, with full-batch updates, and keeps a `version`
+# counter on a parameter server. The lines that carry the idea: the strategy,
+# the variables created in its scope, the update each closure runs, and the
+# loop that schedules the closures (the full function is collapsed below):
 
 # %%
 pargrad.book.show_lines(train_parameter_server, "strategy = parameter_server_strategy(shards)",
@@ -236,29 +223,26 @@ show_source(train_parameter_server)
 # ### Why staleness is only a proxy here
 #
 # In [Asynchronous training](04_asynchronous) one lock ordered every read and
-# every update, so the number of updates between a worker's read and its
-# update was exact. Here there is no such lock and no global version of the
-# parameters: a closure reads each shard from its parameter server in a
-# separate remote call, and other updates can land on one shard between two
-# of those reads. So the chapter measures a **proxy**: each closure reads the
-# `version` counter before it reads the parameters and increments it after
-# its own update; the difference minus one counts the updates that other
-# workers finished in between. Two workers can overlap, so we expect 0 or 1,
-# rarely more.
+# update, so the number of updates between a worker's read and its own
+# update was exact. Here there is no lock and no global version: a closure
+# reads each shard in a separate remote call, and other updates can land
+# between those reads. So we measure a **proxy**: each closure reads the
+# `version` counter before reading the parameters and increments it after
+# its update; the difference minus one counts the updates other workers
+# finished in between. With two workers we expect 0 or 1, rarely more.
 #
-# Each worker and parameter server runs `pargrad.cluster.serve`. One trap is
-# built in: with the default thread pool, workers of `ParameterServerStrategy`
-# on a two-core machine can hang, because each closure holds an inter-op
-# thread while it waits for the parameter servers; the workers get
-# `workers + 1` threads.
+# Each worker and parameter server runs `pargrad.cluster.serve`. It avoids a
+# trap: with the default thread pool, workers on a two-core machine can
+# hang, because each closure holds an inter-op thread while it waits for the
+# parameter servers; so the workers get `workers + 1` threads.
 
 # %%
 show_source(pargrad.cluster.serve)
 
 # %% [markdown]
-# We run 300 updates with 2 workers and 2 parameter servers. And, for the
-# next section, we kill worker 1 with `SIGKILL` (as if its machine lost
-# power) once the coordinator reports 150 updates.
+# We run 300 updates with 2 workers and 2 parameter servers and, for the
+# next section, kill worker 1 with `SIGKILL` (as if its machine lost power)
+# once the coordinator reports 150 updates.
 
 # %%
 UPDATES = 300
@@ -297,10 +281,9 @@ assert staleness[both].max() >= 1            # two workers overlap
 assert staleness[~both].max() <= 1           # one worker left: hardly any overlap
 
 # %% [markdown]
-# With two workers, a good share of the updates had one other
-# update land while they computed; after the kill, with one worker left, the
-# updates are almost never stale (the few exceptions are closures that were
-# already running when the worker died). The loss follows that of one
+# With two workers, a good share of the updates had one other update land
+# while they computed; with one worker left, almost none did (the exceptions
+# were already running when the worker died). The loss follows that of one
 # device closely, as the asynchronous chapter found for small staleness
 # ({numref}`fig-ps-updates`):
 
@@ -326,11 +309,10 @@ assert abs(ps_run["loss"][-1] - reference_loss[-1]) < 0.02 * reference_loss[-1] 
 print("\n".join(line for line in ps_log.splitlines() if "failed with" in line))
 
 # %% [markdown]
-# It put those closures back in the queue, and worker 0 ran them. Nothing was
-# lost: every scheduled update was applied. TensorFlow documents this as
-# *at-least-once*: a closure that had already written part of its update
-# when its worker died runs again in full, so `applied` can exceed
-# `scheduled` by the number of such re-runs.
+# It put those closures back in the queue and worker 0 ran them: every
+# scheduled update was applied. TensorFlow documents this as
+# *at-least-once*: a closure that had written part of its update when its
+# worker died runs again in full, so `applied` can exceed `scheduled`.
 
 # %% tags=["nbval-ignore-output"]
 after = finished > killed_wall
@@ -349,32 +331,29 @@ assert ps_run["applied"] >= ps_run["scheduled"] == UPDATES
 assert set(worker[after].tolist()) == {0}
 
 # %% [markdown]
-# The parameter-server run did not stop: the loss of one worker cost a few
-# milliseconds, and from then on worker 0 did all the work. Here the
-# throughput fell, but by far less than half (the two rates printed above):
-# with a network this small, the coordinator dispatching closures sets the
-# pace, not the workers
-# computing them. With a real model on separate machines, losing one of two
-# workers would halve it, until someone restarts the worker: the coordinator
-# keeps trying to reconnect and uses it again when it comes back. The parameter servers themselves are not protected this way: if one
-# dies, the coordinator raises, and the job restarts from a checkpoint, like
-# a synchronous one.
+# The parameter-server run did not stop: losing a worker cost a few
+# milliseconds, and worker 0 did all the work from then on. Throughput fell
+# by far less than half (the two rates above): with a network this small,
+# the coordinator dispatching closures sets the pace, not the workers. With
+# a real model on separate machines, losing one of two workers would halve
+# it until the worker is restarted; the coordinator keeps reconnecting and
+# uses it again when it returns. Parameter servers are not protected this
+# way: if one dies, the coordinator raises, and the job restarts from a
+# checkpoint like a synchronous one.
 #
 # ### A worker dies in a synchronous run
 #
-# Under `MultiWorkerMirroredStrategy` every step needs every worker, so the
-# step in flight cannot finish: the surviving workers' all-reduce fails, and
-# the job must be started again. What saves the work is a checkpoint:
-# `train_parabola_multiworker` saves one every 150 steps with
-# `tf.train.CheckpointManager` (model and optimizer; the optimizer's
-# iteration counter is the step), and restores the latest one at start. On
-# a real cluster the checkpoint directory is shared storage that every worker
-# can read; here it is a temporary directory.
+# Under `MultiWorkerMirroredStrategy` every step needs every worker: the
+# survivors' all-reduce fails, and the job must start again. A checkpoint
+# saves the work: `train_parabola_multiworker` saves one every 150 steps with
+# `tf.train.CheckpointManager` (model and optimizer, whose iteration counter
+# is the step) and restores the latest at start. On a real cluster the
+# checkpoint directory is on shared storage; here it is a temporary
+# directory.
 #
-# We run 300 steps and kill worker 1 once a worker reports step 175. The
-# tiny network would finish all 300 steps before we could aim, so every
-# worker pauses a fifth of a second after each report of 25 steps, as if the
-# steps took real time:
+# We run 300 steps and kill worker 1 once a worker reports step 175. So that
+# we can aim, every worker pauses a fifth of a second after each report of
+# 25 steps, as if the steps took real time:
 
 # %%
 checkpoints = tempfile.mkdtemp(prefix="pargrad-checkpoints-")
@@ -392,11 +371,10 @@ with LocalCluster(train_parabola_multiworker, workers=2, kwargs=settings, timeou
 stopped_at = time.monotonic()
 
 # %% [markdown]
-# The whole job stops: the surviving worker's next all-reduce fails too, and
-# the `with` block stops it (a worker of this strategy ignores `SIGTERM`,
-# which TensorFlow takes as a preemption notice, so after a second it gets
-# `SIGKILL`). We start the job again with the same arguments, as a cluster
-# manager would:
+# The whole job stops: the survivor's next all-reduce fails, and the `with`
+# block stops it (with `SIGKILL` after a second: this strategy's workers
+# take `SIGTERM` as a preemption notice and ignore it). We start the job
+# again with the same arguments, as a cluster manager would:
 
 # %%
 with LocalCluster(train_parabola_multiworker, workers=2, kwargs=settings, timeout=120) as second:
@@ -447,19 +425,18 @@ assert 0 < done_at_kill - resumed_at < 150
 # %% [markdown]
 # At most the steps since the last checkpoint are lost (here the 25 or so
 # since step 150), and the restart costs a few seconds, nearly all of it
-# starting Python and TensorFlow in the new processes. Checkpointing more
-# often loses fewer steps and spends more time writing; on real jobs with
-# large models, writing a checkpoint takes seconds to minutes, so the
-# interval is a trade-off. (`keras.callbacks.BackupAndRestore` does this for
-# `fit`, which Keras 3 does not support under these strategies; see the
-# appendix [Compatibility matrix](a2_compatibility).)
+# starting Python and TensorFlow. Checkpointing more often loses fewer steps
+# but spends more time writing, which takes seconds to minutes for large
+# models: the interval is a trade-off. (`keras.callbacks.BackupAndRestore`
+# does this for `fit`, which Keras 3 does not support under these
+# strategies; see [Compatibility matrix](a2_compatibility).)
 #
 # ## From one machine to several
 #
 # Nothing in the worker functions knows it runs on 127.0.0.1. To run the
-# 3-worker job of this chapter on three machines, write one `TF_CONFIG` per
-# machine with the machines' addresses, and start the same function on each.
-# `pargrad.cluster` can be run as a program for exactly this:
+# 3-worker job on three machines, write one `TF_CONFIG` per machine with
+# their addresses and start the same function on each; `pargrad.cluster`
+# runs as a program for this:
 
 # %%
 hosts = {"worker": ["10.0.0.1:2222", "10.0.0.2:2222", "10.0.0.3:2222"]}
@@ -470,8 +447,8 @@ for index in range(3):
 
 # %% [markdown]
 # For `ParameterServerStrategy`, the workers and parameter servers run
-# `python -m pargrad.cluster serve` with their own `TF_CONFIG`, and the
-# coordinator's `TF_CONFIG` names itself as `chief`.
+# `python -m pargrad.cluster serve` with their own `TF_CONFIG`; the
+# coordinator's names it `chief`.
 #
 # **What changes** on several machines:
 #
@@ -480,45 +457,42 @@ for index in range(3):
 #   checkpoints. Cluster managers (Kubernetes operators, Slurm scripts,
 #   Vertex AI) write it for you.
 # - **Ports and firewalls**: every task must reach every port in the cluster
-#   spec. Open them between the cluster's machines only.
-# - **The trust model**: the gRPC servers have no authentication and no
-#   encryption and listen on all interfaces. On one machine we relied on
-#   nobody else reaching the ports; across machines, use a private network
-#   (a VPC, a VPN) that only the cluster can reach.
-# - **Shared storage**: a restarted worker must read the checkpoint the
-#   chief wrote, so the checkpoint directory must be on storage that every
-#   machine sees (a network file system, a cloud bucket).
+#   spec; open them between the cluster's machines only.
+# - **Trust**: the gRPC servers have no authentication or encryption and
+#   listen on all interfaces; across machines, keep them on a private
+#   network (a VPC, a VPN) that only the cluster reaches.
+# - **Shared storage**: a restarted worker reads the chief's checkpoint, so
+#   the checkpoint directory must be on storage every machine sees (a
+#   network file system, a cloud bucket).
 # - **Failures become normal**: training Llama 3 on 16,384 GPUs met 419
 #   unexpected interruptions in 54 days, about one every three hours
-#   {cite}`dubey2024llama3`; the restart-from-checkpoint of the previous
-#   section becomes part of every job.
+#   {cite}`dubey2024llama3`; restarting from a checkpoint is part of every
+#   job.
 #
 # **What does not change**: the worker functions, the strategies, the
-# checkpoints, and the numbers: the 3 workers compute the weights of one
-# device, whether they are 3 processes or 3 machines.
+# checkpoints and the numbers: 3 workers compute the weights of one device,
+# as 3 processes or 3 machines.
 #
 # ## Summary
 #
 # - A TensorFlow cluster is a set of tasks that find each other through
-#   `TF_CONFIG`; `pargrad.LocalCluster` starts one on 127.0.0.1 with free
-#   ports, collects every task's output, and always stops every process.
+#   `TF_CONFIG`; `pargrad.LocalCluster` starts one on 127.0.0.1, collects
+#   every task's output and always stops every process.
 # - `MultiWorkerMirroredStrategy` with 2 and 3 worker processes computed the
 #   weights of one device: synchronous training does not depend on where the
 #   replicas live.
-# - `ParameterServerStrategy` keeps the variables, cut into shards, on
-#   parameter servers; a `ClusterCoordinator` schedules closures that any free
-#   worker runs. Staleness cannot be read off exactly, because the shards are
-#   read one by one with no common version; a version counter gives a proxy:
-#   mostly 0 or 1 with two workers.
-# - When a worker dies, the coordinator re-runs its closures on the other
-#   workers (at least once, possibly twice) and training goes on, with less
-#   throughput. A synchronous job stops instead; with a
-#   `tf.train.CheckpointManager` it restarts from the last checkpoint, loses
-#   only the steps since, and ends with exactly the weights of an
-#   uninterrupted run.
-# - Moving to several machines changes `TF_CONFIG`, ports, firewalls, storage
-#   and the trust model, not the code. TensorFlow's gRPC servers have no
-#   authentication: keep them on trusted networks.
+# - `ParameterServerStrategy` keeps the variables, in shards, on parameter
+#   servers; a `ClusterCoordinator` schedules closures that any free worker
+#   runs. The shards are read one by one with no common version, so
+#   staleness has only a proxy: mostly 0 or 1 with two workers.
+# - When a worker dies, the coordinator re-runs its closures on the others
+#   (at least once, possibly twice) and training goes on with less
+#   throughput. A synchronous job stops; with `tf.train.CheckpointManager` it
+#   restarts from the last checkpoint, loses only the steps since, and ends
+#   with exactly the weights of an uninterrupted run.
+# - Several machines change `TF_CONFIG`, ports, firewalls, storage and
+#   trust, not the code. TensorFlow's gRPC servers have no authentication:
+#   keep them on trusted networks.
 #
 # ## Exercises
 #
@@ -555,10 +529,9 @@ for index in range(3):
 #
 # ### Solutions
 #
-# These exercises start clusters of processes, which takes many seconds each,
-# so their solutions are written out rather than run here; the tests in
-# `tests/test_multiworker.py`, `tests/test_parameter_server.py` and
-# `tests/test_cluster.py` run the same situations.
+# These exercises start clusters (many seconds each), so their solutions are
+# written out; `tests/test_multiworker.py`, `tests/test_parameter_server.py`
+# and `tests/test_cluster.py` run the same situations.
 #
 # ```{dropdown} Solution to exercise 1
 # Every worker raises `ValueError` from `SyncTrainer`: 50 examples do not

@@ -9,26 +9,24 @@
 # with gradients sent in buckets during the backward pass.
 # ```
 #
-# Every timing in this book so far came from logical devices on two CPU
-# cores, where "communication" is a memory copy. Nobody trains that way. A
-# reader who wants to know what happens on eight GPUs in one box, or on 64
-# machines, needs a *model* of what communication costs: fitted to what we
-# can measure here, and then fed with the published figures of real links.
-# The model is old and simple (the α–β model of message passing
-# {cite}`thakur2005optimization`), and it is the one the references reason
-# with {cite}`zhang2023dive,sergeev2018horovod,goyal2017accurate`.
+# Every timing so far came from logical devices on two CPU cores, where
+# "communication" is a memory copy. To know what happens on eight GPUs in a
+# box, or on 64 machines, we need a *model* of what communication costs,
+# fitted to what we can measure here and then fed with the published figures
+# of real links: the old, simple α–β model of message passing
+# {cite}`thakur2005optimization`, the one the references reason with
+# {cite}`zhang2023dive,sergeev2018horovod,goyal2017accurate`.
 #
 # **In this chapter you will**
 #
-# - derive the cost of one message, of a ring and a tree all-reduce, of an
-#   all-reduce inside boxes and then across boxes, and of parameter servers;
-# - measure all-reduce against the payload size in one process, in two and
-#   three worker processes over gRPC, and with a parameter server, fit α
-#   and β to each, and check a prediction against a measurement the fit
-#   never saw;
+# - derive the cost of one message, of ring and tree all-reduces, of an
+#   all-reduce inside and then across boxes, and of parameter servers;
+# - time all-reduces of growing payloads in one process, in two and three
+#   worker processes and with a parameter server, fit α and β to each, and
+#   test a prediction the fit never saw;
 # - predict the scaling efficiency of small and large models on real
 #   hardware from vendor figures, and see why frameworks all-reduce
-#   gradients in buckets while the backward pass is still running;
+#   gradients in buckets during the backward pass;
 # - use `pargrad.cost`, a calculator you can feed your own numbers.
 #
 # The deep dive [Communication costs in depth](d6_communication_in_depth)
@@ -78,11 +76,10 @@ print(devices)
 # $$T_\text{message}(n) = \alpha + \frac{n}{\beta}.$$
 #
 # Small messages cost $\alpha$, large ones $n/\beta$; the two are equal at
-# $n = \alpha\beta$ bytes. Every algorithm below is then described by two
-# numbers, its *pattern*: how many messages follow one another on its
-# critical path (each pays $\alpha$), and how many times the $n$ bytes of
-# the payload pass through its busiest link. `pargrad.cost.Pattern` holds
-# these two numbers:
+# $n = \alpha\beta$ bytes. Every algorithm below is then two numbers, its
+# *pattern* (`pargrad.cost.Pattern`): the messages in sequence on its
+# critical path (each pays $\alpha$), and how many times the payload's $n$
+# bytes pass through its busiest link:
 
 # %%
 show_source(cost.Pattern)
@@ -90,7 +87,7 @@ show_source(cost.Pattern)
 # %% [markdown]
 # ## Who sends what
 #
-# {numref}`fig-patterns` shows who sends what.
+# {numref}`fig-patterns` draws the three patterns.
 #
 # **Ring.** [Synchronous training](03_synchronous) ran the ring algorithm step
 # by step: each of the $R$ replicas cuts its $n$ bytes into $R$ chunks; in
@@ -123,15 +120,14 @@ show_source(cost.Pattern)
 # with fewer it is $W/S$ times slower: the *master* that the y = x² question
 # imagines is the case $S = 1$.
 #
-# **Inside boxes, then across.** Real clusters have two kinds of links: fast
-# ones between the GPUs of a box (NVLink, PCIe) and slower ones between
-# boxes (InfiniBand, Ethernet). The hierarchical all-reduce reduce-scatters
-# inside each box of $g$ GPUs, so that each GPU holds its box's sum of
-# $1/g$ of the gradient; the $g$ GPUs of a box then all-reduce their
-# pieces across the $B$ boxes in parallel rings that share the box's network
-# ports; an all-gather inside the box finishes. The two in-box phases cost
-# one in-box ring, and the parallel rings together move what one ring of all
-# $n$ bytes would move over the box's ports:
+# **Inside boxes, then across.** Real clusters have fast links between the
+# GPUs of a box (NVLink, PCIe) and slower ones between boxes (InfiniBand,
+# Ethernet). The hierarchical all-reduce reduce-scatters inside each box of
+# $g$ GPUs, so each GPU holds its box's sum of $1/g$ of the gradient; the
+# $g$ GPUs then all-reduce their pieces across the $B$ boxes in parallel
+# rings sharing the box's ports; an all-gather inside the box finishes. The
+# in-box phases cost one in-box ring, and the parallel rings together move
+# what one ring of all $n$ bytes would over the box's ports:
 #
 # $$T_\text{hier} = T_\text{ring}(n, g, \text{inside}) + T_\text{ring}(n, B, \text{across}).$$
 
@@ -180,19 +176,14 @@ assert cost.ring_all_reduce_time(100e6, 64, link) < cost.tree_all_reduce_time(10
 assert cost.tree_all_reduce_time(4, 64, link) < cost.ring_all_reduce_time(4, 64, link)
 
 # %% [markdown]
-# The tree here is the textbook *binomial* tree {cite}`thakur2005optimization`:
-# reduce the whole payload up the tree, then broadcast it down. For large
-# payloads the ring beats it (the ring moves each byte about twice, the
-# binomial tree $2\lceil\log_2 R\rceil$ times); for tiny payloads the
-# binomial tree wins ($2\lceil\log_2 R\rceil$ latencies instead of
-# $2(R-1)$). NCCL's trees are not this one: they are pipelined *double
-# binary trees* {cite}`jeaugey2019nccl`, which cut the payload into chunks
-# that stream through two trees at once, each carrying half; their
-# bandwidth term is about the ring's, and NCCL prefers them at scale for
-# their logarithmic latency, not for moving fewer bytes. A single parameter
-# server is $W$ times slower than one server a worker.
+# For large payloads the ring beats the binomial tree (it moves each byte
+# about twice, the tree $2\lceil\log_2 R\rceil$ times); for tiny ones the
+# tree wins ($2\lceil\log_2 R\rceil$ latencies instead of $2(R-1)$).
+# NCCL's trees are another design ([Communication costs in
+# depth](d6_communication_in_depth)). A single parameter server is $W$ times
+# slower than one server a worker.
 #
-# The calculator checks what it is given and says what to pass instead:
+# The calculator checks its arguments and says what to pass instead:
 
 # %%
 for bad in [lambda: cost.ring_all_reduce_time(1e6, 0, link),
@@ -206,15 +197,13 @@ for bad in [lambda: cost.ring_all_reduce_time(1e6, 0, link),
 # %% [markdown]
 # ## A calculator in the page
 #
-# In the rendered book, the scaling calculator below computes with
-# `pargrad.cost`'s formulas in your browser. Enter a model (parameters,
-# bytes a parameter, compute time an example), a batch a replica, a number
-# of replicas, a link (from the table of the section "Predicting real
-# hardware", or $\alpha$ and $\beta$ by hand) and an algorithm, with or
-# without overlap: it shows the step split into compute and communication,
-# the scaling efficiency, and the smallest batch a replica that keeps a
-# chosen efficiency (`cost.smallest_batch_for_efficiency`). The sections
-# below explain each of these numbers; come back to it after reading them.
+# In the rendered book, the scaling calculator below runs `pargrad.cost` in
+# your browser: enter a model (parameters, bytes a parameter, compute time
+# an example), a batch a replica, the replicas, a link (from the section
+# "Predicting real hardware", or $\alpha$ and $\beta$) and an algorithm,
+# with or without overlap, and read the step split into compute and
+# communication, the scaling efficiency, and the smallest batch a replica
+# that keeps a chosen efficiency. The sections below explain each number.
 #
 # <div id="pargrad-scaling-calculator">(The scaling calculator needs the
 # rendered book, with JavaScript; in a notebook, call `pargrad.cost`
@@ -223,20 +212,20 @@ for bad in [lambda: cost.ring_all_reduce_time(1e6, 0, link),
 # %% [markdown]
 # ## Fitting α and β here
 #
-# Now we measure. `pargrad.book.allreduce_timing` times an all-reduce (sum) of
-# one float32 tensor per replica for the payloads printed below and
-# keeps the fastest of a few repeats (the slower ones include time in which
-# the two cores ran something else). `pargrad.cost.fit_link` then fits the
-# pattern's $\alpha$ and $\beta$ by least squares on the *relative* error, so
-# that microsecond payloads count as much as the largest ones.
+# `pargrad.book.allreduce_timing` times an all-reduce (sum) of one float32
+# tensor per replica for the payloads printed below, keeping the fastest of
+# a few repeats (the slower ones caught the cores doing something else).
+# `pargrad.cost.fit_link` fits the pattern's $\alpha$ and $\beta$ by least
+# squares on the *relative* error, so that the smallest payloads count as
+# much as the largest.
 #
 # ### (a) Logical devices in one process
 #
-# A `MirroredStrategy` over the four logical CPUs with TensorFlow's default
-# all-reduce on CPUs, collective ops with the ring algorithm. (The book's
-# `sync_strategy` uses another reduction on CPUs because two strategies of
+# A `MirroredStrategy` over the four logical CPUs, with TensorFlow's default
+# all-reduce on CPUs: collective ops with the ring algorithm. (The book's
+# `sync_strategy` uses another reduction on CPUs, because two strategies of
 # different sizes in one process collide on collective keys; this chapter
-# makes only one.)
+# makes one.)
 
 # %%
 sizes = allreduce_timing.DEFAULT_SIZES
@@ -255,18 +244,13 @@ for n, seconds in zip(sizes, in_process):
 # ### (b) Two and three worker processes over gRPC
 #
 # Next, `MultiWorkerMirroredStrategy` in two and then three processes of a
-# `pargrad.LocalCluster` on 127.0.0.1: the same all-reduce, now through
+# `pargrad.LocalCluster` on 127.0.0.1: the same all-reduce through
 # TensorFlow's gRPC servers and the loopback network. Each worker runs
 # `time_all_reduce_in_worker` once for the whole sweep; the two-worker run
-# also times many small tensors, for the section on buckets. A worker that
-# has its result keeps serving until every worker has its own:
-# TensorFlow's collectives are pulled by the receiver, so a worker that left
-# at once could cut off a peer still reading the last buffer from it
-# (`LocalCluster` releases them all together). A warning that
-# holds for every cluster in this chapter: TensorFlow's gRPC servers listen
-# on all network interfaces and have no authentication. Run them only on
-# machines and networks you trust; `LocalCluster` stops every process when
-# its `with` block ends.
+# also times many small tensors, for the section on buckets. As [Beyond one
+# machine](09_beyond_one_machine) warns, these gRPC servers listen on all
+# network interfaces and have no authentication: run them only on machines
+# and networks you trust.
 
 # %% tags=["nbval-ignore-output"]
 worker_runs = {}
@@ -289,12 +273,12 @@ assert all(run["replicas"] == [w] * w for w, run in worker_runs.items())
 # %% [markdown]
 # ### (c) A parameter server
 #
-# Last, a `ParameterServerStrategy` cluster: a coordinator, one worker and
-# one parameter server, each its own process. For each size a variable lives
-# on the server; a function scheduled on the worker reads it (a pull of $n$
-# bytes), computes an update of the same size and applies it on the server
-# (a push of $n$ bytes): pattern $2(\alpha + n/\beta)$. The time also holds
-# the coordinator's round trip to the worker, so expect a larger $\alpha$.
+# Last, a `ParameterServerStrategy` cluster of a coordinator, one worker and
+# one parameter server. For each size a variable lives on the server; a
+# function scheduled on the worker pulls it ($n$ bytes), computes an update
+# of the same size and pushes it back: pattern $2(\alpha + n/\beta)$. The
+# time includes the coordinator's round trip to the worker, so expect a
+# larger $\alpha$.
 
 # %%
 show_source(allreduce_timing.time_parameter_server_in_coordinator)
@@ -312,10 +296,9 @@ for n, seconds in zip(sizes, parameter_server_seconds):
 # %% [markdown]
 # ### The fits
 #
-# {numref}`fig-fits` shows the measurements, the fitted lines and what the
-# lines miss. The fitted values (they change from run to run and machine to
-# machine; the cell checks only that they are plausible and that the lines
-# describe the data):
+# {numref}`fig-fits` shows the measurements, the fitted lines and what they
+# miss. The fitted values, which change from run to run and machine to
+# machine:
 
 # %% tags=["nbval-ignore-output"]
 print(f"{'setting':34s} {'alpha':>10s} {'beta':>12s} {'median |residual|':>18s}")
@@ -356,21 +339,19 @@ for label, key in [("4 logical devices, one process", "in_process"),
 #
 # All-reduce (and parameter-server push and pull) time against the payload,
 # measured on two CPU cores (dots), the fitted $\alpha$ + traffic$\cdot n/\beta$
-# lines, and the relative residuals (bottom). The table printed above holds
-# the fitted values; every median residual is checked to be below three
-# quarters of the measurement, and each line to do far better than one
-# constant time for all sizes.
+# lines, and the relative residuals (bottom). The table above holds the
+# fitted values; every median residual is below three quarters of the
+# measurement, and each line does far better than one constant time.
 # ```
 #
-# In the run stored with this page, two worker processes gave $\alpha \approx$
+# Two worker processes gave $\alpha \approx$
 # {glue:text}`alpha_two_workers:.0f` µs and $\beta \approx$
 # {glue:text}`beta_two_workers:.2f` GB/s per step of the ring. These are not
 # properties of a wire: the "link" is a CPU core copying memory and running
-# gRPC, and $\alpha$ is mostly TensorFlow launching the collective (the cell
-# checks that the worker processes' $\alpha$ is larger than the one-process
-# $\alpha$). The median residuals were at most
+# gRPC, and $\alpha$ is mostly TensorFlow launching the collective (larger
+# across processes than in one). The median residuals were at most
 # {glue:text}`largest_median_residual:.0f`%; single payloads miss by more
-# when other programs take the two cores.
+# when other programs take the cores.
 #
 # ## A prediction the fit never saw
 #
@@ -397,27 +378,23 @@ glue("prediction_ratio_all", math.exp(np.mean(np.log(ratios))), display=False)
 assert 1 / 3 < typical < 3, ratios
 
 # %% [markdown]
-# For the payloads of 64 KiB and more, where the bytes dominate, measured
-# over predicted is {glue:text}`prediction_ratio:.2f` on the geometric
-# mean (checked to lie within a factor of three); over all sizes
-# {glue:text}`prediction_ratio_all:.2f`. The small payloads are at the mercy
-# of other programs: their time is a few milliseconds of
-# launching, and a busy core doubles it. Where the model misses, it also
-# misses for a reason it leaves out on purpose: it gives every replica its
-# own link and its own processor, and three worker processes on two cores
-# share both. On real machines each GPU has its own engines and ports, which
-# is what the model assumes; this page cannot measure how well it predicts
-# them, and the next section leans on that assumption.
+# For payloads of 64 KiB and more, where the bytes dominate, measured over
+# predicted is {glue:text}`prediction_ratio:.2f` on the geometric mean; over
+# all sizes {glue:text}`prediction_ratio_all:.2f`: the small payloads'
+# few milliseconds of launching double on a busy core. The model also misses
+# by design: it gives every replica its own link and processor, which three
+# worker processes on two cores share. Real GPUs each have their own engines
+# and ports, as the model assumes; the next section relies on it.
 #
 # ## Predicting real hardware
 #
-# Nothing in this section is measured. The link bandwidths are the vendors'
-# peak figures, per direction: PCIe 4.0 and 5.0 x16 {cite}`pcisig2019pcie5`,
+# Nothing in this section is measured. The bandwidths are the vendors' peak
+# figures per direction: PCIe 4.0 and 5.0 x16 {cite}`pcisig2019pcie5`,
 # NVLink on the A100 and H100 {cite}`nvidia2020a100,nvidia2022h100`,
 # InfiniBand HDR and NDR ports {cite}`nvidia2021connectx7`, 25 and 100 Gb/s
 # Ethernet {cite}`ieee2022ethernet`. Latencies are not in datasheets; the
-# values below are assumptions of the order that communication libraries
-# reach, and the exercises vary them.
+# values below are assumptions of the order communication libraries reach,
+# and the exercises vary them.
 
 # %%
 GB = 1e9
@@ -469,15 +446,15 @@ for name in clusters:
     print(f"{name:30s} {all_reduce_seconds(100e6, name) * 1e3:8.2f} ms")
 
 # %% [markdown]
-# What a step computes. For the compute time of a step on one GPU we count
-# floating-point operations: a training step costs about three forward
-# passes (the backward pass twice one), a ResNet-50 forward pass about
+# For a step's compute time on one GPU we count floating-point operations:
+# a training step costs about three forward passes (the backward pass twice
+# one), a ResNet-50 forward pass about
 # 3.8 billion multiply-adds an image {cite}`he2016deep`, and a transformer
 # about 6 operations a parameter a token for the whole step
 # {cite}`kaplan2020scaling`. The GPUs' peak rates come from their
 # datasheets {cite}`nvidia2020a100,nvidia2022h100`; real training reaches a
-# fraction of them, which we *assume* to be
-# {glue:text}`utilisation_percent:.0f`% (`UTILISATION` below). The digits
+# fraction, which we *assume* to be
+# {glue:text}`utilisation_percent:.0f`% (`UTILISATION`). The digits
 # network of [Sync vs async in the same time](05_sync_vs_async) is so small that a
 # GPU step is bound by launching kernels, which we assume takes
 # {glue:text}`digits_step_ms:.0f` ms on either GPU (`DIGITS_STEP_SECONDS`).
@@ -552,13 +529,11 @@ plain = efficiency_table(without_overlap)
 
 # %% [markdown]
 # Read across the rows: the digits network is latency-bound everywhere (its
-# all-reduce of a few kilobytes is almost all latency, and 64 boxes put
-# $2(R-1)$ latencies in the ring, next to a step that is itself short), so
-# on the fast networks it scales worst of all; ResNet-50 scales well on NVLink
-# and InfiniBand, and badly over one 25 GbE port; halving the gradient to
-# fp16 does not halve the loss, because fp16 also computes twice as fast;
-# BERT-large carries hundreds of megabytes of gradients (printed above) and
-# needs the fat network.
+# all-reduce of a few kilobytes is almost all latency, next to a short
+# step), so on the fast networks it scales worst; ResNet-50 scales well on
+# NVLink and InfiniBand and badly over one 25 GbE port; fp16 gradients do
+# not halve the lost efficiency, because fp16 also computes twice as fast;
+# BERT-large's hundreds of megabytes of gradients need the fat network.
 
 # %%
 
@@ -583,24 +558,23 @@ for cluster in [c for c in clusters if "IB" in c]:
 # {glue:text}`eff_rn50_fp16_64_hdr:.0f`% of the ideal speed with eight
 # InfiniBand HDR ports a box and {glue:text}`eff_rn50_fp16_64_25g:.0f`% with
 # one 25 GbE port; the digits network keeps {glue:text}`eff_digits_64_hdr:.0f`%
-# even on the fast network. A faster GPU would not change its figure (the
-# H100 row shows the same): its step is bound by launching kernels, which
-# the model takes to last the same on both GPUs, and its all-reduce is
-# latency, which a faster network does not shorten.
+# even on the fast network, and a faster GPU would not help it (the H100
+# row): its step is bound by launching kernels, which the model times the
+# same on both GPUs, and its all-reduce is latency, which a faster network
+# does not shorten.
 #
 # ## Overlap: buckets during the backward pass
 #
-# The plain step leaves the network idle while the GPU computes and the GPU
+# The plain step leaves the network idle while the GPU computes, and the GPU
 # idle while the network sends. But gradients are ready one layer at a time
-# during the backward pass, the last layer's first. A framework can start
-# all-reducing the first gradients while the backward pass is still
-# computing the others. Sending each tensor on its own pays $\alpha$ (times
-# $2(R-1)$ in a ring) once a tensor, and a ResNet-50 has more than a hundred of them; so
-# frameworks pack tensors into *buckets* of some megabytes
-# {cite}`li2020pytorch,sergeev2018horovod`. `cost.bucketed_step_time`
-# models that: the backward pass produces the gradient's bytes at an even
-# rate, each full bucket is all-reduced as soon as the previous bucket has
-# left the link.
+# during the backward pass, the last layer's first, so a framework can
+# all-reduce the first while the backward pass computes the others. Sent on
+# its own, each tensor pays $2(R-1)$ latencies in a ring, and a ResNet-50
+# has more than a hundred tensors; so frameworks pack them into *buckets* of
+# some megabytes {cite}`li2020pytorch,sergeev2018horovod`.
+# `cost.bucketed_step_time` models that: the backward pass produces the
+# gradient's bytes at an even rate, and each full bucket is all-reduced as
+# soon as the previous one has left the link.
 
 # %%
 show_source(cost.bucketed_step_time)
@@ -647,11 +621,10 @@ plt.close(figure)
 # the best count.
 # ```
 #
-# The best is {glue:text}`best_buckets` buckets here. The same idea on the
-# measured side: the two-worker run all-reduced 16 small tensors, once
-# with `CommunicationOptions(bytes_per_pack=1024)` (every tensor its own
-# collective) and once with `bytes_per_pack=0` (TensorFlow packs them all
-# into one message):
+# The best is {glue:text}`best_buckets` buckets here. On the measured side,
+# the two-worker run all-reduced 16 small tensors with
+# `CommunicationOptions(bytes_per_pack=1024)` (each its own collective) and
+# with `bytes_per_pack=0` (TensorFlow packs them into one message):
 
 # %% tags=["nbval-ignore-output"]
 packing = worker_runs[2]["packing"]
@@ -663,11 +636,10 @@ glue("packing_speedup", packing["separate"] / packing["packed"], display=False)
 assert packing["separate"] > 2 * packing["packed"]
 
 # %% [markdown]
-# Packed, the 16 tensors cost about what one tensor costs, a single launch;
-# one by one,
-# {glue:text}`packing_speedup:.0f` times more. (Less than 16 times: TensorFlow
-# launches independent collectives concurrently, so their latencies partly
-# overlap; the model, which queues them, is pessimistic here.)
+# Packed, the 16 tensors cost about one launch; one by one,
+# {glue:text}`packing_speedup:.0f` times more (not 16: TensorFlow launches
+# independent collectives concurrently, so their latencies partly overlap,
+# and the model, which queues them, is pessimistic here).
 #
 # With buckets of 25 MB (PyTorch DDP's default) the efficiency table
 # becomes:
@@ -705,17 +677,17 @@ assert bert_25g[1] < bert_25g[0]
 
 # %% [markdown]
 # With buckets, the large models on NVLink and InfiniBand keep between
-# {glue:text}`bucketed_fast_low:.1f`% and {glue:text}`bucketed_fast_high:.1f`%
-# (printed above). The lowest is the H100 row: its GPUs compute a step in
-# about a third of an A100's time, so there is less backward pass to hide the
-# all-reduce behind, and a faster GPU makes scaling harder. Overlap cannot help where the all-reduce alone outlasts the backward pass (one
-# 25 GbE port for 64 boxes), and there the latency that every bucket pays
-# again makes BERT-large slightly *slower* than without buckets.
+# {glue:text}`bucketed_fast_low:.1f`% and {glue:text}`bucketed_fast_high:.1f`%.
+# The lowest is the H100 row: its GPUs compute a step in about a third of an
+# A100's time, leaving less backward pass to hide the all-reduce behind; a
+# faster GPU makes scaling harder. Where the all-reduce alone outlasts the
+# backward pass (one 25 GbE port for 64 boxes), overlap cannot help, and the
+# latencies every bucket pays make BERT-large slightly *slower* than without
+# buckets.
 #
 # How close such a prediction comes to a real cluster, and where the model
-# is too simple (imperfect overlap, links below their peak, many small
-# tensors, stragglers), is the subject of the deep dive [Communication costs
-# in depth](d6_communication_in_depth), which sets it next to Goyal et al.'s
+# is too simple, is the subject of the deep dive [Communication costs in
+# depth](d6_communication_in_depth), which sets it next to Goyal et al.'s
 # 256 GPUs {cite}`goyal2017accurate`.
 #
 # ## Summary
@@ -758,9 +730,9 @@ assert bert_25g[1] < bert_25g[0]
 # 4. Change `UTILISATION` to `0.6` (a well-tuned model). Does the efficiency
 #    go up or down, and why does a faster GPU make scaling *harder*?
 #    *Hint:* only the compute time changes.
-# 5. Run the fits again with `repeats=10` and with the largest size removed.
-#    How much do $\alpha$ and $\beta$ move? *Hint:* `fit_link` weighs
-#    relative errors, so every size counts.
+# 5. Fit again with `repeats=10`, and with the largest size removed. How
+#    much do $\alpha$ and $\beta$ move? *Hint:* `fit_link` weighs relative
+#    errors, so every size counts.
 #
 # ### Solutions
 #

@@ -9,10 +9,9 @@
 # the model is too simple.
 # ```
 #
-# The chapter [What communication costs](10_communication_costs) fitted the
-# α–β model to all-reduces measured on two CPU cores and then fed it with
-# vendors' link figures. Its predictions for real clusters cannot be measured
-# here; this page sets one of them next to a published measurement.
+# The chapter [What communication costs](10_communication_costs) could not
+# measure its predictions for real clusters; this page sets one next to a
+# published measurement.
 #
 # **In this chapter you will**
 #
@@ -50,11 +49,10 @@ BUCKET_BYTES = 25e6   # PyTorch DDP's default bucket, as in the chapter
 # each box with one 50 Gb/s Ethernet port; the backward pass of their 32
 # images a GPU took 120 ms, and they report about 90% scaling efficiency
 # from 8 to 256 GPUs {cite}`goyal2017accurate`. The model with their
-# numbers, and with two assumptions of ours that their paper does not
-# state: the forward pass takes half the backward pass, and a message over
-# their Ethernet costs $\alpha$ = {glue:text}`goyal_alpha_us:.0f` µs. The
-# in-box term, the same at 8 and 256 GPUs, is left out, which can only
-# lower the efficiency:
+# numbers and two assumptions their paper does not state: the forward pass
+# takes half the backward pass, and a message over their Ethernet costs
+# $\alpha$ = {glue:text}`goyal_alpha_us:.0f` µs. The in-box term, the same
+# at 8 and 256 GPUs, is left out, which can only lower the efficiency:
 
 # %%
 backward = 0.120
@@ -84,11 +82,10 @@ assert no_overlap < PUBLISHED < bucketed_goyal
 # {glue:text}`goyal_no_overlap:.0f`% if nothing overlaps,
 # {glue:text}`goyal_buckets:.0f`% if buckets overlap perfectly with the
 # backward pass; Goyal et al. measured about
-# {glue:text}`goyal_published:.0f`%. The lower end is not their system:
-# they all-reduced gradients while the backward pass ran, so the bracket's
-# "no overlap" end is a floor for a system they did not build, and with
-# other assumed values of the forward pass or $\alpha$ both ends move (the
-# exercise below varies $\alpha$). Horovod reports a similar figure for
+# {glue:text}`goyal_published:.0f`%. The "no overlap" end is a floor for a
+# system they did not build (they all-reduced gradients during the backward
+# pass), and other assumed values of the forward pass or $\alpha$ move both
+# ends (the exercise varies $\alpha$). Horovod reports a similar figure for
 # Inception V3 and ResNet-101 on 512 GPUs {cite}`sergeev2018horovod`. The
 # gap to the bucketed prediction is where the model is too simple:
 #
@@ -99,11 +96,15 @@ assert no_overlap < PUBLISHED < bucketed_goyal
 # - **Peak is not sustained.** Links reach a share of their datasheet
 #   figure; NCCL's own benchmarks report "bus bandwidths" below the peak.
 # - **Many small tensors.** A layer's gradient is a few tensors (weights,
-#   biases, normalisation parameters); unpacked, each pays the latency (the
-#   chapter measured it with 16 small tensors).
+#   biases, normalisation parameters); unpacked, each pays the latency, as
+#   the chapter measured.
 # - **Stragglers and the network's shape.** A step waits for the slowest
 #   GPU ([Synchronous training](03_synchronous)), and 32 boxes share
 #   switches.
+# - **Libraries run other algorithms.** NCCL's trees are pipelined *double
+#   binary trees* {cite}`jeaugey2019nccl`, not the chapter's binomial tree:
+#   the payload streams in chunks through two trees, each carrying half, for
+#   about the ring's bandwidth term with a logarithmic latency.
 #
 # ## Summary
 #
@@ -113,7 +114,7 @@ assert no_overlap < PUBLISHED < bucketed_goyal
 #   efficiency from 8 to 256 GPUs; they measured about
 #   {glue:text}`goyal_published:.0f`%.
 # - The two ends are no overlap and perfect overlap; a real system sits
-#   between them, for the four reasons above.
+#   between them, for the reasons above.
 #
 # ## Exercises
 #
