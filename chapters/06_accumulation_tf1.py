@@ -9,16 +9,15 @@
 # ```
 #
 # A batch that does not fit in memory can still be trained on: split it into
-# $k$ *{term}`micro-batches <micro-batch>`*, compute their gradients one after the other, add them
-# up, and update the weights once. This is *{term}`gradient accumulation`*. Done
-# right, the update is exactly the one the big batch would have given; done
-# wrong, it is $k$ times too large, or it silently re-runs part of the graph.
+# $k$ *{term}`micro-batches <micro-batch>`*, compute their gradients one after
+# the other, add them up, and update the weights once. This is
+# *{term}`gradient accumulation`*. Done right, the update is exactly the big
+# batch's; done wrong, it is $k$ times too large, or it silently re-runs part
+# of the graph.
 #
 # Our guide is the accumulation thread ([Where this book starts](00_sources)),
-# a Russian Q&A, "how to update parameters with
-# accumulated gradients", written for TensorFlow 1's graph mode. Its five
-# answers contain one recipe that sums, one that works but is slow, one that
-# is right, one trap, and a remark about PyTorch. We run every one of them.
+# a Russian Q&A, "how to update parameters with accumulated gradients",
+# written for TensorFlow 1's graph mode. We run all five of its answers.
 #
 # **The answer, in one line per answer.** Answer 1 sums: the step is $k$
 # times the big batch's, a hidden learning rate of $k\eta$. Answer 2 is right
@@ -29,15 +28,14 @@
 #
 # **In this chapter you will**
 #
-# - build the accumulation recipe of answer 1 and measure that its step is
-#   $k$ times the big batch's step, and what that does to training;
-# - keep gradients in Python and feed them back (answer 2), and measure what
-#   that costs;
-# - add a counter (answer 3) and check that $k$ micro-batches then give the
-#   big batch's step, for SGD and for Adam;
-# - fall into answer 4's trap (2.4 instead of 2.0), explain it from the ops the
-#   graph runs, fix it, and see why a `tf.cond` does not;
-# - compare with PyTorch, which accumulates into `.grad` by itself (answer 5);
+# - measure that answer 1's step is $k$ times the big batch's, and what that
+#   does to training;
+# - measure what keeping gradients in Python costs (answer 2);
+# - check that a counter (answer 3) gives the big batch's step, for SGD and
+#   Adam;
+# - fall into answer 4's trap, explain it from the ops the graph runs, fix
+#   it, and see why a `tf.cond` does not;
+# - compare with PyTorch (answer 5);
 # - use `pargrad.tf1.accumulation_ops`, the recipe with all of this fixed.
 #
 # You need the chapter [The training loop](01_training_loop); no GPU.
@@ -56,10 +54,9 @@ if "google.colab" in sys.modules:
     )
 
 # %% [markdown]
-# As everywhere in the book, `pargrad` comes first (it imports TensorFlow
-# quietly). This chapter runs TF1-style graphs through `tf.compat.v1`, which
-# TensorFlow 2.21 still ships. One device is enough: accumulation is about
-# doing $k$ pieces of work *one after the other* on the same device.
+# The chapter runs TF1-style graphs through `tf.compat.v1`, which TensorFlow
+# 2.21 still ships, on one device: accumulation does $k$ pieces of work *one
+# after the other*.
 
 # %%
 import inspect
@@ -82,8 +79,8 @@ print("TensorFlow", tf.__version__)
 #
 # We reuse the 1-5-1 `tanh` network fitting $y = x^2$ from the chapter "The
 # training loop": 50 points, mean squared error, learning rate $10^{-2}$, the
-# same initial weights every time. The helper below builds it as a TF1 graph:
-# placeholders for the inputs, variables for the weights, a loss tensor.
+# same initial weights every time, built as a TF1 graph (placeholders,
+# variables, a loss tensor).
 
 # %%
 LEARNING_RATE = 1e-2
@@ -110,16 +107,14 @@ def max_difference(a, b):
 
 
 # %% [markdown]
-# The loss is a *mean* over the batch, so the gradient of the big batch is the
-# mean of the per-example gradients. With $k$ equal micro-batches of $n$
-# examples each,
+# The loss is a *mean* over the batch, so with $k$ equal micro-batches of $n$
+# examples each the big batch's gradient is the mean of the micro-batches':
 #
 # $$\nabla L_{\text{big}} = \frac{1}{kn}\sum_{j=1}^{kn} \nabla \ell_j
 #   = \frac{1}{k}\sum_{i=1}^{k} \underbrace{\frac{1}{n}\sum_{j \in B_i} \nabla \ell_j}_{\nabla L_i} .$$
 #
-# Accumulation must therefore apply the **mean** of the micro-batch gradients,
-# not their sum. Our yardstick in every section: one plain step on all 50
-# points.
+# Accumulation must apply the **mean**, not the sum. Our yardstick in every
+# section: one plain step on all 50 points.
 
 # %%
 def big_batch_step(make_optimizer, updates=1):
@@ -145,12 +140,12 @@ print("W2 after a step:", big_sgd[2][:, 0].round(6))
 # %% [markdown]
 # ## Answer 1: accumulator variables, which sum
 #
-# The first answer adds one non-trainable variable per trainable variable,
-# an op list that zeroes them (`zero_ops`), an op list that adds a
-# micro-batch's gradients to them (`accum_ops`), and a training step that
-# applies the accumulators. Written as in the answer, it fails before it
-# starts on TensorFlow 2: `initialized_value()` belonged to the old reference
-# variables, and TF 2's variables are resource variables.
+# The first answer adds one non-trainable accumulator per trainable variable,
+# an op list that zeroes them (`zero_ops`), one that adds a micro-batch's
+# gradients to them (`accum_ops`), and a training step that applies the
+# accumulators. As written, it fails on TensorFlow 2 before it starts:
+# `initialized_value()` belonged to the old reference variables, and TF 2's
+# are resource variables.
 
 # %%
 graph = tf.Graph()
@@ -212,11 +207,10 @@ print(f"SGD:  answer 1's step is {length:.3f} x the big batch's, same direction:
 # %% [markdown]
 # The step points the right way but is $k = 5$ times as long: the
 # accumulators hold the *sum* $\sum_i \nabla L_i = k\,\nabla L_{\text{big}}$,
-# and SGD's step is proportional to the gradient. Answer 1 trains with a
-# learning rate of $k\eta$ without saying so.
-#
-# Adam is different: it divides the gradient by a running estimate of its own
-# magnitude, so multiplying every gradient by $k$ changes almost nothing:
+# and SGD's step is proportional to the gradient, so answer 1 trains with a
+# learning rate of $k\eta$ without saying so. Adam divides the gradient by a
+# running estimate of its own magnitude, so multiplying every gradient by $k$
+# changes almost nothing:
 
 # %%
 adam = lambda: v1.train.AdamOptimizer(LEARNING_RATE)  # noqa: E731
@@ -226,12 +220,11 @@ length, cosine = step_ratio(summed_adam, big_adam)
 print(f"Adam: answer 1's step is {length:.3f} x the big batch's, same direction: {cosine:.3f}")
 
 # %% [markdown]
-# So with Adam the bug hides (up to Adam's $\epsilon$), and with SGD or momentum
-# it changes the learning rate. What does that do to training?
-# {numref}`fig-answer1-curves` shows the y = x² question's
-# network trained for 200 updates of 50 examples each: plainly, with answer 1
-# and 5 micro-batches of 10, and with answer 1 and 50 micro-batches of one
-# example.
+# So with Adam the bug hides (up to Adam's $\epsilon$), and with SGD or
+# momentum it changes the learning rate. {numref}`fig-answer1-curves` shows
+# what that does: the network trained for 200 updates of 50 examples each,
+# plainly, with answer 1 and 5 micro-batches of 10, and with answer 1 and 50
+# micro-batches of one example.
 
 # %%
 def train_answer1(k, updates=200):
@@ -281,21 +274,20 @@ _ = figure.axes[0].set_xlabel("update")
 _ = figure.axes[0].set_ylim(1e-2, 1e3)
 
 # %% [markdown]
-# With $k = 5$ the summed step is five times the learning rate, which happens to
-# suit this small problem: training looks *better*. With $k = 50$ it is fifty times,
-# and training diverges: the loss overflows to `inf` within the bound printed
-# above (exactly where depends on the CPU's rounding, so we assert the bound,
-# not the update). The real damage
-# is that the learning rate now depends on how the batch was cut: change $k$
-# to fit a different GPU and the training changes. Accumulation must not
-# change the training at all.
+# With $k = 5$ the summed step is five times the learning rate, which happens
+# to suit this small problem: training looks *better*. With $k = 50$ training
+# diverges: the loss overflows to `inf` within the bound printed above (where
+# exactly depends on the CPU's rounding). The real damage is that the
+# learning rate now depends on how the batch was cut: change $k$ to fit a
+# different GPU and the training changes. Accumulation must not change the
+# training at all.
 #
 # ## Answer 2: fetch the gradients, keep them, feed them back
 #
-# The second answer keeps the graph plain: `compute_gradients` for the
-# micro-batches, the gradient *values* fetched into Python and kept, and
-# `apply_gradients` fed from placeholders. We average the kept values in NumPy,
-# so the step is the big batch's:
+# The second answer keeps the graph plain: the micro-batches' gradient
+# *values* are fetched into Python and kept, and `apply_gradients` is fed
+# from placeholders. We average the kept values in NumPy, so the step is the
+# big batch's:
 
 # %%
 def answer2_graph(make_optimizer):
@@ -321,10 +313,10 @@ with v1.Session(graph=graph) as session:
 print(f"answer 2 vs big batch, max |difference|: {max_difference(answer2, big_sgd):.6f}")
 
 # %% [markdown]
-# It works, and it is flexible (any arithmetic on the kept gradients is plain
-# NumPy). The price: every gradient of every micro-batch travels from the
-# device into Python, and the mean travels back. For our 16 weights that is
-# nothing; for a model of a million float32 weights it is $4 \cdot 10^6$ bytes per micro-batch each
+# It works, and any arithmetic on the kept gradients is plain NumPy. The
+# price: every micro-batch's gradient travels from the device into Python,
+# and the mean travels back. For our 16 weights that is nothing; for a
+# million float32 weights it is $4 \cdot 10^6$ bytes per micro-batch each
 # way, and on a GPU each trip crosses the PCIe bus. A layer of 1024 × 1024
 # weights makes the cost visible:
 
@@ -382,15 +374,13 @@ print(f"through Python / in graph: {timings['through Python'] / timings['in grap
 
 # %% [markdown]
 # On a CPU the two cost about the same, and which is ahead changes from run
-# to run (the ratio printed above; the cell prints no claim): a "trip" to
-# Python is a copy within the same memory, and the in-graph recipe's
-# `assign_add` reads and writes the same $4 \cdot 10^6$ bytes per micro-batch. On a GPU the
-# trips cross the PCIe bus, while the arithmetic gets much faster. A simple
-# model prices the copies alone: a message of $n$ bytes over a link costs
-# $\alpha + n/\beta$ seconds, a latency $\alpha$ plus the bytes over the
-# link's bandwidth $\beta$ (the {term}`α–β model`, which the chapter "What
-# communication costs" develops and fits to measurements). At PCIe 4.0
-# x16's peak bandwidth, a lower bound:
+# to run: a "trip" to Python is a copy within the same memory, and the
+# in-graph recipe's `assign_add` reads and writes the same $4 \cdot 10^6$
+# bytes per micro-batch. On a GPU the trips cross the PCIe bus. The
+# {term}`α–β model` (developed in the chapter "What communication costs")
+# prices a message of $n$ bytes at $\alpha + n/\beta$ seconds, a latency
+# $\alpha$ plus the bytes over the link's bandwidth $\beta$; at PCIe 4.0 x16's
+# peak bandwidth, a lower bound for the copies alone:
 
 # %%
 from pargrad import cost
@@ -402,14 +392,11 @@ print(f"answer 2's copies over {pcie4.name}: at least {1000 * copies:.2f} ms per
       f"which the in-graph recipe never pays")
 
 # %% [markdown]
-# Answer 3 keeps everything in the graph.
-#
 # ## Answer 3: a counter, and apply the mean
 #
-# The third answer fixes answer 1 with one more variable: a counter that
-# `accum_ops` increments, and a training step that applies
-# `accumulator / counter`. The division must read the *variables*, a point
-# we return to in answer 4.
+# The third answer fixes answer 1 with a counter that `accum_ops` increments
+# and a training step that applies `accumulator / counter`, everything in the
+# graph. The division must read the *variables*, a point answer 4 explains.
 
 # %%
 def answer3_graph(make_optimizer):
@@ -452,22 +439,21 @@ for name, make_optimizer in [("SGD", sgd), ("Adam", adam)]:
 
 # %% [markdown]
 # Within float32 rounding (differences of order $10^{-8}$ on weights of
-# order 1, printed as 0.000000), the accumulated updates *are* the big batch's
-# updates, and stay so over several updates, with Adam's moment estimates
-# included: Adam sees one gradient per update, the mean, exactly as with the
-# big batch.
+# order 1, printed as 0.000000), the accumulated updates *are* the big
+# batch's, over several updates and with Adam's moment estimates: Adam sees
+# one gradient per update, the mean, exactly as with the big batch.
 #
-# Two caveats that answer 3 does not mention. The counter counts
-# micro-batches, so the equality needs micro-batches of equal size (the next
-# chapter weights by examples instead). And anything computed per batch
-# other than the gradient, such as BatchNorm's statistics, still sees
-# micro-batches; the next chapter measures that too.
+# Two caveats answer 3 does not mention. The counter counts micro-batches, so
+# the equality needs micro-batches of equal size (the next chapter weights by
+# examples instead). And what is computed per batch besides the gradient,
+# such as BatchNorm's statistics, still sees micro-batches; the next chapter
+# measures that too.
 #
 # ## Answer 4: the trap of `accum_op / batchsize`
 #
-# The fourth answer normalises in a different place: it divides the result
-# of the accumulate op by the number of micro-batches. Its author tested it
-# with a placeholder fed 2.0 five times, so the mean should be 2.0:
+# The fourth answer divides the result of the accumulate op by the number of
+# micro-batches. Its author tested it with a placeholder fed 2.0 five times,
+# so the mean should be 2.0:
 
 # %%
 graph = tf.Graph()
@@ -495,23 +481,22 @@ with v1.Session(graph=graph) as session:
 # 2.4, not 2.0, and the accumulator now holds 12. `divide` is not "the
 # accumulator divided by 5"; it is "the value returned by `accum_op`, divided
 # by 5". Fetching a tensor makes the session run *every op that tensor
-# depends on*, and the value of `accum_op` depends on the `assign_add` that
+# depends on*, and `accum_op`'s value depends on the `assign_add` that
 # produces it. So fetching `divide` adds the fed value once more
 # ($10 + 2 = 12$) and then divides ($12 / 5 = 2.4$); without a feed it cannot
-# even run. `pargrad.book.graph_ops.ops_run_by` lists the ops a fetch executes, inputs
-# first:
+# even run. `pargrad.book.graph_ops.ops_run_by` lists the ops a fetch
+# executes, inputs first:
 
 # %%
 for name, kind in ops_run_by(divide):
     print(f"{kind:20s} {name}")
 
 # %% [markdown]
-# There it is: `AssignAddVariableOp`, fed by the placeholder, sits upstream of
-# the division. The fix is to divide something that does *not* depend on the
-# accumulate op (the variable's current value, `acum.read_value()`) and to
-# run accumulating and applying in **separate** `session.run` calls (within one
-# call, TensorFlow does not order a read and an unrelated write of the same
-# variable):
+# There it is: `AssignAddVariableOp`, fed by the placeholder, upstream of the
+# division. The fix: divide something that does *not* depend on the
+# accumulate op (the variable's value, `acum.read_value()`), and accumulate
+# and apply in **separate** `session.run` calls (within one call, TensorFlow
+# does not order a read and an unrelated write of the same variable):
 
 # %%
 with graph.as_default():
@@ -527,11 +512,11 @@ with v1.Session(graph=graph) as session:
 # %% [markdown]
 # ### The `tf.cond` attempt
 #
-# The answer then tries to do both jobs with one fetch. In its form: a
-# boolean placeholder picks a branch of a `tf.cond`; the "true" branch
-# returns the accumulate op, built before the cond, and the "false" branch
-# divides it, the division built inside the branch; the author feeds `True`
-# four times, then `False` once:
+# The answer then tries to do both jobs with one fetch: a boolean
+# placeholder picks a branch of a `tf.cond`; the "true" branch returns the
+# accumulate op, built before the cond, and the "false" branch divides it,
+# the division built inside the branch. The author feeds `True` four times,
+# then `False` once:
 
 # %%
 graph = tf.Graph()
@@ -551,25 +536,22 @@ with v1.Session(graph=graph) as session:
 
 # %% [markdown]
 # On this toy it prints 2.0 at the end, the mean, which looks like success.
-# It is not what the author thinks: the `False` call did not skip the
-# accumulation, it accumulated the fifth value too (the accumulator holds
-# 10 after five calls, not after four) and then divided. `accum_op` was
-# created outside the branch functions, so it is an input of the cond and
-# runs on every call, whichever branch wins; only the division, created
-# *inside* the false branch's lambda, is conditional. Only ops created
-# inside the lambdas are:
+# It is not: the `False` call did not skip the accumulation, it accumulated
+# the fifth value too (the accumulator holds 10 after five calls, not four)
+# and then divided. `accum_op` was created outside the branch functions, so
+# it is an input of the cond and runs on every call, whichever branch wins.
+# Only ops created *inside* the lambdas are conditional:
 
 # %%
 conditional = {kind for _, kind in ops_run_by(result)}
 print("the cond's inputs include AssignAddVariableOp:", "AssignAddVariableOp" in conditional)
 
 # %% [markdown]
-# The answer ends with a retraction: with a real model "nothing works" and
-# the optimizers fail. The same cause explains the first failure. An
-# optimizer's `apply_gradients`, built outside the cond like everything
-# else, runs on *every* call, accumulating ones included. Here the false
-# branch is meant to apply the mean once; a counter that can only advance
-# after the optimizer's update has run counts how often it ran:
+# The answer ends with a retraction: with a real model "nothing works" and the
+# optimizers fail. Same cause: an optimizer's `apply_gradients`, built outside
+# the cond, runs on *every* call, accumulating ones included. A counter that
+# can only advance after the optimizer's update has run counts how often it
+# ran:
 
 # %%
 graph = tf.Graph()
@@ -605,12 +587,11 @@ assert runs == 5
 # %% [markdown]
 # (Within one call the order of the accumulate and the apply is not defined
 # either, so the values of `w` are not worth printing.) That is the failure
-# the author met. A reader who tries the same idea today meets a second one,
-# which the author, writing TensorFlow 1 in 2017, could not have: a Keras 3
-# optimizer under a `tf.distribute` strategy applies its update through
-# `merge_call`, which must run in the replica function itself, not inside a
-# branch of a `tf.cond` (a branch is a graph of its own). A TensorFlow 2
-# lesson, then, not the author's:
+# the author met. A reader today meets a second one, which the author,
+# writing TensorFlow 1 in 2017, could not have: under a `tf.distribute`
+# strategy a Keras 3 optimizer applies its update through `merge_call`, which
+# must run in the replica function itself, not inside a branch of a
+# `tf.cond` (a branch is a graph of its own). A TensorFlow 2 lesson, then:
 
 # %%
 import keras
@@ -639,19 +620,19 @@ except RuntimeError as error:
 
 # %% [markdown]
 # So a `tf.cond` is the wrong tool twice over: ops built outside it are not
-# conditional (in TensorFlow 1, as the author found), and in TensorFlow 2 an
-# optimizer's update built inside it fails under a strategy. Accumulating and applying are different jobs, run at different
-# times, and the plain way to say that in TF1 is two ops and two
+# conditional (TensorFlow 1, as the author found), and an optimizer's update
+# built inside it fails under a strategy (TensorFlow 2). Accumulating and
+# applying are different jobs at different times: in TF1, two ops and two
 # `session.run` calls; in TF2, an `if` in Python around two `tf.function`s
 # (the next chapter).
 #
 # ## Answer 5: PyTorch accumulates by itself
 #
-# The last answer points out that PyTorch needs none of this: `backward()`
-# *adds* into each parameter's `.grad`, which is why PyTorch loops call
-# `optimizer.zero_grad()`. Accumulating $k$ micro-batches is just not zeroing
-# for $k$ calls, and the mean comes from dividing each micro-batch's loss by
-# $k$ {cite}`li2020pytorch`. Side by side:
+# The last answer notes that PyTorch needs none of this: `backward()` *adds*
+# into each parameter's `.grad` (hence `optimizer.zero_grad()` in PyTorch
+# loops), so accumulating $k$ micro-batches is not zeroing for $k$ calls, and
+# dividing each micro-batch's loss by $k$ gives the mean
+# {cite}`li2020pytorch`. Side by side:
 #
 # | TF1 recipe (answer 3) | PyTorch |
 # | --- | --- |
@@ -659,11 +640,9 @@ except RuntimeError as error:
 # | `session.run(accum_ops, feed)` | `(loss(model(x), y) / k).backward()` |
 # | `session.run(train_step)` (applies `accumulator / counter`) | `optimizer.step()` |
 #
-# The same toy as answer 4 in PyTorch: a weight $w$, a "loss" $2w$ whose
-# gradient is 2, five backward passes. This book does not install PyTorch,
-# so the cell runs the PyTorch code when PyTorch is there and otherwise
-# computes the same two numbers with TensorFlow; the output is the same
-# either way.
+# Answer 4's toy in PyTorch: a weight $w$, a "loss" $2w$ whose gradient is 2,
+# five backward passes. Without PyTorch installed, the cell computes the same
+# two numbers with TensorFlow; the output is the same either way.
 
 # %%
 def pytorch_accumulation(k=5, value=2.0):
@@ -703,40 +682,38 @@ print(f".grad after 5 backward passes of 2*w / 5:   {averaged:.1f}  (the mean, a
 # %% [markdown]
 # PyTorch's default is answer 1's behaviour: a sum. Forgetting `zero_grad()`
 # accumulates by accident; forgetting to divide by $k$ scales the learning
-# rate. The trap of answer 4 has no PyTorch twin, because PyTorch runs each
-# line once, when Python reaches it: there is no graph to re-run.
+# rate. Answer 4's trap has no PyTorch twin: PyTorch runs each line once,
+# when Python reaches it, with no graph to re-run.
 #
 # ## The clean version: `pargrad.tf1.accumulation_ops`
 #
-# Everything above, fixed, as one function in the package: it works with
-# resource variables and any `tf.compat.v1.train` optimizer, counts the
-# micro-batches, reads the variables in `train_step` (so fetching it never
-# re-runs `accum_ops` and needs no feed), and refuses to divide by a counter
-# of 0. Two parts of it carry the idea. First the two op lists that a
-# training loop runs:
+# Everything above, fixed, as one function: it works with resource variables
+# and any `tf.compat.v1.train` optimizer, counts the micro-batches, reads the
+# variables in `train_step` (so fetching it never re-runs `accum_ops` and
+# needs no feed), and refuses to divide by a counter of 0. First the two op
+# lists a training loop runs:
 
 # %%
 show_lines(tf1.accumulation_ops, "zero_ops = [accumulator.assign",
            "accum_ops.append(counter.assign_add(1.0))")
 
 # %% [markdown]
-# `zero_ops` zeroes every accumulator and the counter. `accum_ops` adds one
+# `zero_ops` zeroes every accumulator and the counter; `accum_ops` adds one
 # micro-batch's gradient to each accumulator (`_add_gradient` also handles
-# the sparse gradients of embedding layers) and 1 to the counter: answer 3's
-# recipe. With `num_examples`, a second branch adds each gradient times the
-# micro-batch's size and counts examples instead, the weighting the next
-# chapter explains. Then the training step:
+# embedding layers' sparse gradients) and 1 to the counter: answer 3's
+# recipe. With `num_examples`, a second branch weights each gradient by the
+# micro-batch's size and counts examples, as the next chapter explains. Then
+# the training step:
 
 # %%
 show_lines(tf1.accumulation_ops, "# Read the variables", "train_step = optimizer.apply_gradients")
 
 # %% [markdown]
 # The division reads the *variables* (`read_value()`), never the tensors
-# that `assign_add` returned: the fix for answer 4's trap. `assert_positive`
-# makes a `train_step` with nothing accumulated fail instead of applying
-# $0/0$, and `tf.control_dependencies` makes the division wait for that
-# check. The rest of the function checks its arguments and creates the
-# variables; the whole source is in the collapsed cell below.
+# `assign_add` returned: the fix for answer 4's trap. `assert_positive` makes
+# a `train_step` with nothing accumulated fail instead of applying $0/0$, and
+# `tf.control_dependencies` makes the division wait for that check. The whole
+# source is in the collapsed cell below.
 
 # %% tags=["hide-cell"]
 show_source(tf1.accumulation_ops)
@@ -795,10 +772,9 @@ print(f"largest gap between the two curves: {np.abs(losses - big_losses).max():.
 # - Answer 4's trap: a tensor returned by `assign_add` re-runs the
 #   `assign_add` whenever it is fetched, so `accum_op / 5` gives 2.4 and leaves
 #   12. Read the variable instead, and accumulate and apply in separate
-#   `run` calls. A `tf.cond` over ops created outside it runs them on every
-#   call: the answer's toy ends at 2.0 by accident, and an `apply_gradients`
-#   built outside the cond updates at every call; built inside, a Keras
-#   optimizer's `merge_call` fails under a strategy.
+#   `run` calls. A `tf.cond` runs ops created outside it on every call (the
+#   toy's 2.0 is an accident; `apply_gradients` updates at every call);
+#   inside it, a Keras optimizer's `merge_call` fails under a strategy.
 # - PyTorch accumulates into `.grad` by itself; divide the loss by $k$.
 # - `pargrad.tf1.accumulation_ops(loss, optimizer)` packages the fixed recipe.
 #

@@ -10,17 +10,16 @@
 # ```
 #
 # The chapter [Accumulating gradients in TF1 graphs](06_accumulation_tf1)
-# fixed the accumulation thread's recipe in a TensorFlow 1 graph. How is it
-# done in TensorFlow 2 and Keras 3, and across several devices? The answer
-# is the same recipe with less ceremony: a `tf.Variable` per weight holds the
-# sum of the {term}`micro-batches <micro-batch>`' gradients, one
-# `apply_gradients` applies their mean, and a plain loop of a few lines
-# equals the big batch, which this page runs first. `pargrad.GradientAccumulator`
-# packages the loop and weights each micro-batch by its examples; Keras 3's
-# optimizers take `gradient_accumulation_steps`, which works on one device
-# and fails under `MirroredStrategy`. On several replicas each replica
-# accumulates its own micro-batches and the replicas all-reduce once per
-# update, so three very different splits of one {term}`effective batch`
+# fixed the accumulation thread's recipe in a TensorFlow 1 graph. In
+# TensorFlow 2 and Keras 3, and across devices, it is the same recipe with
+# less ceremony: a `tf.Variable` per weight holds the sum of the
+# {term}`micro-batches <micro-batch>`' gradients, and one `apply_gradients`
+# applies their mean; a plain loop of a few lines, run first, equals the big
+# batch. `pargrad.GradientAccumulator` packages the loop and weights each
+# micro-batch by its examples; Keras 3's `gradient_accumulation_steps` works
+# on one device and fails under `MirroredStrategy`. On several replicas each
+# replica accumulates its own micro-batches and the replicas all-reduce once
+# per update, so three very different splits of one {term}`effective batch`
 # train identically.
 #
 # **In this chapter you will**
@@ -37,9 +36,9 @@
 # You need the chapters [Synchronous training](03_synchronous) and
 # [Accumulating gradients in TF1 graphs](06_accumulation_tf1). The optional
 # page [Accumulation in depth](d4_accumulation_in_depth) holds the
-# measurements this page only cites: gradient noise, a stopped and resumed
-# window, throughput, the linear scaling rule on a classifier, and the
-# gradient buffers' memory.
+# measurements this page only cites (gradient noise, throughput, the linear
+# scaling rule on a classifier, the gradient buffers' memory, a resumed
+# window).
 
 # %% tags=["colab", "hide-input"]
 # On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
@@ -86,11 +85,11 @@ print("TensorFlow", tf.__version__, "| Keras", keras.__version__, "| devices:", 
 # %% [markdown]
 # ## Accumulation in a plain TF2 loop
 #
-# The whole recipe fits in one `tf.function`, for the y = x² question's
-# network in float64: a `tf.Variable` per trainable variable holds the sum of
-# the micro-batches' gradients; after the last of $K$ micro-batches of equal
-# size the sum divided by $K$ is the big batch's mean gradient, and one
-# `apply_gradients` uses it; then the sums go back to zero. A program to copy:
+# The whole recipe fits in one `tf.function`, here for the y = x² question's
+# network in float64: a `tf.Variable` per trainable variable sums the
+# micro-batches' gradients; after the last of $K$ equal micro-batches, the
+# sum divided by $K$ is the big batch's mean gradient, which one
+# `apply_gradients` uses; then the sums go back to zero. A program to copy:
 
 # %%
 x = np.linspace(-2.0, 2.0, 50)[:, None]  # the y = x² question's 50 points, in float64
@@ -151,11 +150,11 @@ print(f"{K} micro-batches vs the big batch after 200 updates, weight gap < toler
 # %% [markdown]
 # ## `GradientAccumulator` in a custom loop
 #
-# The TF2 accumulator keeps the same state as the TF1 recipe: one sum per
-# variable and a count. It differs in one respect: it counts *examples*, not
-# micro-batches. Each micro-batch's gradient (of a loss that is a mean over
-# the micro-batch) is multiplied by the micro-batch's size before it is
-# added, and `apply` divides by the total number of examples:
+# The TF2 accumulator keeps the TF1 recipe's state, one sum per variable and
+# a count, but counts *examples*, not micro-batches: each micro-batch's
+# gradient (of a loss that is a mean over the micro-batch) is multiplied by
+# the micro-batch's size before it is added, and `apply` divides by the
+# total number of examples:
 
 # %%
 print(inspect.getsource(GradientAccumulator.accumulate))
@@ -164,9 +163,9 @@ print(inspect.getsource(GradientAccumulator.mean_gradients))
 # %% [markdown]
 # The state lives in variables, so the same object works eagerly and inside a
 # `tf.function`. A training loop over micro-batches calls `step`, which
-# accumulates and, every `accumulation_steps` calls, applies and starts a new window. We
-# use the y = x² question's network and data again: 50 points, micro-batches of 10, so
-# `accumulation_steps=5` makes one update from the whole data set.
+# accumulates and, every `accumulation_steps` calls, applies and starts a new
+# window. On the y = x² network's 50 points, micro-batches of 10 and
+# `accumulation_steps=5` make one update from the whole data set.
 
 # %%
 x_all, y_all = parabola_data()
@@ -271,17 +270,16 @@ for name, make_optimizer in KERAS_OPTIMIZERS.items():
 #
 # ### Under `MirroredStrategy` it fails
 #
-# Put the same model in a `MirroredStrategy` scope, two replicas on our two
-# logical devices, and `fit` fails on the first batch. Keras applies the
-# accumulated gradients inside a conditional (`ops.cond`: "is this the
-# `steps`-th call?"), and the update is a synchronisation point between
-# replicas (`merge_call`), which TensorFlow does not allow inside control flow
-# in a replica's function. This is Keras issue
-# [20582](https://github.com/keras-team/keras/issues/20582); tf.keras users met
-# the same limit in their own accumulation code
+# In a `MirroredStrategy` scope, two replicas on our two logical devices,
+# `fit` fails on the first batch. Keras applies the accumulated gradients
+# inside a conditional (`ops.cond`: "is this the `steps`-th call?"), and the
+# update synchronises the replicas (`merge_call`), which TensorFlow does not
+# allow inside control flow in a replica's function: Keras issue
+# [20582](https://github.com/keras-team/keras/issues/20582); tf.keras users
+# met the same limit in their own code
 # ([keras issue 17429](https://github.com/keras-team/keras/issues/17429)).
-# The cell below expects the error, and says so if a future Keras no longer
-# raises it.
+# The cell expects the error, and says so if a future Keras no longer raises
+# it.
 
 # %%
 strategy = tf.distribute.MirroredStrategy(devices[:2])
@@ -300,13 +298,12 @@ except Exception as error:  # noqa: BLE001  (we report whatever Keras raises)
     print(type(error).__name__ + ":", first.split(". ")[0].strip() + ".")
 
 # %% [markdown]
-# A custom loop does not have this problem, because it decides *outside* the
-# replicas when to apply. `GradientAccumulator` keeps its sums in
-# "sync-on-read" variables: under a strategy, each replica adds its own
-# gradients into its own copy (inside `strategy.run`), and reading the sums
-# outside `strategy.run`, in `apply()`, adds the copies up: one all-reduce per
-# update instead of one per micro-batch. The next section builds on this;
-# here we only check that it equals the big batch:
+# A custom loop decides *outside* the replicas when to apply, so it has no
+# such problem. `GradientAccumulator` keeps its sums in "sync-on-read"
+# variables: each replica adds its own gradients into its own copy (inside
+# `strategy.run`), and reading the sums in `apply()`, outside
+# `strategy.run`, adds the copies up: one all-reduce per update instead of
+# one per micro-batch. Here we only check that it equals the big batch:
 
 # %%
 with strategy.scope():
@@ -335,23 +332,21 @@ print(f"2 replicas x 5 micro-batches vs big batch, max |difference|: {difference
 # %% [markdown]
 # ## Across replicas: the effective batch
 #
-# Real training does both splits at once: every replica accumulates a few
-# micro-batches, and the replicas all-reduce once per update.
+# Real training does both splits at once: every replica accumulates $k$
+# micro-batches, and the replicas all-reduce once per update, as
 # `SyncTrainer(accumulation_steps=k)` from the chapter "Synchronous training"
-# does this. An update then sees an {term}`effective batch`:
+# does. An update then sees an {term}`effective batch`:
 #
-# $$\text{effective batch} = \text{micro-batch} \times k \times \text{replicas},$$
+# $$\text{effective batch} = \text{micro-batch} \times k \times \text{replicas}.$$
 #
-# where $k$ is the number of micro-batches each replica accumulates. Each
-# replica sums the gradients of its $k$ micro-batches locally (no
-# communication), the replicas all-reduce those sums once, and one update is
-# applied. If every loss is scaled by the effective batch, the update is the
-# mean gradient over all its examples: the same update as one device on one
-# batch of that size.
+# Each replica sums its micro-batches' gradients locally (no communication),
+# the replicas all-reduce those sums once, and one update is applied. With
+# every loss scaled by the effective batch, that is one device's update on
+# one batch of that size.
 #
-# We check this on the y = x² question's network with 48 of its points (48 splits evenly
-# over 4 replicas and 3 micro-batches), starting three runs from the same
-# initial weights:
+# We check this on the y = x² network with 48 of its points (48 splits evenly
+# over 4 replicas and 3 micro-batches), three runs from the same initial
+# weights:
 #
 # | run | replicas | micro-batches $k$ | micro-batch | effective batch |
 # | --- | --- | --- | --- | --- |
@@ -396,9 +391,9 @@ for name, (history, weights, updates) in runs.items():
     assert gap < tolerance
 
 # %% [markdown]
-# Three different splits, one training run: same weights, same loss. This is the
-# property that lets you move a recipe from a machine with many GPUs to one with
-# few by raising $k$: keep the effective batch, keep the result.
+# Three different splits, one training run: same weights, same loss. This lets
+# you move a recipe from a machine with many GPUs to one with few by raising
+# $k$: keep the effective batch, keep the result.
 #
 # ## One all-reduce per update
 #
@@ -410,13 +405,13 @@ show_source(SyncTrainer._accumulated_gradients)
 
 # %% [markdown]
 # Only the sum reaches the optimizer, whose `apply_gradients` all-reduces it
-# across replicas and applies one update. So the number of all-reduces is the
-# number of updates, whatever $k$ is: the optimizer's update counter above
-# is the same for each run, also for the one that computed three micro-batch
-# gradients per update on every replica. All-reducing every micro-batch's
-# gradient instead would compute the same numbers and communicate $k$ times
-# as often; accumulating first divides the communication per example by $k$.
-# The deep dive measures the throughput this buys as $k$ grows.
+# and applies one update. So there is one all-reduce per update, whatever $k$
+# is: the update counter above is the same for every run, also the one that
+# computed three micro-batch gradients per update on every replica.
+# All-reducing every micro-batch's gradient would compute the same numbers
+# and communicate $k$ times as often.
+# [Accumulation in depth](d4_accumulation_in_depth) measures the throughput
+# this buys.
 
 # %% [markdown]
 # ## Unequal micro-batches: count examples, not micro-batches
@@ -459,10 +454,10 @@ print(f"Keras fit(batch 16, 4 accumulation steps) vs fit(batch 50) after 3 epoch
 # %% [markdown]
 # Counting micro-batches gets the gradient wrong by as much as its largest
 # component: the two points at $x \approx 2$, where the network's error is
-# largest, weigh as much as sixteen points each. After three epochs Keras's
-# weights sit visibly away from the big batch's. Weighting by examples is exact. With a `tf.data`
-# pipeline the last batch of an epoch is usually the short one; either drop
-# it (`drop_remainder=True`) or weight by examples.
+# largest, weigh as much as sixteen points each, and after three epochs
+# Keras's weights sit visibly away from the big batch's. Weighting by
+# examples is exact. With `tf.data`, an epoch's last batch is usually the
+# short one: drop it (`drop_remainder=True`) or weight by examples.
 
 # %% [markdown]
 # ## BatchNorm: micro-batches are not the big batch
@@ -503,26 +498,25 @@ for batch_norm in (False, True):
 # %% [markdown]
 # Without BatchNorm the two agree to rounding; with it, the accumulated
 # gradient is a few percent off: not a bug in the accumulator, a different
-# function being differentiated. The moving statistics that BatchNorm keeps
-# for inference are updated once per micro-batch, from micro-batch
-# statistics, too. In practice: with accumulation, BatchNorm behaves as
-# with the *micro*-batch size; if small micro-batches hurt, switch to a
-# normalisation that does not look across examples (layer or group
-# normalisation), or, under a strategy, synchronise the statistics across
-# replicas (`keras.layers.BatchNormalization(synchronized=True)`), which
-# still does not reach across micro-batches.
+# function being differentiated. BatchNorm's moving statistics for inference
+# are updated once per micro-batch, from micro-batch statistics, too. With
+# accumulation, then, BatchNorm behaves as with the *micro*-batch size; if
+# small micro-batches hurt, use a normalisation that does not look across
+# examples (layer or group normalisation), or, under a strategy, synchronise
+# the statistics across replicas
+# (`keras.layers.BatchNormalization(synchronized=True)`), which still does
+# not reach across micro-batches.
 #
 # ## Memory: why people accumulate
 #
-# The gradient of a batch needs the activations of every example in it at
-# once; accumulation needs those of one micro-batch at a time. We measure
-# the peak memory of one update for growing batch sizes, each computed whole
-# or accumulated from micro-batches of 64, on a model with 2048 inputs and two
-# hidden layers of 512. The measurement runs in a fresh process
-# (`pargrad.book.memory.peak_memory`), so that nothing this notebook holds
-# counts: on a GPU it reads TensorFlow's peak device memory, on a CPU the
-# process's peak resident memory, TensorFlow's own few hundred MB included
-# (on Linux the peak is reset before each update):
+# A batch's gradient needs the activations of all its examples at once;
+# accumulation needs one micro-batch's at a time. We measure the peak memory
+# of one update for growing batches, computed whole or accumulated from
+# micro-batches of 64, on a model with 2048 inputs and two hidden layers of
+# 512. Each measurement runs in a fresh process
+# (`pargrad.book.memory.peak_memory`), so nothing this notebook holds counts:
+# on a GPU it reads TensorFlow's peak device memory, on a CPU the process's
+# peak resident memory, TensorFlow's own few hundred MB included:
 
 # %% mystnb={"figure": {"caption": "Peak memory of one update against the batch size, the whole batch at once and accumulated from micro-batches of 64, on a model with 2048 inputs and two hidden layers of 512.", "name": "fig-peak-memory"}} tags=["nbval-ignore-output"]
 BATCH_SIZES = [64, 512, 2048, 8192]
@@ -540,15 +534,14 @@ _ = plots.peak_memory_against_batch(BATCH_SIZES, memory["whole_mb"], memory["acc
                                     MICRO_BATCH, device=memory["device"])
 
 # %% [markdown]
-# In {numref}`fig-peak-memory`, the whole batch's peak grows with the batch (the batch itself, the
-# activations and their gradients); accumulation stays flat at the cost of
-# one micro-batch, for any number of examples per update. (The numbers
-# depend on the machine; the cell checks that the whole batch's growth
-# dwarfs the accumulated one's.) The price is time:
-# $k$ small matrix products use the hardware less well than one big one,
-# which the benchmark `benchmarks/accumulation.py` measures. Accumulation
-# also adds one thing to memory: the running sum of the gradients, a buffer
-# the size of the parameters on every replica, which
+# In {numref}`fig-peak-memory` the whole batch's peak grows with the batch
+# (the batch, the activations and their gradients); accumulation stays flat
+# at one micro-batch's, for any number of examples per update. (The numbers
+# depend on the machine; the cell checks that the whole batch's growth dwarfs
+# the accumulated one's.) The price is time: $k$ small matrix products use
+# the hardware less well than one big one (the benchmark
+# `benchmarks/accumulation.py`). Accumulation also adds the running sum of
+# the gradients, a parameter-sized buffer on every replica, which
 # [Accumulation in depth](d4_accumulation_in_depth) measures.
 
 # %% tags=["remove-cell"]
@@ -605,36 +598,37 @@ _ = figure.axes[0].set_xlabel("epoch")
 
 # %% [markdown]
 # Accumulating 5 micro-batches of 10 *is* training with batches of 50: the
-# curves coincide ({numref}`fig-effective-batch`). Per epoch it is slower than batches of 10, because it
-# makes a fifth of the updates; scaled up by 5, the learning rate brings it
-# back. Accumulation changes how the work is done, not what is computed; the
-# hyperparameters belong to the effective batch.
+# curves coincide ({numref}`fig-effective-batch`). Per epoch it is slower
+# than batches of 10, because it makes a fifth of the updates; scaled up by
+# 5, the learning rate brings it back. Accumulation changes how the work is
+# done, not what is computed; the hyperparameters belong to the effective
+# batch.
 #
-# The rule rests on an approximation: $k$ small
-# steps with gradients $g_1, \ldots, g_k$ move the weights by about
-# $-\eta \sum_i g_i$, one large step with the mean gradient and rate $k\eta$,
-# *if the gradients barely change over those $k$ steps*. That fails where the
-# loss curves sharply, typically at the start of training, so Goyal et al.
-# ramp the rate up over the first epochs (a {term}`warm-up`); and a batch
-# that is most of the training set leaves too few updates for the rule, with
-# or without warm-up. The deep dive shows both on a digits classifier.
+# The rule rests on an approximation: $k$ small steps with gradients
+# $g_1, \ldots, g_k$ move the weights by about $-\eta \sum_i g_i$, one large
+# step with the mean gradient and rate $k\eta$, *if the gradients barely
+# change over those $k$ steps*. That fails where the loss curves sharply,
+# typically early in training, so Goyal et al. ramp the rate up over the
+# first epochs (a {term}`warm-up`); and a batch that is most of the training
+# set leaves too few updates for the rule, with or without warm-up.
+# [Accumulation in depth](d4_accumulation_in_depth) shows both on a digits
+# classifier.
 
 # %% [markdown]
 # ## Summary
 #
-# - A plain TF2 loop accumulates in one variable per weight and applies the
-#   sum over the micro-batches divided by their number: the big batch's update.
+# - A plain TF2 loop sums into one variable per weight and applies the sum
+#   divided by the number of micro-batches: the big batch's update.
 # - `pargrad.GradientAccumulator(variables, accumulation_steps, optimizer)`
 #   weights each micro-batch by its examples, eagerly or in `tf.function`.
 # - Keras 3's `gradient_accumulation_steps` gives the same on one device, but
 #   fails under `MirroredStrategy` (issue 20582) and divides by the number of
 #   micro-batches.
 # - Across replicas: effective batch = micro-batch × accumulation steps ×
-#   replicas; runs with the same effective batch train identically, and
-#   accumulating before the all-reduce keeps one all-reduce per update.
+#   replicas; runs with the same effective batch train identically, with
+#   one all-reduce per update.
 # - Micro-batches of unequal size must be weighted by their examples.
-# - With BatchNorm, accumulation is not the big batch: statistics are per
-#   micro-batch.
+# - With BatchNorm, statistics are per micro-batch: not the big batch.
 # - Accumulation keeps the activations at one micro-batch's, whatever the
 #   batch, for one gradient-sized buffer per replica.
 # - Choose the learning rate for the effective batch (the linear scaling

@@ -10,18 +10,17 @@
 # ```
 #
 # This optional page holds the measurements that the chapter
-# [Accumulation in TF2 and across replicas](07_accumulation_tf2) only cites.
-# Read it after that chapter, in any order of its sections.
+# [Accumulation in TF2 and across replicas](07_accumulation_tf2) only cites;
+# read its sections in any order.
 #
 # **In this chapter you will**
 #
-# - measure the accumulation thread's other reason to accumulate, gradient
-#   noise, and see when a learning-rate schedule is the cheaper answer;
+# - measure gradient noise, the accumulation thread's other reason to
+#   accumulate, and see when a learning-rate schedule is the cheaper answer;
 # - measure what accumulating before the all-reduce buys in throughput;
 # - try the linear scaling rule and warm-up on a digits classifier;
-# - measure the memory of the gradient buffers on every replica;
-# - stop a training in the middle of an accumulation window and resume it,
-#   bit for bit.
+# - measure the gradient buffers' memory on every replica;
+# - stop a training in mid-window and resume it bit for bit.
 
 # %% tags=["colab", "hide-input"]
 # On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
@@ -87,17 +86,15 @@ def per_example_cross_entropy(labels, logits):
 # %% [markdown]
 # ## Noise: the accumulation thread's other reason
 #
-# Memory is one reason to accumulate. The asker of the accumulation thread
-# ([Where this book starts](00_sources)) gave another: the gradient of one
-# small batch is too noisy. A mini-batch gradient is an estimate of the
-# full-batch gradient $g$, and its {term}`gradient noise`, the mean of
-# $\lVert g_b - g \rVert^2$ over random batches of $b$ examples, falls as
-# $1/b$: with $\sigma^2$ the mean of $\lVert g_i - g \rVert^2$ over the
-# $N$ examples' own gradients $g_i$, drawing $b$ of them without replacement
-# gives $\frac{\sigma^2}{b} \cdot \frac{N - b}{N - 1}$. We measure it on the
-# y = x² question's network, from the 50 examples' own gradients (float64, so
-# that only the sampling varies), at the initial weights and after 2000
-# full-batch steps, with 2000 random batches for each size:
+# The asker of the accumulation thread ([Where this book starts](00_sources))
+# had a second reason besides memory: one small batch's gradient is too
+# noisy. Its {term}`gradient noise`, the mean of $\lVert g_b - g \rVert^2$
+# over random batches of $b$ examples ($g$ the full-batch gradient), falls as
+# $1/b$: with $\sigma^2$ the mean of $\lVert g_i - g \rVert^2$ over the $N$
+# examples' own gradients $g_i$, $b$ of them drawn without replacement give
+# $\frac{\sigma^2}{b} \cdot \frac{N - b}{N - 1}$. We measure it on the y = x²
+# network in float64, at the initial weights and after 2000 full-batch
+# steps, with 2000 random batches per size:
 
 # %%
 def per_example_gradients(weights):
@@ -152,62 +149,38 @@ ax.legend(fontsize=7)
 fig.tight_layout()
 
 # %% [markdown]
-# {numref}`fig-gradient-noise` confirms the $1/b$ law, and shows when the
+# {numref}`fig-gradient-noise` confirms the $1/b$ law and shows when the
 # asker is right. At the initial weights the full-batch gradient is large: a
-# batch of 5 points already has less noise than the squared length of the
-# gradient it estimates. After 2000 steps the full-batch gradient is small and
-# the examples' own gradients are not: even a batch of 25 has more noise than
-# that, and an update from one or two points is mostly noise. Accumulating
-# $k$ micro-batches of $b$, drawn without replacement, is a batch of $kb$ and
-# has its noise (the line "5 accumulated micro-batches of 2" above differs
-# from a batch of 10 only by sampling), for the memory of one micro-batch.
+# batch of 5 already has less noise than the gradient's squared length. After
+# 2000 steps the full-batch gradient is small and the examples' own gradients
+# are not: even a batch of 25 is noisier than that. Accumulating $k$
+# micro-batches of $b$, drawn without replacement, is a batch of $kb$ with its
+# noise (the line "5 accumulated micro-batches of 2" above), for the memory
+# of one micro-batch.
 #
 # ### Accumulation, or a smaller learning rate?
 #
-# What the noise does to training is the random part of each step,
-# $\eta\,(g_b - g)$: its size grows with the learning rate $\eta$ and falls
-# with the batch $b$. To first order, SGD's wandering depends on the
-# ratio $\eta / b$ {cite}`smith2018dont,mccandlish2018empirical`, so there are
-# two ways to quiet it: a larger (accumulated) batch, or a smaller learning
-# rate, for example a schedule that lowers $\eta$ as training goes on. The
-# runs of the section "The learning rate and the effective batch size" in
-# [Accumulation in TF2 and across replicas](07_accumulation_tf2) show the
-# trade on this problem: 5 accumulated
-# micro-batches of 10 at the same learning rate make a fifth of the updates,
-# each five times less noisy, and end far higher than plain batches of 10;
-# scaled by 5, the learning rate brings them level. Here, noise is not what
-# limits training, the number of updates is.
-#
-# So, on one device:
-#
-# - **A learning-rate schedule** (lower $\eta$ as the loss flattens) is the
-#   cheaper answer to noise alone: no extra memory, no fewer updates per
-#   epoch. Smith et al. {cite}`smith2018dont` show that growing the batch
-#   during training works like decaying the learning rate, with fewer
-#   updates.
-# - **Accumulation** is the right tool when the *effective batch* itself is
-#   what you need: a recipe (learning rate, schedule, warm-up) tuned for a
-#   batch that does not fit your device; updates that are expensive, such as
-#   an all-reduce across machines, which accumulation makes $k$ times rarer
-#   (the next section); or an optimizer whose per-update
-#   state should see large-batch gradients. Beyond the batch size at which
-#   the noise is small next to the gradient, McCandlish et al.'s *critical
-#   batch size* {cite}`mccandlish2018empirical`, a larger batch only costs
-#   time.
+# The noise enters each step as $\eta\,(g_b - g)$, so to first order SGD's
+# wandering depends on the ratio $\eta / b$
+# {cite}`smith2018dont,mccandlish2018empirical`: a larger (accumulated) batch
+# and a smaller learning rate quiet it alike. Against noise alone, a
+# learning-rate schedule (lower $\eta$ as the loss flattens) is cheaper: no
+# extra memory, no fewer updates; growing the batch during training works
+# like decaying the rate {cite}`smith2018dont`. Accumulation is the tool when
+# the *effective batch* itself is needed: a recipe tuned for a batch that
+# does not fit your device, or expensive updates, such as an all-reduce
+# across machines, made $k$ times rarer. Beyond McCandlish et al.'s *critical
+# batch size* {cite}`mccandlish2018empirical`, where the noise is small next
+# to the gradient, a larger batch only costs time.
 
 # %% [markdown]
 # ## What accumulating before the all-reduce buys
 #
 # `SyncTrainer(accumulation_steps=k)` sums each replica's micro-batch
-# gradients before the all-reduce, so there is one all-reduce per update.
-# The alternative, all-reducing every micro-batch's gradient and accumulating
-# the reduced results, computes the same numbers but communicates $k$ times as
-# often. On real multi-GPU machines communication is often the bottleneck, so
-# accumulating first divides the communication per example by $k$. Here we
-# measure how many examples per second four logical devices process with a
-# fixed micro-batch of 8 and growing $k$. A timing on shared cores varies,
-# so one run says little: each $k$ is measured in three interleaved rounds,
-# and the cell prints the best and the spread:
+# gradients before the all-reduce: one all-reduce per update instead of $k$.
+# We measure how many examples per second four logical devices process with
+# a fixed micro-batch of 8 and growing $k$, each $k$ in three interleaved
+# rounds, and print the best and the spread:
 
 # %% tags=["nbval-ignore-output"]
 def throughput_trainer(accumulation_steps, micro_batch=8, steps=40):
@@ -250,32 +223,22 @@ for k, rates in rounds.items():
 assert min(rounds[8]) > max(rounds[1]), "accumulating should amortise the per-update cost"
 
 # %% [markdown]
-# Each update carries a fixed cost here (launching the step, the all-reduce,
-# the update itself); accumulating spreads it over $k$ micro-batches, so the
-# throughput grows with $k$ until the micro-batches' own computation dominates
-# (the cell checks only the robust part: every round at $k = 8$ beats every
-# round at $k = 1$; the steps between are within the rounds' spread). On a
-# CPU the all-reduce is a memory copy. Across GPUs or machines it is a
-# network transfer, a larger fixed cost to spread; how much more
-# accumulation gains there, this page cannot measure (the chapter "What
-# communication costs" models it).
+# Each update carries a fixed cost (launching the step, the all-reduce, the
+# update); accumulating spreads it over $k$ micro-batches, so the throughput
+# grows with $k$ until the micro-batches' own computation dominates. The cell
+# checks only the robust part: every round at $k = 8$ beats every round at
+# $k = 1$. Across GPUs or machines the all-reduce is a network transfer, a
+# larger fixed cost to spread (the chapter "What communication costs").
 #
 # ## The linear scaling rule on the digits
 #
-# Accumulation costs little memory, but it is not free in optimisation: with the effective batch $k$ times larger, an epoch has $k$
-# times fewer updates. Each update has a better (less noisy) gradient, but it
-# is still one step of the same length. Goyal et al. {cite}`goyal2017accurate`
-# made ResNet-50 train in one hour on
-# 256 GPUs with the **linear scaling rule**: when the batch is multiplied by
-# $k$, multiply the learning rate by $k$ (with a few epochs of warm-up, because
-# the rule fails at the very start of training). The rule rests on an
-# approximation: $k$ small steps with gradients $g_1, \ldots, g_k$ move the
-# weights by about $-\eta \sum_i g_i$, which is one large step with the mean
-# gradient and learning rate $k\eta$, *if the gradients barely change over those
-# $k$ steps*.
-#
-# We test it on the handwritten digits (scikit-learn's 8×8 images, a small MLP)
-# with four replicas, comparing at equal numbers of examples seen:
+# With the effective batch $k$ times larger, an epoch has $k$ times fewer
+# updates of the same length. Goyal et al.'s {term}`linear scaling rule`
+# {cite}`goyal2017accurate` multiplies the learning rate by $k$, after a
+# warm-up; the chapter
+# [Accumulation in TF2 and across replicas](07_accumulation_tf2) gives the
+# approximation it rests on. We test it on scikit-learn's 8×8 handwritten
+# digits (a small MLP) on four replicas, at equal numbers of examples seen:
 
 # %%
 x_train, y_train, x_test, y_test = digits.digits_data(seed=0)
@@ -321,24 +284,21 @@ ax.legend(fontsize=8)
 fig.tight_layout()
 
 # %% [markdown]
-# In {numref}`fig-linear-scaling`, with the learning rate unchanged, the larger effective batch learns far less
-# from the same examples: it makes eight times fewer steps of the same length.
-# Scaling the learning rate with the batch brings it back close to the small
-# batch. Push $k$ further and the rule's approximation breaks: the gradients do
-# change over 32 small steps, so a single step 32 times longer overshoots. The
-# loss of the batch-1024 run bounces instead of falling, and its test accuracy
-# in the table above collapses.
+# With the learning rate unchanged ({numref}`fig-linear-scaling`), the larger
+# effective batch learns far less from the same examples: eight times fewer
+# steps of the same length. Scaling the rate with the batch brings it close to
+# the small batch. At $k = 32$ the approximation breaks: the gradients change
+# over 32 small steps, so one step 32 times longer overshoots, the loss
+# bounces, and the test accuracy collapses.
 #
 # ### Warm-up
 #
-# Goyal et al. do not start at the scaled rate: they raise the learning rate
-# linearly from the small batch's rate to $k$ times it over the first five
-# epochs, because the rule fails most at the start, where the gradients change
-# fastest. Our batch of 1024 is most of the training set, so five epochs are a
-# handful of updates (printed below). We run the batch-1024 training update by
-# update and set the rate before each one. (At a rate of 1.6 the accuracies
-# below depend on the order of floating-point additions, so another machine
-# prints other digits; the two checks at the end of the cell hold on any.)
+# Goyal et al. raise the rate linearly from the small batch's to $k$ times it
+# over the first five epochs, where the gradients change fastest. Our batch of
+# 1024 is most of the training set, so five epochs are a handful of updates
+# (printed below). At a rate of 1.6 the accuracies depend on the order of
+# floating-point additions, so another machine prints other digits; the
+# cell's checks hold on any.
 
 # %% tags=["nbval-ignore-output"]
 def train_with_warm_up(accumulation_steps, peak_rate, warm_up_updates, evaluate_after,
@@ -385,39 +345,28 @@ assert long > short + 0.1
 assert cold[4 * same_examples] > cold[same_examples] + 0.1  # the control: more updates help too
 
 # %% [markdown]
-# Warm-up alone does not rescue the batch of 1024 here: with the same
-# examples as the others it makes only a handful of updates, a good part of
-# them spent warming up (both counts printed above), and it stays far below
-# the small batch. Given four times the examples, and so four times the
-# updates, the warmed-up run does much better (the last lines above), but
-# so does the control, the same 64 updates at the scaled rate without
-# warm-up: most of the recovery comes from the extra updates. Whether the
-# warm-up adds anything beyond them, one run at this rate cannot tell (its
-# accuracy moves with the order of additions; exercise 2 says how to find
-# out). So the limit this page can state is not "beyond some batch size
-# nothing helps": it is that at equal examples, a batch that is most of the
-# training set leaves too few updates for the
-# linear scaling rule, with or without warm-up. Goyal et al. found the rule,
-# with warm-up, held up to batches of 8,192 ImageNet images (a small fraction
-# of their training set a batch, and thousands of updates), and broke down
-# beyond. Which batch is "too large" depends on the problem and on how many
-# updates are left: the rule is a starting point to check, not a law.
+# Warm-up alone does not rescue the batch of 1024: with the same examples as
+# the others it makes a handful of updates, a good part of them warming up,
+# and stays far below the small batch. With four times the examples, and so
+# the updates, the warmed-up run does much better, but so does the control,
+# the same 64 updates at the scaled rate without warm-up: most of the
+# recovery comes from the extra updates (whether warm-up adds more, one run
+# at this rate cannot tell; see exercise 2). At equal examples, then, a batch that is most of the
+# training set leaves too few updates for the linear scaling rule, with or
+# without warm-up. Goyal et al.'s rule, with warm-up, held up to batches of
+# 8,192 ImageNet images (a small fraction of their training set) and broke
+# down beyond: a starting point to check, not a law.
 
 # %% [markdown]
 # ## The gradient buffers' memory
 #
-# Every run above keeps the micro-batch at 8 examples a replica, so the
-# activations of a step stay those of one micro-batch, whatever the effective
-# batch. Accumulation adds one thing: the running sum of the gradients, one
-# tensor of the same shape as each parameter, on every replica. We measure it
-# by running one update in a fresh process, once without accumulation and
-# once accumulating four micro-batches of the same size, as the chapter
-# "Accumulation in TF2 and across replicas" measures peak memory
-# (`pargrad.book.memory`). The digits network's few kilobytes of
-# parameters would vanish in the process's memory, so the probe is a wider
-# network of the same shape. Each run is a fresh process because memory a
-# finished run gave back stays in the process and would hide the next
-# run's peak:
+# Every run above keeps the micro-batch at 8 examples a replica, so a step's
+# activations stay one micro-batch's. Accumulation adds the running sum of
+# the gradients, one tensor per parameter, on every replica. We measure one
+# update without accumulation and one accumulating four micro-batches, each
+# in a fresh process, since memory a finished run gave back would hide the
+# next peak (`pargrad.book.memory`), on a wider network of the digits MLP's
+# shape:
 
 # %% tags=["nbval-ignore-output"]
 from pargrad.book import memory
@@ -434,35 +383,25 @@ if accumulating["resettable"]:
     assert extra_buffers > 0.5
 
 # %% [markdown]
-# So accumulation is not free in memory: the difference is at least about
-# one buffer the size of the parameters on every replica (the running sum,
-# beside the current micro-batch's gradient), and here it is more (printed
-# above). `SyncTrainer` unrolls the $k$ micro-batches into one graph, and
-# their gradients do not depend on each other, so TensorFlow may compute
-# several at once and hold them together; a loop that forces one micro-batch
-# after the other would hold one. For this small network the buffers are
-# larger than a micro-batch's activations; for a large model with long
-# inputs the activations dominate, and that is the trade accumulation makes:
-# gradient buffers the size of the parameters, instead of activations that
-# grow with the batch.
+# So accumulation is not free in memory: at least about one parameter-sized
+# buffer on every replica (the running sum, beside the current micro-batch's
+# gradient), and here more (printed above): `SyncTrainer` unrolls the $k$
+# micro-batches into one graph, and TensorFlow may compute their independent
+# gradients at once and hold them together. For this small network the
+# buffers outweigh a micro-batch's activations; for a large model with long
+# inputs the activations dominate. That is accumulation's trade: buffers the
+# size of the parameters instead of activations that grow with the batch.
 
 # %% [markdown]
 # ## Stop in the middle of a window, resume bit for bit
 #
-# Long trainings get interrupted. If the accumulator's state were Python
-# numbers, a restart in the middle of a window would lose the micro-batches
-# already summed. `GradientAccumulator` is a `tf.Module` whose sums and counts
-# are variables, so `tf.train.Checkpoint` saves them with the model and the
-# optimizer. We train twelve micro-batches (two windows of five, and two
-# micro-batches into the third) in one go, then again with a stop after
-# seven micro-batches, a checkpoint, and a restart into freshly built
-# objects.
-#
-# "Bit for bit" needs one more thing: the same inputs must give the same
-# outputs every time. A CPU's kernels do; a GPU's are free to add in
-# whatever order its threads finish, so two identical runs can differ in the
-# last digits. `enable_op_determinism` makes TensorFlow pick deterministic
-# kernels (on a CPU it changes nothing here):
+# `GradientAccumulator` is a `tf.Module` whose sums and counts are variables,
+# so `tf.train.Checkpoint` saves a half-summed window with the model and the
+# optimizer. We train twelve micro-batches (two windows of five and two into
+# the third) in one go, then again with a stop after seven, a checkpoint, and
+# a restart into freshly built objects. Bit for bit also needs deterministic
+# kernels: a GPU may add in whatever order its threads finish;
+# `enable_op_determinism` rules that out (on a CPU it changes nothing here):
 
 # %%
 tf.config.experimental.enable_op_determinism()
@@ -502,17 +441,16 @@ print("identical to the uninterrupted run, bit for bit:",
 # %% [markdown]
 # ## Summary
 #
-# - Gradient noise falls as one over the batch size, and accumulating $k$
-#   micro-batches of $b$ has the noise of a batch of $kb$; against noise
-#   alone a learning-rate schedule is cheaper, accumulation is for when the
-#   effective batch itself is needed.
+# - Gradient noise falls as one over the batch size; $k$ accumulated
+#   micro-batches of $b$ have the noise of a batch of $kb$. Against noise
+#   alone a learning-rate schedule is cheaper; accumulate when the effective
+#   batch itself is needed.
 # - Accumulating before the all-reduce spreads each update's fixed cost
 #   (launch, all-reduce, update) over $k$ micro-batches.
 # - The linear scaling rule recovers much of the progress a larger batch
 #   loses per example; a batch that is most of the training set leaves too
 #   few updates for it, with or without warm-up.
-# - Accumulation costs at least one buffer the size of the parameters per
-#   replica.
+# - Accumulation costs at least one parameter-sized buffer per replica.
 # - The accumulator's state is checkpointed with the model: a run stopped in
 #   mid-window resumes bit for bit.
 #
