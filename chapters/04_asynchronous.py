@@ -10,43 +10,35 @@
 # ```
 #
 # In [Synchronous training](03_synchronous) every device waited for the
-# others at every step, and one update used all their gradients. The other
-# way to train on several devices is to not coordinate them at all: every
-# device runs the single-device training loop on its own data, on parameters
-# they all share. This is *asynchronous* data-parallel training, the mode of
-# the first large-scale systems {cite}`dean2012large`. The stale-gradient
-# article of [Where this book starts](00_sources) draws its weakness in one
-# picture, which we reproduce from a real run; the y = x² question of
-# [The training loop](01_training_loop) gives the test problem, a 1-5-1
-# `tanh` network fitting $y = x^2$.
+# others at every step. *Asynchronous* data-parallel training, the mode of the
+# first large-scale systems {cite}`dean2012large`, does not coordinate them:
+# every device runs the single-device training loop on its own data, on shared
+# parameters. The test problem is the y = x² question of
+# [The training loop](01_training_loop), a 1-5-1 `tanh` network; the picture
+# is the stale-gradient article's, from [Where this book starts](00_sources).
 #
 # ## Is asynchronous worse?
 #
 # **Per update, yes; per second, not necessarily.** Between a worker's read
-# of the parameters and its update, the other workers apply theirs, so its
-# gradient points downhill from a place the parameters have left. Give 1, 2,
-# 4 and 8 workers the same number of updates, each at the best learning rate
-# of its own sweep, and the single worker ends lower, on the page's seeds and
-# on held-out seeds alike (the table in
-# [Over many initial weights](#over-many-initial-weights)); the more workers,
-# the smaller the rate that stays stable. Not on every seed, though: with 2
-# workers a few initial weights end lower asynchronously. Part of the gap is
-# not staleness at all: each asynchronous worker sees only its share of the
-# data, and a zero-staleness run over the same shares also loses to one
-# worker, by less.
+# of the parameters and its update, the others apply theirs, so its gradient
+# points downhill from a place the parameters have left. Given the same
+# number of updates, each at the best learning rate of its own sweep, one
+# worker ends lower than 2, 4 and 8 asynchronous workers on both seed sets
+# (the table in [Over many initial weights](#over-many-initial-weights)),
+# though not on every seed; the more workers, the smaller the stable rate.
+# Part of the gap is fewer examples per worker, not staleness.
 #
-# Per second is another question. $n$ asynchronous workers make $n$ updates
-# in the time one makes one, and none of them waits for a slow device. Which
-# effect wins, in the same wall-clock time, is the subject of
+# Per second, $n$ asynchronous workers make $n$ updates in the time one makes
+# one, and none waits for a slow device. Which effect wins in the same
+# wall-clock time is the subject of
 # [Sync vs async in the same time](05_sync_vs_async).
 #
-# **In this chapter you will** see the loop in a dozen lines of NumPy and
-# in `pargrad.AsyncTrainer`, draw the stale-gradient picture from a real
-# run, measure staleness, and compare asynchronous workers with one worker
-# over many initial weights. The derivation of the rate at which a stale gradient stops converging,
-# the momentum control, the staleness-aware rate and delay compensation
-# (DC-ASGD) swept and compared, and lost updates in detail are on the
-# optional page [Stale gradients in depth](d2_stale_gradients_in_depth).
+# **In this chapter you will** see the loop in a dozen lines of NumPy and in
+# `pargrad.AsyncTrainer`, draw the stale-gradient picture from a real run,
+# measure staleness, and compare asynchronous workers with one worker over
+# many initial weights. The delay bound, the remedies' sweeps and lost updates
+# in detail are on the optional page
+# [Stale gradients in depth](d2_stale_gradients_in_depth).
 
 # %% tags=["colab", "hide-input"]
 # On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
@@ -82,20 +74,18 @@ print(devices)
 #
 # In asynchronous mode each device, again and again:
 #
-# 1. **reads** the latest shared parameters, whenever it is ready;
-# 2. computes the loss and the **gradients on its own data**;
+# 1. **reads** the latest shared parameters;
+# 2. computes the **gradients on its own data**;
 # 3. **applies** its update to the shared parameters, without waiting for
 #    any other device.
 #
-# Nobody waits for anybody, so a fast device is never held up by a slow one.
-# The price: while a device computes, the others keep updating the
-# parameters, so its gradient was computed for parameters that no longer
-# exist. The number of updates that landed between its read and its apply is
-# the update's **{term}`staleness`**.
+# The price: while a device computes, the others update the parameters, so
+# its gradient belongs to parameters that no longer exist. The number of updates that landed between its read and its
+# apply is the update's **{term}`staleness`**.
 #
-# A dozen lines of NumPy show both on the loss $w^2$: two workers share $w$,
-# both read it, worker 0 applies its update, then worker 1 applies a gradient
-# it computed at the old $w$:
+# A dozen lines of NumPy show both on the loss $w^2$: two workers read $w$,
+# worker 0 applies its update, then worker 1 applies a gradient it computed
+# at the old $w$:
 
 # %%
 gradient = lambda w: 2 * w  # noqa: E731  (the loss w², its minimum at w = 0)
@@ -112,13 +102,12 @@ for worker, action in schedule:
     w, version = w - rate * gradient(w_read), version + 1
 
 # %% [markdown]
-# Worker 1's gradient is one update stale: computed at $w = 1$, it is as
-# large as it was there, and it carries $w$ past the minimum at 0, to the
-# other side.
+# Worker 1's gradient, one update stale, was computed at $w = 1$ and
+# carries $w$ past the minimum at 0.
 #
-# `pargrad.AsyncTrainer` does exactly this. The shared parameters live on one
-# *parameter device*; one worker runs on each device. These are the lines of
-# a worker's loop that carry the idea:
+# `pargrad.AsyncTrainer` does exactly this: the shared parameters live on one
+# *parameter device*, and each device runs one worker, whose loop carries the
+# idea in these lines:
 
 # %%
 show_lines(AsyncTrainer._work, "read = self._read(", "self._apply(")
@@ -134,13 +123,11 @@ show_source(AsyncTrainer._work)
 # %% [markdown]
 # ## Two ways to run: real threads and a virtual clock
 #
-# `fit(..., mode="free-running")` starts one real thread per worker: that is
-# what you would use for speed, and its order of events depends on the
-# operating system. A book needs figures that come out the same on every
-# machine, so `fit(..., mode="scheduled")` (the default) runs the same
-# workers in one thread and lets a seeded {term}`virtual clock` decide who
-# reads and who applies when: a step on a device takes `1 / speed` time
-# units, plus an optional random delay (`jitter`).
+# `fit(..., mode="free-running")` runs one real thread per worker, in an
+# order the operating system decides. `fit(..., mode="scheduled")` (the
+# default) runs them in one thread, and a seeded {term}`virtual clock` decides
+# the order, the same on every machine: a step takes `1 / speed` time units,
+# plus an optional random delay (`jitter`).
 #
 # Three workers train the y = x² network for 12 updates; device 2 is half as
 # fast, and small random delays shuffle the order:
@@ -168,33 +155,27 @@ plt.close(figure)  # shown once, by the numbered figure below
 #
 # The run above, one row a worker: each update is a bar from the moment its
 # worker read the parameters to the moment its gradient was applied, and
-# the number in the bar is its staleness (the updates applied in between).
+# the number in the bar is its staleness.
 # Worker 2, on the device half as fast, has the longest bars.
 # ```
 #
-# Every update is recorded ({numref}`fig-async-timeline`): the worker, the
-# version it read, the version it was applied to, their difference (the
-# staleness), its loss and its time. The version counter counts the applied
-# updates, so nothing was lost. The slow device's updates are the stalest:
-# while it computes once, the two others each update about twice.
-#
+# Every update is recorded ({numref}`fig-async-timeline`); the version
+# counter equals the number of updates, so nothing was lost. The slow
+# device's updates are the stalest: while it computes once, the two others
+# each update about twice.
 # %% [markdown]
 # ## The stale gradient, drawn from a run
 #
-# The stale-gradient article explains asynchronous training with one
-# picture. A loss curve; a black ball is the parameter at time t0, when
-# devices d0 and d1 both read it. Both gradients point downhill. At t1 d0
-# applies its update: the gray ball. At t2 d1 applies its gradient, computed
-# at t0, to the parameter that d0 has already moved: the white ball shoots
-# past the minimum.
+# The stale-gradient article's one picture: devices d0 and d1 both read the parameter at time t0; at t1 d0
+# applies its update; at t2 d1 applies its gradient, computed at t0, to the
+# parameter d0 has already moved, and shoots past the minimum.
 #
-# We produce the picture with a real run. The model has one parameter $w$
-# and predicts $\hat y = w x$; the data are the 50 points $x$ of the y = x²
-# question with targets $y = x/2$, so the loss $L(w) = \mathrm{mean}((w x -
-# y)^2)$ is a parabola with its minimum at $w^* = 0.5$ and curvature
-# $a = L''(w) = 2\,\mathrm{mean}(x^2)$. Change the three numbers in the next
-# cell to redraw the figure: the learning rate is set as a multiple of one
-# over the curvature.
+# We draw it from a real run. The model $\hat y = w x$ has one parameter; the
+# data are the 50 points $x$ of the y = x² question with targets $y = x/2$, so
+# the loss $L(w) = \mathrm{mean}((w x - y)^2)$ is a parabola with its minimum
+# at $w^* = 0.5$ and curvature $a = L''(w) = 2\,\mathrm{mean}(x^2)$. Change
+# the next cell's three numbers to redraw the figure (the learning rate is a
+# multiple of one over the curvature).
 
 # %%
 START = 3.0  # w at t0
@@ -219,9 +200,9 @@ learning_rate = STEP_TIMES_CURVATURE / curvature
 print(f"curvature {curvature:.4f}, learning rate {learning_rate:.4f}")
 
 # %% [markdown]
-# Two workers, on devices d0 and d1, each with its own half of the data
-# (worker $i$ gets every second example starting at $i$). The `on_update`
-# hook records the parameter after each of the two updates:
+# Two workers, on d0 and d1, each with its own half of the data (worker $i$
+# gets every second example from $i$ on); the `on_update` hook records the
+# parameter after each update:
 
 # %%
 stale_run = AsyncTrainer(one_parameter_model(START), mean_squared_error, devices[:2],
@@ -236,14 +217,12 @@ print("w at t0, t1, t2:", np.round(async_path, 4))
 
 # %% [markdown]
 # Both updates read version 0; d1's lands on top of d0's, with staleness 1.
-# To judge that result we need two more runs from the same start. The
-# **fresh** run applies the same two updates one after the other, each
-# gradient taken where the parameter is when it is applied: what one device
-# would do with the same two halves of the data, in twice the time. The
-# **synchronous** step of [Synchronous training](03_synchronous) averages
-# the two gradients, both taken at $w_0$, and applies them once: it ends
-# when the slower device does, at the same wall time as the asynchronous
-# pair.
+# Two more runs from the same start judge it. The **fresh** run applies the
+# same two updates in turn, each gradient taken where the parameter is: one
+# device with both halves, in twice the time. The **synchronous** step of
+# [Synchronous training](03_synchronous) averages the two gradients, both
+# taken at $w_0$, and applies them once, ending with the slower device, as
+# the asynchronous pair does.
 
 # %%
 halves = [(x[worker::2], targets[worker::2]) for worker in range(2)]  # the trainer's deal
@@ -287,20 +266,18 @@ assert np.array_equal(np.sort(halves[0][0][:, 0] ** 2), np.sort(halves[1][0][:, 
 assert abs(async_path[-1] - sync_double_path[-1]) < 1e-5  # the trainer's float32 gradients
 
 # %% [markdown]
-# Why does the stale update overshoot? Both gradients were computed at
-# $w_0$, where the distance to the minimum is $w_0 - w^*$. Each moves $w$ by
-# $\eta a$ times that distance, so after both the distance is
-# $(1 - 2\eta a)(w_0 - w^*)$: negative, past the minimum, as soon as
-# $\eta a > 1/2$. Two fresh updates end at $(1 - \eta a)^2(w_0 - w^*)$, and
-# one synchronous step at $(1 - \eta a)(w_0 - w^*)$. (The cell above checks
-# that the trainer did exactly this; on these data the two halves have the
-# same curvature, because the 50 points are symmetric about 0.)
+# Why does the stale update overshoot? Both gradients were computed at $w_0$,
+# at distance $w_0 - w^*$ from the minimum. Each moves $w$ by $\eta a$ times
+# that distance, so after both the distance is $(1 - 2\eta a)(w_0 - w^*)$:
+# past the minimum as soon as $\eta a > 1/2$. Two fresh updates end at
+# $(1 - \eta a)^2(w_0 - w^*)$, one synchronous step at
+# $(1 - \eta a)(w_0 - w^*)$. (A hidden cell checks that the trainer did
+# exactly this.)
 #
-# One more run is worth drawing: the stale pair is *one synchronous step at
-# twice the rate*, $2\eta$, the rate the {term}`linear scaling rule` of
-# [Synchronous training](03_synchronous) gives a batch twice as large. We
-# sweep $\eta a$, with the same gradients computed at every value, and find
-# where the stale pair starts to lose to each of the others:
+# The stale pair is also *one synchronous step at twice the rate*, $2\eta$,
+# the rate the {term}`linear scaling rule` of
+# [Synchronous training](03_synchronous) gives a batch twice as large. A sweep
+# of $\eta a$ finds where the stale pair starts to lose to each run:
 
 # %%
 sweep = {"step_times_curvature": np.round(np.arange(0.02, 1.3, 0.02), 2),
@@ -348,33 +325,30 @@ plt.close(figure)  # shown once, by the numbered figure below
 # synchronous step at η.
 # ```
 #
-# {numref}`fig-stale-gradient` shows the article's two claims side by side,
-# and where each holds. **Staleness hurts** per update, panel (a) against
-# (b): the stale pair ends farther from the minimum than the same two
-# gradients made fresh from $\eta a = 2 - \sqrt 2$ on. **In the same time,
-# asynchronous training is not necessarily worse**, panel (a) against the
-# solid step of (c): the fresh run needs twice the wall time, because its
-# second gradient must wait for the first update, while the synchronous step
-# at $\eta$ takes the same time as the stale pair but moves once; the stale
-# pair ends closer up to $\eta a = 2/3$. The band of panel (d), from
-# {glue:text}`band-low:.2f` to {glue:text}`band-high:.2f` on the sweep's
-# grid, is where both claims hold at once; the figure's $\eta a$ =
+# {numref}`fig-stale-gradient` shows the article's two claims and where each
+# holds. **Staleness hurts** per update, panel (a) against (b): from
+# $\eta a = 2 - \sqrt 2$ on, the stale pair ends farther from the minimum than
+# the same two gradients made fresh. **In the same time, asynchronous training
+# is not necessarily worse**, (a) against the solid step of (c): the fresh run
+# takes twice the wall time, and the synchronous step at $\eta$ takes the
+# stale pair's time but moves once; the stale pair ends closer up to
+# $\eta a = 2/3$. Both claims
+# hold in the band of panel (d), from {glue:text}`band-low:.2f` to
+# {glue:text}`band-high:.2f` on the sweep's grid; the figure's $\eta a$ =
 # {glue:text}`figure-eta-a:.1f` lies inside it.
 #
-# The comparison with a step at $\eta$ is kind to the stale pair, though: the
-# dashed step at $2\eta$ lands exactly where the stale pair does, for every
-# $\eta a$. On a parabola whose halves have the same curvature, two stale
-# updates computed at the same point *are* one big synchronous step. With $k$
-# workers that all read $w_0$ the factor is $1 - k\eta a$: the more workers,
-# the smaller the safe learning rate.
+# That comparison is kind to the stale pair: the dashed step at $2\eta$ lands
+# exactly where it does, for every $\eta a$; two stale updates computed at
+# the same point *are* one big synchronous step. With $k$ workers that all
+# read $w_0$ the factor is $1 - k\eta a$: the more workers, the smaller the
+# safe learning rate.
 #
 # ### Turn the dials yourself
 #
-# In the rendered book, the playground below runs this picture in your
-# browser for a gradient $\tau$ updates old,
-# $w_{t+1} = w_t - \eta\lambda\, w_{t-\tau}$ on a parabola with curvature
-# $\lambda$ (`pargrad.book.delay`). Move the sliders for $\eta\lambda$,
-# $\tau$ and the start, and watch where the stale run stops converging.
+# The playground below (in the rendered book) runs a gradient $\tau$ updates
+# old, $w_{t+1} = w_t - \eta\lambda\, w_{t-\tau}$, on a parabola with
+# curvature $\lambda$ (`pargrad.book.delay`). Move $\eta\lambda$, $\tau$ and
+# the start, and watch where the stale run stops converging.
 #
 # <div id="pargrad-staleness-playground">(The staleness playground needs the
 # rendered book, with JavaScript; in a notebook, change the numbers in the
@@ -383,12 +357,10 @@ plt.close(figure)  # shown once, by the numbered figure below
 # %% [markdown]
 # ## Staleness, measured
 #
-# How stale are the updates? If all $n$ devices are equally fast, they take
-# turns: while one computes, each of the $n - 1$ others applies one update,
-# so the staleness should be $n - 1$. We measure it for 1, 2, 4 and 8
-# workers with small random delays (`jitter`: each step takes longer by a
-# random delay, on average {glue:text}`jitter-percent:.0f`% of a step), and
-# for four workers of which one is four times slower, 400 updates each:
+# With $n$ equally fast devices, each of the $n - 1$ others applies one
+# update while one computes, so the staleness should be $n - 1$. We measure it for 1, 2, 4 and 8 workers with random delays
+# (`jitter`: on average {glue:text}`jitter-percent:.0f`% of a step), and for
+# four workers of which one is four times slower, 400 updates each:
 
 # %%
 JITTER = 0.3
@@ -425,26 +397,22 @@ plt.close(figure)  # shown once, by the numbered figure below
 # ```
 #
 # In {numref}`fig-staleness-histograms` the mean staleness is close to
-# $n - 1$ for $n$ equal workers, spread a little by the random delays. A slow
-# worker contributes few updates, each very stale, while the fast workers'
-# updates become a little fresher. Asynchronous training does not wait for
-# {term}`stragglers <straggler>` (devices slower than the others); it lets
-# them apply old news. The mean over all updates is still
+# $n - 1$ for $n$ equal workers. Asynchronous training does not wait for
+# {term}`stragglers <straggler>` (devices slower than the others), it lets
+# them apply old news: a slow worker's few updates are very stale, the fast
+# workers' a little fresher. The mean over all updates is still
 # {glue:text}`mean-staleness-uneven:.2f`: every update lands inside the
-# computations of the $n - 1$ others, so whatever the speeds, the mean
-# staleness is $n - 1$.
+# computations of the $n - 1$ others, whatever the speeds.
 #
 # ## Where asynchronous training breaks
 #
-# With a small learning rate the parameters move little between a read and
-# an apply, and staleness hardly matters. With a larger one, the overshoot of
-# the figure above repeats at every update, and it grows with the staleness.
-# We train the y = x² network with 1, 4 and 8 equal workers (staleness 0, 3
-# and 7) at two learning rates, 400 updates each; each worker computes on its
-# own {term}`shard` of the 50 points. A diverging run would stop with
-# `pargrad.NonFiniteLossError` at its first infinite loss;
-# `stop_on_non_finite=False` lets it run on, because the divergence is what
-# we want to see.
+# With a small learning rate staleness hardly matters: the parameters move
+# little between a read and an apply. With a larger one, the figure's
+# overshoot repeats at every update and grows with the staleness. We train
+# the y = x² network with 1, 4 and 8 equal workers (staleness 0, 3 and 7),
+# each on its own {term}`shard` of the 50 points, at two learning rates, 400
+# updates each; `stop_on_non_finite=False` lets a diverging run go on
+# instead of raising `pargrad.NonFiniteLossError`.
 
 # %%
 def train(workers, learning_rate, staleness_aware=False, updates=400):
@@ -504,38 +472,30 @@ plt.close(figure)  # shown once, by the numbered figure below
 # ```
 #
 # In {numref}`fig-one-seed`, at the smaller rate 4 workers happen to end
-# below the single worker and 8 workers above it; at the larger one the
-# single worker trains fastest, 4 workers bounce up and down, and 8 workers
-# diverge. The third panel divides each update's rate by its staleness plus
-# one, the {term}`staleness-aware rate` of Zhang et al.
-# {cite}`zhang2016staleness`: it brings 4 and 8 workers back to a steady
-# descent, at the price of smaller steps. A gradient $\tau$ updates old
-# converges on a parabola only while
-# $\eta\lambda < 2\sin(\pi/(2(2\tau + 1)))$, about $\pi/(2\tau + 1)$, for a
-# curvature $\lambda$: the safe rate shrinks like one over twice the
-# staleness ([Stale gradients in depth](d2_stale_gradients_in_depth) derives
-# the bound and checks it against runs).
-#
-# These are single runs from one set of initial weights. Whether stale
-# workers end below one fresh worker is a question about *all* initial
-# weights, and one run cannot answer it.
+# below one worker and 8 above it; at the larger one the single worker trains
+# fastest, 4 workers bounce and 8 diverge. The third
+# panel divides each update's rate by its staleness plus one, the
+# {term}`staleness-aware rate` of Zhang et al. {cite}`zhang2016staleness`: 4
+# and 8 workers descend steadily again, with smaller steps. On a parabola of
+# curvature $\lambda$, a gradient $\tau$ updates old converges only while
+# $\eta\lambda$ stays below about $\pi/(2\tau + 1)$: the safe rate shrinks
+# like one over twice the staleness
+# ([Stale gradients in depth](d2_stale_gradients_in_depth) derives the bound).
+# But these are single runs from one seed.
 #
 # ## Over many initial weights
 #
-# The question of this chapter's title, asked as [How the book
-# decides](a0_methods) asks every question: over 30 seeds (each seed fixes
-# the initial weights), each method at the best learning rate of its own
-# sweep on 20 other *tuning* seeds, and the whole experiment repeated on
+# We ask the title question as [How the book decides](a0_methods) asks every
+# question: over 30 seeds (each fixes the initial weights), each method at the
+# best learning rate of its own sweep on 20 other *tuning* seeds, repeated on
 # held-out seeds with their own tuning seeds; a verdict stands only if both
-# sets agree. Every method makes 400 updates. Beside 1, 2, 4 and 8
-# asynchronous workers we run a **zero-staleness control** for each: one
-# worker that takes the same $n$ shards in turn, every gradient fresh. It
-# sees the same examples as the $n$ asynchronous workers, so the gap between
-# it and one worker is the cost of seeing each shard less often, and the gap
-# between it and the asynchronous workers is the cost of staleness. The runs
-# come from `pargrad.book.parabola_async`, a float64 NumPy replica of the
-# trainer's virtual clock for many seeds at once (checked against the
-# trainer on the deep-dive page).
+# sets agree. Every method makes 400 updates. Each of 2, 4 and 8 asynchronous
+# workers gets a **zero-staleness control**: one worker taking the same $n$
+# shards in turn, every gradient fresh. Its gap to one worker is the cost of
+# seeing each shard less often; the asynchronous workers' gap to it is the
+# cost of staleness. The runs come from `pargrad.book.parabola_async`, a
+# float64 NumPy replica of the trainer for many seeds at once, checked
+# against it on the deep-dive page.
 
 # %% tags=["remove-input"]
 SEEDS, TUNING_SEEDS = np.arange(30), np.arange(100, 120)
@@ -600,32 +560,27 @@ glue("bound-factor-7", delay.stable_rate_bound(0) / delay.stable_rate_bound(7))
 # on {glue:text}`two-wins-page` of the page's {glue:text}`seeds` seeds and on
 # {glue:text}`two-wins-held-out` of the held-out ones. The zero-staleness
 # controls lose to one worker too, by a median ratio of
-# {glue:text}`examples-low:.2f` to {glue:text}`examples-high:.2f`: with the
-# same {glue:text}`updates` updates spread over $n$ shards, part of the gap
-# is examples, not staleness. The rest is staleness: each control beats its
-# asynchronous workers on both sets, by a median ratio of
-# {glue:text}`staleness-low:.1f` to {glue:text}`staleness-high:.1f`, growing
-# with the workers.
+# {glue:text}`examples-low:.2f` to {glue:text}`examples-high:.2f`: part of
+# the gap is examples. The rest is staleness: each control beats its asynchronous
+# workers on both sets, by a median ratio of {glue:text}`staleness-low:.1f`
+# to {glue:text}`staleness-high:.1f`, growing with the workers.
 #
 # ## Remedies: a guard, not a gain
 #
-# The staleness-aware rate, and delay-compensated asynchronous SGD (DC-ASGD)
-# {cite}`zheng2017asynchronous`, which corrects a stale gradient $g$ by
-# $\lambda\, g \odot g \odot (w_\text{now} - w_\text{read})$ (a cheap
-# stand-in for the {term}`Hessian` times the distance moved), both keep a
-# too-high learning rate from blowing up; swept and compared on both seed
-# sets, neither is ahead of a tuned constant rate. The sweeps, the tables and the verdicts are on
-# [Stale gradients in depth](d2_stale_gradients_in_depth). Another remedy
-# bounds the staleness instead (a worker too far ahead waits
-# {cite}`ho2013more`); [Sync vs async in the same time](05_sync_vs_async)
-# runs it.
+# The staleness-aware rate and delay-compensated asynchronous SGD (DC-ASGD)
+# {cite}`zheng2017asynchronous`, which corrects a stale gradient for the
+# distance the parameters moved since the read, both keep a too-high learning
+# rate from blowing up; tuned on both seed sets, neither is ahead of a tuned
+# constant rate ([Stale gradients in depth](d2_stale_gradients_in_depth) has
+# the sweeps). Bounding the staleness instead (a worker too far ahead waits
+# {cite}`ho2013more`) is run in
+# [Sync vs async in the same time](05_sync_vs_async).
 #
 # ## Lost updates
 #
-# One more way to go wrong has nothing to do with staleness. An update is a
-# *read-modify-write*: read the parameter, add the step, write the result. If
-# two workers do it at the same time, both can read the same value, and the
-# second write wipes out the first. Keras 3's `Variable.assign_add` is such a
+# One more failure has nothing to do with staleness. An update is a
+# *read-modify-write*: if two workers do it at once, both can read the same
+# value, and the second write wipes out the first. Keras 3's `Variable.assign_add` is such a
 # read-modify-write:
 
 # %%
@@ -637,40 +592,39 @@ counter.assign(read_by_d1 + 1.0)  # d1 writes 1, over d0's 1
 print("two additions of 1 give", float(counter.numpy()))
 
 # %% [markdown]
-# With real threads it happens all the time (the deep-dive page counts the
-# losses). A native `tf.Variable.assign_add` runs as one kernel under the
-# variable's lock, and `AsyncTrainer` applies every update under one lock:
-# nothing is lost.
+# With real threads it happens all the time (the deep-dive page counts it).
+# A native `tf.Variable.assign_add` runs as one kernel under the variable's
+# lock, and `AsyncTrainer` applies every update under a lock: nothing is
+# lost.
 #
 # ## Where asynchronous training stands
 #
-# At scale, the same direction is reported: Dean et al.'s asynchronous
-# systems needed small rates to stay stable {cite}`dean2012large`, and Chen
-# et al. found synchronous training with backup workers ahead
-# {cite}`chen2016revisiting`. Whether synchronous training was "mostly
-# abandoned" is answered in [Synchronous training](03_synchronous).
+# At scale the direction is the same: Dean et al.'s asynchronous systems
+# needed small rates {cite}`dean2012large`, and synchronous training with
+# backup workers came out ahead {cite}`chen2016revisiting`. Whether
+# synchronous training was "mostly abandoned" is answered in
+# [Synchronous training](03_synchronous).
 #
 # ## Summary
 #
-# - Asynchronous data parallelism is the single-device loop run by every
-#   device on shared parameters: read, compute on its own data, apply, with
-#   no waiting.
-# - An update's staleness is the number of updates that landed between its
-#   read and its apply. With $n$ devices it is $n - 1$ on average, whatever
-#   their speeds; a slow device applies few, very stale updates.
-# - A stale gradient was computed for a point the parameters have left. Two
-#   stale updates sized for the same point cover the distance twice: the
-#   parameter overshoots when $\eta a > 1/2$. The stale pair is exactly one
-#   synchronous step at twice the rate; against one step at the same rate,
-#   in the same wall time, it loses only beyond $\eta a = 2/3$.
-# - The safe rate shrinks about like $1/(2\tau + 1)$ with the staleness
-#   $\tau$.
-# - Per update, over many seeds and on held-out seeds, one worker at its
-#   best rate ends lower than 2, 4 and 8 asynchronous workers at theirs,
-#   though not on every seed; a zero-staleness control on the same shards
-#   shows that part of the gap is examples and most of it staleness.
-# - The staleness-aware rate and DC-ASGD are guards against a too-high rate,
-#   not gains over a tuned one. Updates to shared parameters must be atomic.
+# - Asynchronous data parallelism runs the single-device loop on every
+#   device, on shared parameters: read, compute on its own data, apply,
+#   without waiting.
+# - An update's staleness, the updates that landed between its read and its
+#   apply, is $n - 1$ on average with $n$ devices, whatever their speeds; a
+#   slow device applies few, very stale updates.
+# - Two stale updates computed at the same point overshoot when
+#   $\eta a > 1/2$. The stale pair is exactly one synchronous step at twice
+#   the rate; against one step at the same rate, in the same wall time, it
+#   loses only beyond $\eta a = 2/3$. The safe rate shrinks about like
+#   $1/(2\tau + 1)$ with the staleness $\tau$.
+# - Per update, on both seed sets, one worker at its best rate ends lower
+#   than 2, 4 and 8 asynchronous workers at theirs, though not on every seed;
+#   a zero-staleness control shows that part of the gap is examples and most
+#   of it staleness.
+# - The staleness-aware rate and DC-ASGD guard against a too-high rate but
+#   gain nothing over a tuned one.
+# - Updates to shared parameters must be atomic.
 #
 # ## Exercises
 #
@@ -684,10 +638,9 @@ print("two additions of 1 give", float(counter.numpy()))
 # 2. Set `SPEEDS = [0.8, 1.0]` in the figure's cell. Which worker applies
 #    first now, and does the picture change? Why?
 # 3. In the staleness measurements, make one of 8 workers ten times slower.
-#    Predict the mean staleness of its updates before you run it.
+#    Predict the mean staleness of its updates, then run it.
 #
-#    *Hint:* count the updates the seven others apply while the slow one
-#    computes once.
+#    *Hint:* count the updates the seven others apply while it computes once.
 # 4. Find the largest learning rate at which 8 equal workers still converge
 #    on the y = x² network in 400 updates. How does it compare with $1/8$ of
 #    the single worker's largest rate?

@@ -9,16 +9,11 @@
 # ahead of a tuned constant rate on seeds it was not tuned on.
 # ```
 #
-# This optional page holds the evidence behind the chapter
-# [Asynchronous training](04_asynchronous). **In this chapter you will** find
-# the trainer's update in full,
-# the NumPy replica that makes many seeds affordable (and its check against
-# the trainer), the sign tests at fixed rates, the derivation of the delay
-# bound and its check against runs, the momentum control, the staleness-aware
-# rate and DC-ASGD each swept and compared on two seed sets, and the lost
-# updates of an unlocked read-modify-write. How a verdict is reached (paired
-# seeds, tuning seeds, the sign test, the negligible floor, the held-out
-# replication) is told once, on the page [How the book decides](a0_methods).
+# The evidence behind [Asynchronous training](04_asynchronous).
+# **In this chapter you will** find the trainer's update and its NumPy
+# replica, derive the delay bound and check it against runs, test the
+# momentum explanation, sweep the two remedies on two seed sets, and count
+# lost updates. Verdicts follow [How the book decides](a0_methods).
 
 # %% tags=["colab", "hide-input"]
 # On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
@@ -83,19 +78,16 @@ def full_loss(weights):
 # %% [markdown]
 # ## The trainer's update
 #
-# Reading and applying happen under a lock, so that a read sees a whole
-# version of the parameters and an update is applied in one piece. Applying
-# records the staleness, divides the learning rate by `staleness + 1` when we
-# ask for the staleness-aware rate, and with `delay_compensation` corrects the
-# stale gradient using the parameters the worker read:
+# Reads and updates happen under a lock, each in one piece. Applying records
+# the staleness and, on request, divides the rate by `staleness + 1` or
+# corrects the stale gradient:
 
 # %%
 show_source(AsyncTrainer._apply)
 
 # %% [markdown]
-# With real threads (`mode="free-running"`) the staleness depends on the
-# machine and the moment, so the next cell's numbers change from run to run;
-# the cell checks what must hold whatever they are:
+# With real threads (`mode="free-running"`) the staleness changes from run to
+# run; the next cell checks what must hold whatever it is:
 
 # %% tags=["hide-input", "nbval-ignore-output"]
 trainer = AsyncTrainer(parabola_model(seed=0), squared_error, devices[:2],
@@ -107,24 +99,16 @@ assert trainer.version == len(free["loss"]) == 300
 assert free["staleness"].max() >= 1
 
 # %% [markdown]
-# Measuring speed with real threads on a CPU takes two settings, which
-# `benchmarks/async.py` uses: one intra-op thread
-# (`tf.config.threading.set_intra_op_parallelism_threads(1)`, before
-# TensorFlow starts; *intra-op* threads split one operation over the cores,
-# *{term}`inter-op threads`* run independent operations side by side), and
-# `AsyncTrainer(..., jit_compile=True)` ({term}`jit_compile`), which lets
-# {term}`XLA` run each worker's gradient step, and each update, as one
-# computation on the worker's own thread. Without them, one worker alone
-# already spreads its operations over both cores, and a second worker has no
-# core of its own to add.
+# For speed with real threads on a CPU, `benchmarks/async.py` sets one
+# intra-op thread (see {term}`inter-op threads`) and
+# `AsyncTrainer(..., jit_compile=True)` ({term}`jit_compile`); otherwise one
+# worker alone already spreads over both cores.
 #
 # ## The replica, checked against the trainer
 #
-# Thirty runs of `AsyncTrainer` per method and rate would take minutes, so
-# the many-seed runs come from `pargrad.book.parabola_async`: the same
-# virtual clock (who reads which version, who applies when) and the same
-# updates in float64 NumPy, for all seeds at once. It must end at the
-# trainer's losses within float32 rounding
+# The many-seed runs come from `pargrad.book.parabola_async`: the trainer's
+# virtual clock and updates in float64 NumPy, for all seeds at once. It must
+# end at the trainer's losses within float32 rounding
 # (`pargrad.rounding_tolerance("float32", UPDATES)` relative to the loss):
 
 # %% tags=["hide-input"]
@@ -154,9 +138,8 @@ for name, (run, options) in checks.items():
 # %% [markdown]
 # ## At fixed rates, over the seeds
 #
-# The chapter's figure of single runs showed, for seed 0, 4 workers ending
-# below one worker at rate 0.03. Over the seeds, at rates 0.03 and 0.1
-# (each verdict by the rule of [How the book decides](a0_methods)):
+# For seed 0 the chapter's single runs showed 4 workers ending below one
+# worker at rate 0.03. Over the seeds, at rates 0.03 and 0.1:
 
 # %% tags=["hide-input"]
 per_rate = {rate: {n: replica_final_loss(n, rate, SEEDS) for n in (1, 4, 8)}
@@ -188,14 +171,9 @@ plt.close(figure)
 #
 # At rate 0.03 ({numref}`fig-four-vs-one`) 4 stale workers end below one
 # fresh worker on only {glue:text}`four-below-one` of the {glue:text}`seeds`
-# seeds; seed 0 is one of them. At the larger rate, and with 8 workers, the
-# single worker ends lower on every seed.
-#
-# The chapter's table puts each method at the best rate of its own sweep.
-# These are the sweeps behind it, on both seed sets: the median final loss
-# at each rate of the grid, and the *plateau*, the rates whose medians tie
-# with the lowest (the harness breaks a tie by the mean over the tuning
-# seeds, and refuses a plateau that touches an end of the grid):
+# seeds, seed 0 among them; at the larger rate, and with 8 workers, on none.
+# The sweeps behind the chapter's table, on both seed sets: the median final
+# loss at each rate, and the *plateau*, the rates tied with the lowest:
 
 # %%
 def equal_workers(n):
@@ -213,14 +191,14 @@ for name, tuning in (("page", TUNING_SEEDS), ("held-out", HELD_OUT_TUNING)):
 # %% [markdown]
 # ## Why the best rate shrinks: a gradient from τ updates ago
 #
-# With $n$ equal workers every update, after the first round, was computed
-# from the parameters of $\tau = n - 1$ updates earlier. On a parabola with
+# With $n$ equal workers every update after the first round was computed from
+# the parameters of $\tau = n - 1$ updates earlier. On a parabola with
 # curvature $\lambda$ and its minimum at 0, that is the recursion
 #
 # $$w_{t+1} = w_t - \eta\lambda\, w_{t-\tau}.$$
 #
 # Try $w_t = z^t$: it solves the recursion when
-# $z^{\tau+1} - z^\tau + \eta\lambda = 0$. The run converges while all
+# $z^{\tau+1} - z^\tau + \eta\lambda = 0$, and the run converges while all
 # $\tau + 1$ roots lie inside the unit circle. At $\eta\lambda = 0$ they are
 # $1$ and $0$; as $\eta\lambda$ grows, the first root to leave crosses the
 # circle at some $z = e^{i\theta}$, where $\eta\lambda = z^\tau(1 - z)$ must
@@ -232,11 +210,9 @@ for name, tuning in (("page", TUNING_SEEDS), ("held-out", HELD_OUT_TUNING)):
 #
 # $$\eta\lambda < 2 \sin\!\left(\frac{\pi}{2(2\tau + 1)}\right),$$
 #
-# which is 2 for fresh gradients (the familiar $\eta < 2/\lambda$), 1 for
-# $\tau = 1$, {glue:text}`bound-3:.3f` for $\tau = 3$ and
-# {glue:text}`bound-7:.3f` for $\tau = 7$: roughly $\pi / (2\tau + 1)$, so
-# the safe rate shrinks like one over twice the staleness. `pargrad.book.delay`
-# holds the bound and the recursion:
+# which is 2 for fresh gradients (the familiar $\eta < 2/\lambda$) and
+# roughly $\pi / (2\tau + 1)$ for larger $\tau$. `pargrad.book.delay` holds
+# the bound and the recursion:
 
 # %% tags=["hide-input"]
 show_source(delay.stable_rate_bound)
@@ -246,14 +222,11 @@ glue("bound-3", delay.stable_rate_bound(3))
 glue("bound-7", delay.stable_rate_bound(7))
 
 # %% [markdown]
-# The trainer must obey it. Take the one-parameter model of the chapter's
-# stale-gradient figure, $\hat y = w x$ with targets $x / 2$, and give every
-# worker the whole parabola (each example repeated $n$ times, so that the deal
-# `x[i::n]` hands each worker all 50 points): $n$ equal workers then run
-# exactly this recursion with $\tau = n - 1$. We run `AsyncTrainer` at a
-# fifth below and a fifth above the bound for 2, 4 and 8 workers, check that
-# it follows the float64 recursion within float32 rounding, and measure how
-# much the distance to the minimum grows per update:
+# The trainer must obey it. With the chapter's one-parameter model and each
+# example repeated $n$ times (so the deal `x[i::n]` hands every worker the
+# whole parabola), $n$ equal workers run this recursion with $\tau = n - 1$.
+# We run `AsyncTrainer` a fifth below and a fifth above the bound and compare
+# it with the float64 recursion:
 
 # %% tags=["hide-input"]
 START = 3.0
@@ -299,18 +272,16 @@ for workers in (2, 4, 8):
         assert (growth < 1) == (factor < 1)
 
 # %% [markdown]
-# On the y = x² network there is no single curvature, but the bound still
-# predicts how the largest stable rate shrinks with the workers: by the
-# factor $\text{bound}(n - 1) / \text{bound}(0)$ against one worker. For each
-# seed we find, by bisection, the largest rate at which $n$ equal workers end
-# {glue:text}`updates` updates below their starting loss, and divide by one
+# The y = x² network has no single curvature, but the bound predicts that
+# its largest stable rate shrinks by $\text{bound}(n - 1) / \text{bound}(0)$.
+# Per seed, bisection finds the largest rate at which $n$ equal workers end
+# {glue:text}`updates` updates below their starting loss, divided by one
 # worker's. Mitliagkas et al. {cite}`mitliagkas2016asynchrony` showed that
 # asynchrony with *random*, queue-like delays acts on average like
 # {term}`momentum` $\mu = 1 - 1/n$ at rate $\eta/n$; if that explained these
-# runs, the largest stable rate would *grow*: heavy-ball momentum is stable
-# up to $(\eta/n)\lambda < 2(1 + \mu)$, that is $2n - 1$ times one worker's
-# rate. We measure on both seed sets (the held-out one starts from other
-# initial weights):
+# runs, the largest stable rate would *grow*, to $2n - 1$ times one worker's
+# (heavy-ball momentum is stable up to $(\eta/n)\lambda < 2(1 + \mu)$). On
+# both seed sets:
 
 # %% tags=["hide-input"]
 stable_ratios, deviations = {}, []
@@ -336,13 +307,11 @@ glue("bound-high", 100 * max(deviations))
 
 # %% [markdown]
 # For 2, 4 and 8 workers, on both seed sets, the median ratio lies within
-# {glue:text}`bound-low:.0f`–{glue:text}`bound-high:.0f` % of the bound's
-# (the parabola's single curvature is only an approximation of the network),
-# and on every seed the largest stable rate shrinks, where momentum would make
-# it grow. One more control makes the point: at rate 0.1, the sequential run
-# with momentum $1 - 1/n$ at rate $\eta / n$ (one worker, the same shares of
-# the data in turn, every gradient fresh), which Mitliagkas et al.'s
-# equivalence says should behave like the asynchronous workers:
+# {glue:text}`bound-low:.0f`–{glue:text}`bound-high:.0f` % of the bound's, and
+# on every seed the largest stable rate shrinks, where momentum would make it
+# grow. A control at rate 0.1: one worker taking the same shares in turn with
+# momentum $1 - 1/n$ at rate $\eta / n$, which the equivalence says behaves
+# like the asynchronous workers:
 
 # %% tags=["hide-input"]
 MOMENTUM_RATE = 0.1
@@ -369,34 +338,29 @@ plt.close(figure)
 # ```{glue:figure} stability-figure
 # :name: fig-stability-bound
 #
-# The delayed-gradient bound against measured runs. (a) On a parabola: how
-# much the distance to the minimum grows per update, from the float64
-# recursion (lines) and from `AsyncTrainer` runs (dots), against the learning
-# rate times the curvature; dotted: the bound for each staleness. (b) On the
-# y = x² network: the largest stable rate with $n$ equal workers relative to
-# one worker's, one dot a seed (the page's seeds), against the bound's ratio
-# (solid) and what momentum $1 - 1/n$ would allow (dashed).
+# The delayed-gradient bound against measured runs. (a) On a parabola: the
+# growth of the distance to the minimum per update, from the float64
+# recursion (lines) and `AsyncTrainer` runs (dots), against the rate times
+# the curvature; dotted: the bound for each staleness. (b) On the y = x²
+# network: the largest stable rate of $n$ equal workers over one worker's,
+# one dot a seed, against the bound's ratio (solid) and what momentum
+# $1 - 1/n$ would allow (dashed).
 # ```
 #
 # On every seed the momentum control ends close to one worker, while 4
-# asynchronous workers bounce and 8 diverge ({numref}`fig-stability-bound`).
-# Momentum does not explain these runs; the delay does. The equivalence of
-# Mitliagkas et al. holds for delays that are random, like a queue's, in
-# expectation over them; here the staleness is the same $n - 1$ at every
-# update, a fixed delay, and a fixed delay is what the recursion describes.
+# asynchronous workers bounce and 8 diverge ({numref}`fig-stability-bound`):
+# the delay explains these runs, momentum does not. The equivalence holds in
+# expectation over random delays; here every update has the same staleness
+# $n - 1$, the fixed delay of the recursion.
 
 # %% [markdown]
 # ## The staleness-aware rate: a guard, not a gain
 #
-# The remedy of Zhang et al. {cite}`zhang2016staleness`, the
-# {term}`staleness-aware rate`, divides each update's rate by its staleness
-# plus one. With equal workers it is nothing new: almost every update has
-# staleness $n - 1$, so $\eta / (\tau + 1)$ is just the constant $\eta / n$.
-# It can only do more when staleness is *uneven*, giving fresh updates full
-# steps and stale ones small steps. Four workers, one of them ten times
-# slower: its updates are very stale, the others' barely. We sweep both the
-# plain constant rate and the rule's base rate and compare each at its best,
-# on the page's seeds and on held-out seeds with their own tuning seeds:
+# The {term}`staleness-aware rate` of Zhang et al. {cite}`zhang2016staleness`
+# divides each update's rate by its staleness plus one. With equal workers
+# that is the constant $\eta / n$; it can only do more when staleness is
+# *uneven*: here four workers, one ten times slower. The plain constant rate
+# and the rule's base rate, each tuned, on both seed sets:
 
 # %% tags=["hide-input"]
 uneven_schedule = virtual_schedule(Scenario(UNEVEN), UPDATES)
@@ -417,11 +381,9 @@ best_verdict = guard.compare(plain.name, rule.name)
 assert best_verdict.verdict == "best constant rate ahead", best_verdict
 
 # %% [markdown]
-# Then the rule at two fixed base rates against a constant rate with *the
-# same mean step* (the mean of the rates the rule actually used, from its
-# schedule), and against the plain base rate. Issue 31 found the first
-# comparison at base 0.1 "ahead" on one seed set and not on others; here it
-# must hold on both sets:
+# Then the rule at two fixed base rates against the plain base rate and
+# against a constant rate with *the same mean step* (the mean of the rates the
+# rule used), on both seed sets:
 
 # %% tags=["hide-input"]
 def matched(base, seeds):
@@ -458,50 +420,37 @@ glue("matched-ratio-low", matched_verdicts[0.1].page.effect)
 # What the two seed sets say:
 #
 # - **Tuned, a constant rate wins**, on both sets (the table above).
-# - **At a fixed base rate, the rule is a guard.** At either base rate the
-#   rule ends below the plain constant at that base rate on most seeds of
-#   both sets; at the larger one the plain rate diverges (the line above
-#   counts the seeds) and the rule keeps it stable.
+# - **At a fixed base rate, the rule is a guard.** It ends below the plain
+#   constant at that rate on most seeds of both sets; at the larger one the
+#   plain rate diverges (the line above counts the seeds), the rule does not.
 # - **Against the same mean step,** the rule's lead is
-#   {glue:text}`matched-verdict-low` at base 0.1 (on the page's seeds its
-#   median ratio is {glue:text}`matched-ratio-low:.3f`) and
-#   {glue:text}`matched-verdict-high` at base 0.2: damping the slow
-#   worker's old news buys nothing a smaller constant step does not.
-#
-# So on this problem the staleness-aware rate is what its name suggests, a
-# guard: it keeps a rate that is too high for the staleness from blowing up,
-# without the sweep that finds a good constant. When a sweep is affordable,
-# the tuned constant is at least as good.
+#   {glue:text}`matched-verdict-low` at base 0.1 (median ratio
+#   {glue:text}`matched-ratio-low:.3f` on the page's seeds) and
+#   {glue:text}`matched-verdict-high` at base 0.2: damping the slow worker's
+#   old news buys nothing a smaller constant step does not.
 #
 # ## Delay compensation: correcting the stale gradient
 #
-# A third remedy keeps the rate and repairs the gradient. A worker computed
-# $g = \nabla L(w_\text{read})$, but it is applied at $w_\text{now}$. To
-# first order, the gradient there is $g + H\,(w_\text{now} - w_\text{read})$,
-# with $H$ the {term}`Hessian`, which nobody can afford for a large network.
+# A third remedy repairs the gradient. A worker computed
+# $g = \nabla L(w_\text{read})$, applied at $w_\text{now}$; to first order the
+# gradient there is $g + H\,(w_\text{now} - w_\text{read})$, with $H$ the
+# {term}`Hessian`, which nobody can afford for a large network.
 # Delay-compensated asynchronous SGD (DC-ASGD) {cite}`zheng2017asynchronous`
-# replaces $H$ by the outer product $g g^\top$ (for a cross-entropy loss the
-# paper shows that, on average over the examples, it approximates the
-# Hessian), keeps its diagonal and scales it by a number $\lambda$:
+# replaces $H$ by the diagonal of $g g^\top$ (for a cross-entropy loss, on
+# average an approximation of the Hessian) scaled by a number $\lambda$:
 #
-# $$ \tilde g = g + \lambda\, g \odot g \odot (w_\text{now} - w_\text{read}), $$
+# $$ \tilde g = g + \lambda\, g \odot g \odot (w_\text{now} - w_\text{read}). $$
 #
-# two products an element, and applies $\tilde g$ instead of $g$. It needs
-# the parameters each worker read, which the trainer keeps. The paper has two
-# versions: a constant $\lambda$ (DC-ASGD-c) and an adaptive one (DC-ASGD-a)
-# that divides $\lambda_0$ by the square root of a moving average of
-# $g \odot g$, which worked better in its experiments.
-# `AsyncTrainer(delay_compensation=λ)` implements the constant one (the
-# replica check above includes it):
+# `AsyncTrainer(delay_compensation=λ)` implements this constant-$\lambda$
+# version (DC-ASGD-c; the paper's adaptive DC-ASGD-a worked better there):
 
 # %%
 show_source(pargrad.asynchronous.delay_compensated)
 
 # %% [markdown]
-# DC-ASGD has two knobs, the rate and $\lambda$; both are swept together on
-# the tuning seeds, with a $\lambda$ grid wide enough that its optimum lies
-# inside on both seed sets, then DC-ASGD at its best is compared with the two
-# methods above at theirs:
+# The rate and $\lambda$ are swept together on the tuning seeds, on a
+# $\lambda$ grid wide enough to hold the optimum on both seed sets; DC-ASGD
+# at its best then meets the two methods above at theirs:
 
 # %% tags=["hide-input"]
 LAMBDAS = [0.0, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0]  # 0: plain asynchronous SGD
@@ -528,15 +477,13 @@ glue("dc-ratio", dc_vs_constant.page.effect)
 # %% [markdown]
 # The sweeps pick $\lambda$ = {glue:text}`dc-lambdas-picked`, a small
 # correction. Against the best constant rate the replicated verdict is
-# "{glue:text}`dc-vs-constant`": the two end within a hair of each other (a
-# median per-seed ratio of {glue:text}`dc-ratio:.2f` on the page's seeds),
-# and DC-ASGD is ahead on neither set. Against the staleness-aware rule it is
-# "{glue:text}`dc-vs-rule`", for the reason the best constant rate is ahead of
-# the rule: with a small $\lambda$, DC-ASGD is close to the constant rate.
+# "{glue:text}`dc-vs-constant`" (median per-seed ratio
+# {glue:text}`dc-ratio:.2f` on the page's seeds); against the
+# staleness-aware rule it is "{glue:text}`dc-vs-rule`": with a small
+# $\lambda$, DC-ASGD is close to the constant rate.
 #
-# Is the correction a guard, as the staleness-aware rate is? The count of
-# runs ending above their starting loss, at three rates above the best
-# constant one, plain, compensated with each $\lambda$, and with the rule:
+# Is the correction a guard too? The runs ending above their starting loss,
+# at three rates above the best constant one:
 
 # %% tags=["hide-input"]
 above_start = {}
@@ -557,45 +504,32 @@ assert all(count > len(SEEDS) / 2 for name, count in above_start[0.3].items() if
 assert above_start[0.3]["rate / (staleness + 1)"] == 0
 
 # %% [markdown]
-# **The correction is a guard too, a narrow one.** At rate 0.14 some plain
-# runs end above their start and none with $\lambda = 0.3$; at 0.2 every
-# plain run fails and almost no run with $\lambda = 0.3$, while $\lambda = 1$
-# and 3 fail often; at 0.3 every $\lambda$ fails on most seeds, while the
-# staleness-aware rule keeps every run stable at all three rates. The term
-# $\lambda g \odot g \odot (w_\text{now} - w_\text{read})$ pulls a stale step
-# back when the parameters have moved along the gradient since the read,
-# which is what an overshooting run does; too large a $\lambda$ overcorrects
-# and breaks the run itself.
+# **A guard too, a narrow one.** At rate 0.14 some plain runs end above
+# their start and none with $\lambda = 0.3$; at 0.2 every plain run fails and
+# almost none with $\lambda = 0.3$, while $\lambda = 1$ and 3 fail often; at
+# 0.3 every $\lambda$ fails on most seeds, and the staleness-aware rule keeps
+# every run stable at all three rates. The correction pulls back a stale step
+# that overshoots; too large a $\lambda$ overcorrects.
 #
-# **What the paper reports, and where the small version differs.** Zheng et
-# al. trained ResNets on CIFAR-10 and ImageNet and report that DC-ASGD beats
-# both synchronous and plain asynchronous SGD and nearly reaches the accuracy
-# of sequential SGD {cite}`zheng2017asynchronous`, the adaptive $\lambda$
-# doing better than the constant one. The small version agrees that
-# compensation makes a stale run behave better at a rate where plain
-# asynchronous SGD breaks. It does not reproduce a gain once the rate is
-# tuned: our loss is a squared error on a 16-parameter network with
-# full-shard gradients, where $g g^\top$ is not an estimate of the Hessian
-# (near the minimum the gradient, and with it the correction, vanishes while
-# the curvature does not), and we implement the constant $\lambda$, not the
-# adaptive one. Both differences can decide such a comparison; the verdict
-# above is about this problem.
+# **Where the paper differs.** On ResNets for CIFAR-10 and ImageNet, DC-ASGD
+# beat synchronous and plain asynchronous SGD {cite}`zheng2017asynchronous`.
+# Here compensation helps where plain asynchronous SGD breaks, but gains
+# nothing once the rate is tuned. On our squared error $g g^\top$ does not
+# estimate the Hessian (near the minimum the gradient vanishes, the curvature
+# does not), and we implement the constant $\lambda$: the verdict is about
+# this problem.
 #
 # ## Lost updates, in detail
 #
-# An update is a *read-modify-write*: read the parameter, add the step, write
-# the result. If two workers do this at the same time, both can read the same
-# value, and the second write wipes out the first. Keras 3's variables
-# implement `assign_add` exactly that way:
+# Keras 3's variables implement `assign_add` as a separate read and write,
+# which two threads can interleave:
 
 # %%
 show_source(keras.Variable.assign_add)
 
 # %% [markdown]
-# With real threads the interleaving is up to the operating system, but it
-# happens all the time. `pargrad.book.lost_updates` lets two threads add 1 to
-# a variable 2000 times each and counts what is missing. With a Keras
-# variable (the count differs from run to run):
+# `pargrad.book.lost_updates` lets two threads add 1 to a variable 2000
+# times each and counts what is missing (a different count each run):
 
 # %% tags=["hide-input", "nbval-ignore-output"]
 lost = lost_updates(keras.Variable(0.0), threads=2, increments=2000)
@@ -603,52 +537,44 @@ print(f"Keras variable: {lost} of 4000 additions lost")
 assert lost > 0
 
 # %% [markdown]
-# A native `tf.Variable` adds in one kernel, `AssignAddVariableOp`, which
-# TensorFlow runs while holding the variable's lock, so the read and the write
-# cannot be torn apart:
+# A native `tf.Variable` adds in one kernel, `AssignAddVariableOp`, run under
+# the variable's lock, so the read and the write cannot be torn apart:
 
 # %%
 print("tf.Variable: lost", lost_updates(tf.Variable(0.0), threads=2, increments=2000))
 
 # %% [markdown]
-# `AsyncTrainer` is safe twice over: its shared parameters are native
-# `tf.Variable`s, and it applies each update, together with the version
-# counter and the record, under one lock. A lock serialises the updates.
-# Hogwild! {cite}`niu2011hogwild` goes the other way and drops the lock
-# altogether: for sparse problems, where each update touches only a few
-# parameters, collisions are rare, and the occasional lost or mixed update
-# costs less than the waiting a lock would cause. For dense networks like
-# ours every update touches every parameter, so a lock (or an atomic kernel)
-# is the safe default.
+# `AsyncTrainer` is safe twice over: native `tf.Variable`s, and each update
+# applied under one lock. Hogwild! {cite}`niu2011hogwild` drops the lock: on
+# sparse problems, where each update touches few parameters, collisions cost
+# less than waiting. In a dense network, where every update touches every
+# parameter, a lock is the safe default.
 #
 # ## Summary
 #
 # - A gradient $\tau$ updates old converges on a parabola only while
-#   $\eta\lambda < 2\sin(\pi / (2(2\tau + 1)))$, about $\pi / (2\tau + 1)$;
-#   the trainer follows it, and on the y = x² network the largest stable rate
-#   of $n$ workers shrinks by the bound's factor (the median within the range
-#   printed above, on two seed sets), not like the momentum equivalence of
-#   random delays.
-# - The staleness-aware rate is a guard: it keeps a too-high rate stable, but
-#   a tuned constant rate ends lower on both seed sets, and against the same
-#   mean step its lead is not shown.
-# - DC-ASGD is a narrower guard; tuned over rate and $\lambda$ it is not ahead
-#   of the tuned constant rate on either seed set.
+#   $\eta\lambda < 2\sin(\pi / (2(2\tau + 1)))$; the trainer follows it,
+#   and the y = x² network's largest stable rate shrinks by about the bound's
+#   factor on both seed sets, where the momentum equivalence predicts growth.
+# - The staleness-aware rate keeps a too-high rate stable, but a tuned
+#   constant rate ends lower on both seed sets; against the same mean step
+#   its lead is not shown.
+# - DC-ASGD is a narrower guard; tuned over rate and $\lambda$ it is ahead of
+#   the tuned constant rate on neither seed set.
 # - Keras 3's `assign_add` loses updates under threads; `tf.Variable`'s does
-#   not; `AsyncTrainer` applies under a lock.
+#   not.
 #
 # ## Exercises
 #
 # 1. Repeat the delay-compensation comparison with four *equal* workers
-#    (`[1.0] * 4` in place of `UNEVEN`), where every update has staleness 3,
-#    the case the correction's Taylor step describes best. Does DC-ASGD at
-#    its own best $\lambda$ and rate get ahead of the best constant rate?
+#    (`[1.0] * 4` for `UNEVEN`), every update of staleness 3, the case the
+#    correction's Taylor step describes best. Does DC-ASGD at its best get
+#    ahead of the best constant rate?
 #
-#    *Hint:* the methods take the speeds from `UNEVEN`; make them take the
-#    speeds as an argument, and replicate again.
+#    *Hint:* make the methods take the speeds as an argument.
 # 2. Run `lost_updates` with 1, 2 and 4 threads on a Keras variable. Why is
-#    nothing lost with one thread? Wrap the `assign_add` in a
-#    `threading.Lock` and check that nothing is lost with four.
+#    nothing lost with one? Wrap `assign_add` in a `threading.Lock` and check
+#    that four lose nothing.
 #
 # ```{dropdown} Solution to exercise 1
 # With equal workers the joint sweep of rate and $\lambda$ picks $\lambda = 0$,
