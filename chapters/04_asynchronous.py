@@ -603,7 +603,7 @@ print("two additions of 1 give", float(counter.numpy()))
 # needed small rates {cite}`dean2012large`, and synchronous training with
 # backup workers came out ahead {cite}`chen2016revisiting`. Whether
 # synchronous training was "mostly abandoned" is answered in
-# [Synchronous training](03_synchronous).
+# [Sync vs async in the same time](05_sync_vs_async).
 #
 # ## Summary
 #
