@@ -339,7 +339,7 @@ ax.set_yscale("log")
 ax.set_xlabel("step")
 ax.set_ylabel("loss")
 ax.set_title("The y = x² network, one device and split four ways")
-ax.legend(fontsize=7)
+ax.legend(fontsize=9)
 fig.tight_layout()
 
 # %% [markdown]

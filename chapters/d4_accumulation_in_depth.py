@@ -145,7 +145,7 @@ for (label, (measured, predicted, _)), color in zip(noise.items(), ["C0", "C1"])
     ax.loglog(NOISE_SIZES, predicted, "--", color=color, label=f"{label}, predicted")
 ax.set_xlabel("batch size b")
 ax.set_ylabel("noise / |full-batch gradient|²")
-ax.legend(fontsize=7)
+ax.legend(fontsize=9)
 fig.tight_layout()
 
 # %% [markdown]
@@ -280,7 +280,7 @@ ax.set_xlabel("examples seen")
 ax.set_ylabel("training loss (batch)")
 ax.set_yscale("log")
 ax.set_title("Same examples, different effective batches")
-ax.legend(fontsize=8)
+ax.legend(fontsize=9)
 fig.tight_layout()
 
 # %% [markdown]
