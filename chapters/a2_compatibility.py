@@ -7,24 +7,19 @@
 # `MirroredStrategy`, `MultiWorkerMirroredStrategy` and
 # `ParameterServerStrategy`, with or without gradient accumulation. Keras
 # `fit` works only under `MirroredStrategy`, and only without its own
-# accumulation. The table is computed by running every combination, so it
-# follows the versions.
+# accumulation. The table is run, not typed, so it follows the versions.
 # ```
 #
 # Which ways of training work under which `tf.distribute` strategy, in the
-# TensorFlow and Keras this book pins? Release notes and issue trackers
-# answer this only partly and go out of date, so this appendix does not type
-# the answer: it *runs* every combination, small and with a time limit, and
-# prints what happened. When a version changes, run it again and the table
-# changes with it.
+# TensorFlow and Keras this book pins? Release notes answer only partly and
+# go out of date, so this appendix *runs* every combination, small and with
+# a time limit, and prints what happened; run it again after an upgrade.
 #
 # **In this chapter you will**
 #
-# - see the twelve combinations: Keras `fit` or a custom loop, times
-#   `MirroredStrategy`, `MultiWorkerMirroredStrategy` or
-#   `ParameterServerStrategy`, times with or without gradient accumulation;
-# - run each for a few steps of the y = x² question's network and compare it with the same
-#   steps on one device;
+# - see the twelve combinations: Keras `fit` or a custom loop, times three
+#   strategies, times with or without gradient accumulation;
+# - run each for a few steps of the y = x² network against one device;
 # - read the table, and the errors behind its failures.
 
 # %% tags=["colab", "hide-input"]
@@ -54,51 +49,42 @@ print("TensorFlow", tf.__version__, "| Keras", keras.__version__)
 # ## What each combination runs
 #
 # Every combination trains the y = x² question's 1-5-1 network on 48 points for
-# 5 full-batch steps of gradient descent, from the same
-# initial weights, and compares the final weights with the same steps on one
-# device (`pargrad.book.parabola.fit_one_device`). A combination *works* when every final
-# weight is within `compatibility.TOLERANCE` of one device's. The runs are
-# float32 and add in different orders, so they agree only up to rounding:
-# the tolerance is a few times `pargrad.rounding_tolerance("float32", 5)`,
-# the {term}`rounding tolerance` (see [How the book decides](a0_methods)) for five float32
-# steps, and far below what a wrong update moves (a sum instead of a mean
-# doubles the step). *Accumulation* means 2 {term}`micro-batches <micro-batch>`
-# (parts of the batch whose gradients are summed before one update) of
-# 24 points per update, which must give the same update as the full batch.
+# 5 full-batch steps of gradient descent from the same initial weights, and
+# *works* when every final weight is within `compatibility.TOLERANCE` of the
+# same steps on one device (`pargrad.book.parabola.fit_one_device`): a few
+# times the float32 {term}`rounding tolerance` of five steps, far below the
+# doubled step of a sum instead of a mean. *Accumulation* means 2
+# {term}`micro-batches <micro-batch>` of 24 points per update, which must
+# give the full batch's update.
 #
 # - **Keras `fit`**: the model and `keras.optimizers.SGD` (with
-#   `gradient_accumulation_steps=2` for accumulation) built and compiled in
-#   the strategy's scope, then `model.fit` on NumPy arrays (code collapsed):
+#   `gradient_accumulation_steps=2` for accumulation) compiled in the
+#   strategy's scope, then `model.fit` on NumPy arrays (code collapsed):
 
 # %% tags=["hide-cell"]
 show_source(compatibility._keras_fit)
 
 # %% [markdown]
-# - **custom loop**, synchronous strategies: `pargrad.SyncTrainer` of the
-#   chapter [Synchronous training](03_synchronous) (`accumulation_steps=2`
-#   for accumulation); with `ParameterServerStrategy`: closures scheduled on
-#   a `ClusterCoordinator`, as in [Beyond one machine](09_beyond_one_machine),
-#   each summing the gradients of its micro-batches on the worker before one
-#   update (code collapsed):
+# - **custom loop**: `pargrad.SyncTrainer` of
+#   [Synchronous training](03_synchronous) (`accumulation_steps=2`); under
+#   `ParameterServerStrategy`, closures on a `ClusterCoordinator`, as in
+#   [Beyond one machine](09_beyond_one_machine), each summing its
+#   micro-batches' gradients before one update (code collapsed):
 
 # %% tags=["hide-cell"]
 show_source(compatibility._parameter_server_loop)
 
 # %% [markdown]
-# Each strategy gets its own processes: one process with 2 logical CPUs for
-# `MirroredStrategy`, 2 worker processes for `MultiWorkerMirroredStrategy`, a
-# coordinator, 2 workers and a parameter server for
-# `ParameterServerStrategy`, all on 127.0.0.1 (TensorFlow's gRPC servers
-# listen on all interfaces and have no authentication; they run for seconds
-# and are always stopped). The four combinations of a strategy run one after
-# the other in its processes; the three strategies run at the same time. A
-# combination that has not finished after its time limit counts as
-# **hangs**; its processes are killed and the next combination starts in
-# fresh ones. Under `ParameterServerStrategy` the custom loop waits for each
-# closure before it schedules the next (`coordinator.join()`), so that its
-# result, too, can be compared with one device; overlapping closures would
-# make it depend on timing (see [Beyond one machine](09_beyond_one_machine)).
-# The runner, collapsed:
+# Each strategy gets its own processes on 127.0.0.1: one with 2 logical
+# CPUs for `MirroredStrategy`; 2 workers for `MultiWorkerMirroredStrategy`;
+# a coordinator, 2 workers and a parameter server for
+# `ParameterServerStrategy` (gRPC servers without authentication, always
+# stopped). The three strategies run at once,
+# each its four combinations in turn. A combination unfinished at its time
+# limit **hangs**: its processes are killed and the next starts in fresh
+# ones. The parameter-server loop waits for each closure
+# (`coordinator.join()`), so that its result does not depend on timing. The
+# runner, collapsed:
 
 # %% tags=["hide-cell"]
 show_source(compatibility.run_combinations)
@@ -121,21 +107,19 @@ print(table)
 # In TensorFlow 2.21 with Keras 3.15:
 #
 # - **Custom loops work everywhere**, with and without accumulation, and give
-#   the weights of one device. This is why the book's
-#   trainers are custom loops.
+#   the weights of one device: that is why the book's trainers are custom
+#   loops.
 # - **Keras `fit` works only under `MirroredStrategy`**, in one process. Under
 #   `MultiWorkerMirroredStrategy` it fails while reducing the per-replica
-#   results (keras-team/keras issue 20585); `ParameterServerStrategy` needs
-#   its datasets made by the coordinator, which Keras 3's `fit` does not do:
-#   Keras 3 has no parameter-server training.
+#   results (keras-team/keras issue 20585); Keras 3 has no
+#   parameter-server training.
 # - **Keras's own accumulation (`gradient_accumulation_steps`) fails under
-#   `MirroredStrategy`** with the `merge_call` error shown in
-#   [the TF2 accumulation chapter](07_accumulation_tf2) (keras-team/keras
-#   issue 20582); under the other two strategies `fit` fails before
-#   accumulation matters. Accumulate in a custom loop instead.
+#   `MirroredStrategy`**, with the `merge_call` error of
+#   [Accumulation in TF2 and across replicas](07_accumulation_tf2)
+#   (keras-team/keras issue 20582); elsewhere `fit` fails first. Accumulate
+#   in a custom loop instead.
 #
-# These sentences are checked against the computed table each time the page
-# runs:
+# A hidden cell checks these sentences against the computed table:
 
 # %% tags=["remove-input"]
 status = {(r["api"], r["strategy"], r["accumulation"]): r["status"] for r in rows}
@@ -150,27 +134,24 @@ print("the text agrees with the table")
 # %% [markdown]
 # ## Summary
 #
-# - The matrix is computed, not typed: each of the twelve combinations runs
-#   for a few steps in its own processes, with a time limit, and is compared
-#   with one device.
+# - The matrix is computed: each of the twelve combinations runs a few steps
+#   in its own processes, with a time limit, against one device.
 # - In the pinned versions, custom loops work under all three strategies,
 #   with or without accumulation; Keras `fit` works only under
-#   `MirroredStrategy`, and only without its built-in accumulation.
+#   `MirroredStrategy`, without its own accumulation.
 #
 # ## Exercises
 #
 # 1. Add a column: Keras `fit` with `steps_per_execution=5`. Does it change
 #    any cell?
 #
-#    *Hint:* `steps_per_execution` changes how many steps one call runs, not
-#    what a step computes.
+#    *Hint:* it changes how many steps a call runs, not what a step does.
 # 2. Add a row for `tf.distribute.OneDeviceStrategy`. Which cells would you
 #    expect to work, and do they?
 #
 #    *Hint:* one device means no all-reduce and no `merge_call` across
 #    replicas.
-# 3. Install an older Keras 3 release in a fresh environment and run this
-#    appendix again. Which cells change?
+# 3. Run this appendix with an older Keras 3 release. Which cells change?
 #
 #    *Hint:* look at the cells that name a Keras issue.
 #
