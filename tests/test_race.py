@@ -127,6 +127,25 @@ def test_the_results_table_compares_each_method_with_the_reference_by_scenario()
     assert "| s | fast |" in table.to_markdown()
 
 
+def test_a_verdict_on_held_out_races_stands_only_if_both_seed_sets_show_it():
+    def races(fast_at, seeds):
+        return ([result("s", "ref", seed, 2.0 + seed % 3) for seed in seeds]
+                + [result("s", "fast", seed, fast_at + seed % 3) for seed in seeds])
+
+    page, again, reversed_ = races(1.0, range(20)), races(1.5, range(1000, 1020)), \
+        races(3.0, range(1000, 1020))
+    both = race.paired_verdict(page, "s", "fast", "ref", held_out=again)
+    assert both.verdict == "fast ahead"
+    assert (both.page.wins, both.held_out.wins) == (20, 20)
+    assert race.paired_verdict(page, "s", "fast", "ref", held_out=reversed_).verdict == \
+        "not shown"
+    table = race.race_results_table(page, "ref", {"s": ["fast"]}, target=0.9, held_out=reversed_)
+    row = table.rows[1]
+    assert row[1] == "fast" and row[4] == "20 of 20 · 0 of 20" and row[-1] == "not shown"
+    # the median per-seed ratio on each seed set: of (1+k)/(2+k) and (3+k)/(2+k), k = 0, 1, 2
+    assert row[3] == "0.667 · 1.33"
+
+
 def test_wall_clock_claims_can_fail():
     def races(async_at, backup_at, sync_at):
         return [result("one device 3x slower", method, seed, at)

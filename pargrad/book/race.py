@@ -320,18 +320,24 @@ def times_by_seed(results, scenario, method, target=TARGET):
 
 
 def paired_verdict(results, scenario, first, second, target=TARGET, resolution=0.0,
-                   min_seeds=None):
+                   min_seeds=None, held_out=None):
     """Which of two methods reached ``target`` first, seed by seed, under the book's rule.
 
     Seeds pair the runs (the same seed gives both methods the same initial
     weights, batches and delays); times closer than ``resolution`` (the
     checkpoint interval of a wall-clock race) count as ties.  Returns
     :func:`pargrad.book.experiments.compare`'s :class:`Verdict` (at least
-    ``min_seeds`` seeds, default the rule's 20).  Taught in the chapter
-    "Sync vs async in the same time".
+    ``min_seeds`` seeds, default the rule's 20); with ``held_out`` (the
+    races of a held-out seed set, tuned on its own seeds), the
+    :class:`~pargrad.book.experiments.Replicated` verdict of both.  Taught in
+    the chapter "Sync vs async in the same time".
     """
     from pargrad.book import experiments
 
+    if held_out is not None:
+        return experiments.replicated(*(paired_verdict(runs, scenario, first, second, target,
+                                                       resolution, min_seeds)
+                                        for runs in (results, held_out)))
     seeds_a, a = times_by_seed(results, scenario, first, target)
     seeds_b, b = times_by_seed(results, scenario, second, target)
     if not np.array_equal(seeds_a, seeds_b):
@@ -344,7 +350,17 @@ def paired_verdict(results, scenario, first, second, target=TARGET, resolution=0
                                min_seeds=experiments.MIN_SEEDS if min_seeds is None else min_seeds)
 
 
-def race_results_table(results, reference, methods, target=TARGET):
+def _experiment(results, scenario, methods, target):
+    """The times to ``target`` of ``methods`` in ``scenario`` as an :class:`Experiment`."""
+    from pargrad.book import experiments
+
+    scores = {}
+    for method in methods:
+        seeds, scores[method] = times_by_seed(results, scenario, method, target)
+    return experiments.Experiment(seeds, scores, {m: None for m in scores}, {})
+
+
+def race_results_table(results, reference, methods, target=TARGET, held_out=None):
     """One results table: per scenario and method, the time to ``target`` against ``reference``.
 
     ``methods`` maps each scenario to the methods compared with the
@@ -352,7 +368,10 @@ def race_results_table(results, reference, methods, target=TARGET):
     per-seed ratio to the reference, the seeds on which the method was
     faster, and the verdict of :data:`pargrad.book.experiments.RULE` (each
     method at the rate stored with ``results``), as
-    :func:`pargrad.book.experiments.results_table` makes them.  Returns a
+    :func:`pargrad.book.experiments.results_table` makes them.  With
+    ``held_out`` (races on other seeds, tuned on their own), the ratio and
+    wins of both seed sets, and the verdict that replicates
+    (:data:`pargrad.book.experiments.REPLICATION_RULE`).  Returns a
     :class:`pargrad.book.experiments.ResultsTable` with a scenario column.
     Shown in the chapter "Sync vs async in the same time".
     """
@@ -360,11 +379,10 @@ def race_results_table(results, reference, methods, target=TARGET):
 
     rows = []
     for scenario, names in methods.items():
-        scores = {}
-        for method in [reference, *names]:
-            seeds, scores[method] = times_by_seed(results, scenario, method, target)
-        experiment = experiments.Experiment(seeds, scores, {m: None for m in scores}, {})
-        table = experiments.results_table(experiment, reference, [reference, *names])
+        runs = [_experiment(r, scenario, [reference, *names], target)
+                for r in ([results] if held_out is None else [results, held_out])]
+        result = runs[0] if held_out is None else experiments.Replication(*runs)
+        table = experiments.results_table(result, reference, [reference, *names])
         rows.extend((scenario, *row) for row in table.rows)
     columns = ("scenario", *table.columns[:1], f"median time to {target:.0%}", *table.columns[2:])
     return experiments.ResultsTable(columns, tuple(rows))
@@ -426,13 +444,16 @@ def format_table(table, unit="", digits=0):
 def stored_sweep(name):
     """A sweep stored with the package by ``benchmarks/sync_vs_async.py``, as a dict.
 
-    ``name`` is ``"sync_vs_async"`` (the wall-clock sweep) or
-    ``"sync_vs_async_virtual"`` (the virtual-clock sweep).  They ship inside
+    ``name`` is ``"sync_vs_async"`` (the wall-clock sweep),
+    ``"sync_vs_async_virtual"`` (the virtual-clock sweep) or
+    ``"sync_vs_async_virtual_held_out"`` (the same on held-out seeds, tuned
+    on their own).  They ship inside
     ``pargrad`` so that the chapter runs on Colab with nothing but the package.
     """
     import importlib.resources
     import json
 
-    check_choice("name", name, ("sync_vs_async", "sync_vs_async_virtual"))
+    check_choice("name", name, ("sync_vs_async", "sync_vs_async_virtual",
+                                 "sync_vs_async_virtual_held_out"))
     return json.loads(importlib.resources.files("pargrad.book").joinpath(
         "data", f"{name}.json").read_text())
