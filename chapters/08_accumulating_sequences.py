@@ -9,25 +9,23 @@
 # mean of means does not.
 # ```
 #
-# The accumulation chapters proved that $k$ accumulated micro-batches equal
-# the big batch, as long as each micro-batch is weighted by its number of
-# *examples*. Language models do not average over examples: their loss is a
-# mean over *tokens*, and sequences have different lengths. Then the mean of
-# the micro-batches' token means is not the big batch's token mean. In 2024
-# this made gradient accumulation in Hugging Face's `Trainer` train
-# differently from the big batch {cite}`trlissue2175,hfblog2024gradacc`. The
-# fix counts the tokens of the whole window and divides once
-# {cite}`torchtunepr1875`: across the micro-batches first
-# {cite}`transformerspr34191`, across the processes in a follow-up
-# {cite}`transformerspr34373`. This chapter builds that fix and the traps
-# around it.
+# The accumulation chapters showed that $k$ accumulated micro-batches equal
+# the big batch when each micro-batch is weighted by its number of *examples*.
+# A language model's loss is a mean over *tokens*, and sequences differ in
+# length, so the mean of the micro-batches' token means is not the big batch's
+# token mean. In 2024 this made gradient accumulation in Hugging Face's
+# `Trainer` train differently from the big batch
+# {cite}`trlissue2175,hfblog2024gradacc`. The fix counts the tokens of the
+# whole window and divides once {cite}`torchtunepr1875`: across the
+# micro-batches first {cite}`transformerspr34191`, across the processes in a
+# follow-up {cite}`transformerspr34373`. This chapter builds that fix and the
+# traps around it.
 #
 # **In this chapter you will**
 #
 # - measure how far the mean of micro-batch token means is from the big
-#   batch's token mean on sequences of unequal lengths, over many batches,
-#   and fix it by weighting each micro-batch by its tokens
-#   (`GradientAccumulator(..., sample_weight=mask)`);
+#   batch's token mean, over many batches, and fix it by weighting each
+#   micro-batch by its tokens (`GradientAccumulator(..., sample_weight=mask)`);
 # - do the same across two replicas, where the token count must be summed
 #   over the replicas too: one all-reduce of one number per update;
 # - see what Keras 3's `gradient_accumulation_steps` computes on the same
@@ -61,7 +59,9 @@ import tensorflow as tf
 from pargrad.accumulate import GradientAccumulator, weighted_mean
 from pargrad.book import glue, show_lines
 from pargrad.book.sequences import (
+    mean_of_means_gaps,
     padding_mask,
+    relative_gap,
     sequence_data,
     sequence_model,
     squared_error_per_token,
@@ -75,14 +75,13 @@ from pargrad.sync import SyncTrainer
 #
 # The book's sequence task (`pargrad.book.sequences`) draws sequences of 2 to
 # 24 tokens from a vocabulary of 15, pads them with token 0 to length 24, and
-# asks a small causal model (an embedding, a convolution over the token and
+# asks a small causal model (an embedding, a convolution over each token and
 # the one before it, a dense layer) to predict one number per token. The loss
-# is the squared error of each real token; padding is masked out. As in the
-# chapter [Synchronous training](03_synchronous), everything runs in float64, so that "equal"
-# means equal up to float64 rounding (`pargrad.rounding_tolerance`) on any
-# machine.
-#
-# One batch of 16 sequences, cut into $k = 4$ micro-batches of 4 sequences:
+# is the squared error of each real token; padding is masked out. Everything
+# runs in float64, so "equal" means equal to float64 rounding
+# (`pargrad.rounding_tolerance`), as in the chapter [Synchronous
+# training](03_synchronous). One batch of 16 sequences, cut into $k = 4$
+# micro-batches of 4:
 
 # %%
 BATCH, K = 16, 4
@@ -94,17 +93,16 @@ print("real tokens per micro-batch:", tokens, "| the batch:", sum(tokens),
       "of", x.size, "positions")
 
 # %% [markdown]
-# Every micro-batch holds 4 examples, but not the same number of tokens. The
-# loss of a micro-batch is the mean over its real tokens,
+# Every micro-batch holds 4 examples but a different number of tokens. A
+# micro-batch's loss is the mean over its real tokens,
 #
 # $$L_i = \frac{1}{n_i} \sum_{t \in \text{micro-batch } i} \ell_t,$$
 #
-# and the big batch's loss is the mean over all its $n = \sum_i n_i$ tokens,
-# $L = \frac{1}{n} \sum_t \ell_t = \sum_i \frac{n_i}{n} L_i$. Averaging the
+# and the big batch's is the mean over all its $n = \sum_i n_i$ tokens,
+# $L = \frac{1}{n} \sum_t \ell_t = \sum_i \frac{n_i}{n} L_i$. The mean of the
 # micro-batches' means, $\frac{1}{k} \sum_i L_i$, gives each micro-batch the
-# weight $1/k$ instead of $n_i / n$: the tokens of a short micro-batch count
-# more than those of a long one. {numref}`fig-token-weighting` shows it on four
-# short sequences.
+# weight $1/k$ instead of $n_i / n$: a short micro-batch's tokens count more
+# than a long one's ({numref}`fig-token-weighting`).
 
 # %% mystnb={"figure": {"caption": "Four padded sequences in two micro-batches, with made-up losses per token (hatched: padding, which counts nothing). Micro-batch 1 holds 14 real tokens, micro-batch 2 only 3. The mean of the two micro-batch means gives those 3 tokens as much weight as the other 14; weighting each micro-batch's mean by its share of the tokens counts every token once and gives the big batch's mean.", "name": "fig-token-weighting"}}
 from pargrad.book import plots
@@ -126,12 +124,6 @@ def loss_and_gradients(model, x, y):
         loss = token_loss(model, x, y)
     gradients = tape.gradient(loss, model.trainable_variables)
     return float(loss), [tf.convert_to_tensor(g).numpy() for g in gradients]
-
-
-def relative_gap(gradients, reference):
-    """Largest difference, relative to the largest entry of the reference gradient."""
-    scale = max(float(np.abs(g).max()) for g in reference)
-    return max(float(np.abs(a - b).max()) for a, b in zip(gradients, reference)) / scale
 
 
 big_loss, big_gradients = loss_and_gradients(model, x, y)
@@ -156,43 +148,23 @@ glue("gap_mean_of_means", f"{gap_mean_of_means:.1%}", display=False)
 
 # %% [markdown]
 # On this batch the mean of means is off by {glue:text}`gap_mean_of_means` of
-# the largest gradient entry, and weighting each micro-batch's mean by its
-# share of the tokens, $n_i / n$, gives the big batch's gradient, to rounding.
-# One batch can be unusually uneven, though. How large is the error on a
-# typical batch of the same task? The same comparison on 200 fresh batches of
-# 16 sequences, for the same model, each cut into 4 micro-batches (a
-# micro-batch's token *sum* and its token count give both means at once):
+# the largest gradient entry; weighting each micro-batch's mean by its share
+# of the tokens, $n_i / n$, gives the big batch's gradient to rounding. But
+# one batch can be unusually uneven. The same comparison on 200 fresh batches,
+# for the same model (`mean_of_means_gaps` takes each micro-batch's token
+# count and the gradient of its token *sum*, which give both means):
 
 # %%
-@tf.function(reduce_retracing=True)
-def token_sum_and_gradients(xm, ym):
-    """A micro-batch's token count and the gradients of its token *sum*."""
-    weights = padding_mask(xm, "float64")
-    with tf.GradientTape() as tape:
-        total = tf.reduce_sum(weights * squared_error_per_token(ym, model(xm, training=True)))
-    return tf.reduce_sum(weights), [tf.convert_to_tensor(g)
-                                    for g in tape.gradient(total, model.trainable_variables)]
-
-
-def mean_of_means_gap(xb, yb):
-    counts, sums = zip(*[token_sum_and_gradients(xm, ym) for xm, ym in
-                         [(xb[i * 4:(i + 1) * 4], yb[i * 4:(i + 1) * 4]) for i in range(K)]])
-    big = [sum(gs).numpy() / float(sum(counts)) for gs in zip(*sums)]
-    means = [np.mean([(g / n).numpy() for g, n in zip(gs, counts)], axis=0) for gs in zip(*sums)]
-    return relative_gap(means, big)
-
-
 FRESH = 200
 x_fresh, y_fresh = sequence_data(BATCH * FRESH, seed=1, dtype="float64")
-fresh_gaps = np.array([mean_of_means_gap(x_fresh[b * BATCH:(b + 1) * BATCH],
-                                         y_fresh[b * BATCH:(b + 1) * BATCH])
-                       for b in range(FRESH)])
+fresh_gaps = mean_of_means_gaps(model, x_fresh, y_fresh, BATCH, K)
 low, quarter, median, three_quarters, high = np.percentile(fresh_gaps, [0, 25, 50, 75, 100])
 print(f"mean of means vs big batch over {FRESH} fresh batches, gradient off by: "
       f"median {median:.0%}, middle half {quarter:.0%} to {three_quarters:.0%}, "
       f"range {low:.1%} to {high:.0%}")
+first_batch_share = np.mean(fresh_gaps < gap_mean_of_means)
 print(f"the first batch's {gap_mean_of_means:.0%} is larger than on "
-      f"{np.mean(fresh_gaps < gap_mean_of_means):.0%} of the fresh batches")
+      f"{first_batch_share:.0%} of the fresh batches")
 
 # %% tags=["remove-cell"]
 assert fresh_gaps.min() > 1e-3 and median < gap_mean_of_means
@@ -200,23 +172,23 @@ glue("fresh_batches", f"{FRESH}", display=False)
 glue("fresh_median", f"{median:.0%}", display=False)
 glue("fresh_low", f"{low:.1%}", display=False)
 glue("fresh_high", f"{high:.0%}", display=False)
+glue("first_batch_share", f"{first_batch_share:.0%}", display=False)
 
 # %% [markdown]
-# The first batch was an uneven one: on a typical batch the mean of means is
-# off by {glue:text}`fresh_median` (the median over {glue:text}`fresh_batches`
-# batches), on some by {glue:text}`fresh_low`, on others by
-# {glue:text}`fresh_high`. It is never zero, and it does not average out: it
-# comes back at every update in which micro-batches differ in length, always
-# giving the tokens of short micro-batches more weight.
+# The first batch was an uneven one: typically the mean of means is off by
+# {glue:text}`fresh_median` (the median over {glue:text}`fresh_batches`
+# batches), ranging from {glue:text}`fresh_low` to {glue:text}`fresh_high`. It
+# is never zero and does not average out: every update whose micro-batches
+# differ in length gives the short ones' tokens more weight.
 #
 # ## The fix: weight by tokens, over the whole window
 #
-# The weights $n_i / n$ need $n$, the tokens of the *whole window*, which is
-# known only after the last micro-batch. `GradientAccumulator` therefore
-# adds $n_i \times \nabla L_i$ (the gradient of the micro-batch's token *sum*)
-# and divides by the accumulated $n$ once, when it applies. A mask, given as
-# `sample_weight` (the name Keras uses for per-example and per-token
-# weights), says what counts:
+# The weights $n_i / n$ need $n$, the tokens of the *whole window*, known only
+# after its last micro-batch. So `GradientAccumulator` adds
+# $n_i \times \nabla L_i$ (the gradient of the micro-batch's token *sum*) and
+# divides by the accumulated $n$ once, when it applies. A mask, passed as
+# `sample_weight` (Keras's name for per-example and per-token weights), says
+# what counts:
 
 # %%
 show_lines(GradientAccumulator.accumulate, "if sample_weight is None:", "self.micro_batches")
@@ -225,16 +197,15 @@ show_lines(GradientAccumulator.accumulate, "if sample_weight is None:", "self.mi
 show_lines(GradientAccumulator.mean_gradients, "called = tf.debugging.assert_positive", "return [total")
 
 # %% [markdown]
-# `count` is the micro-batch's size when you pass `num_examples`, and the sum
-# of the mask (its real tokens) when you pass `sample_weight`; `examples`
-# then holds the window's tokens. A micro-batch of padding only adds weight
-# 0 and, because `weighted_mean` returns 0 rather than 0/0, no NaN; a whole
-# window of padding only has no mean to take, and applying it says so.
+# `count` is the micro-batch's size with `num_examples`, and the sum of its
+# mask (its real tokens) with `sample_weight`; `examples` then holds the
+# window's tokens. A micro-batch of padding only adds weight 0 and no NaN
+# (`weighted_mean` returns 0, not 0/0); a window of padding only has no mean,
+# and applying it says so.
 #
-# Now three trainings of 8 updates with Adam on 128 sequences, batches of 16
-# cut into 4 micro-batches: the big batch; the accumulator weighting by
-# tokens; and the accumulator weighting each micro-batch equally, the mean of
-# means.
+# Three trainings of 8 updates with Adam on 128 sequences, batches of 16 in 4
+# micro-batches: the big batch, the accumulator weighting by tokens, and the
+# accumulator weighting micro-batches equally (the mean of means).
 
 # %%
 UPDATES = 8
@@ -313,10 +284,9 @@ glue("tolerance_8", f"{tolerance:.0e}", display=False)
 # ## Across replicas: sum the tokens over the replicas too
 #
 # With two replicas, each holding half of the batch, a replica knows only its
-# own tokens. If each replica divides by its own count and the replicas'
-# gradients are averaged, as a data-parallel trainer does with a per-replica
-# mean, the same error returns one level up: the mean of the two replicas'
-# token means. At the first batch:
+# own tokens. If each divides by its own count and the replicas' gradients are
+# averaged, the error returns one level up: the mean of the replicas' token
+# means. At the first batch:
 
 # %%
 halves = [(x[:8], y[:8]), (x[8:], y[8:])]
@@ -332,24 +302,23 @@ assert gap_replicas > 1e-3
 glue("gap_replicas", f"{gap_replicas:.1%}", display=False)
 
 # %% [markdown]
-# The total weight must be summed over the replicas as well, as Hugging
-# Face's `Trainer` does since {cite}`transformerspr34373` and Accelerate's
+# So the total weight must be summed over the replicas too, as Hugging Face's
+# `Trainer` does since {cite}`transformerspr34373` and Accelerate's
 # documentation shows {cite}`acceleratepr3193`. In
-# `SyncTrainer(sample_weight=...)` every replica adds up the weights of its
-# micro-batches, and one all-reduce of that single number, per update, gives
-# the whole global batch's token count $n$; each replica then divides its
-# token *sum* by $n$, and the all-reduce of the gradients that follows adds
-# up the big batch's token mean. The count depends on the data only, not on
-# the model, so it is known before the forward pass:
+# `SyncTrainer(sample_weight=...)` each replica adds up the weights of its
+# micro-batches, and one all-reduce of that one number per update gives the
+# global batch's token count $n$; each replica divides its token *sum* by $n$,
+# and the gradients' all-reduce then adds up the big batch's token mean. The
+# count depends only on the data, so it is known before the forward pass:
 
 # %%
 show_lines(SyncTrainer._weighted_replica_gradients, "local = tf.add_n", "return self._shard_gradients")
 
 # %% [markdown]
-# `sample_weight` is a function of a micro-batch, `sample_weight(x, y)`,
-# returning one weight per value of the loss: here
-# `pargrad.book.sequences.token_mask`, the padding mask of `x`. Two replicas,
-# each accumulating 2 micro-batches of 4 sequences, against the big batch:
+# `sample_weight(x, y)` returns one weight per value of a micro-batch's loss:
+# here `pargrad.book.sequences.token_mask`, the padding mask of `x`. Two
+# replicas, each accumulating 2 micro-batches of 4 sequences, against the big
+# batch:
 
 # %%
 def train_sync(replicas, make_optimizer, sample_weight=token_mask):
@@ -380,16 +349,14 @@ assert gap_unmasked > 1e6 * tolerance
 
 # %% [markdown]
 # Weighting every position 1 is what `SyncTrainer` computes without
-# `sample_weight` (the loss of an example is the mean over its positions,
-# padding included, and the batch's loss the mean over examples, all of the
-# same length): the big batch of a *different* loss. A mask is how you ask
-# for tokens.
+# `sample_weight` (each example's loss the mean over its positions, padding
+# included): the big batch of a *different* loss. A mask is how you ask for
+# tokens.
 #
 # ### What the extra all-reduce costs
 #
 # One all-reduce of one float64 per update, beside the all-reduce of every
-# gradient entry that the update needs anyway. In numbers communicated, the
-# count is one more number per update:
+# gradient entry. In numbers sent:
 
 # %%
 parameters = sum(int(np.prod(w.shape)) for w in model.trainable_variables)
@@ -397,14 +364,13 @@ print(f"gradient entries all-reduced per update: {parameters}; the token count a
       f"a share of {1 / (parameters + 1):.2%} of the numbers")
 
 # %% [markdown]
-# In time, an all-reduce also has a fixed start-up cost, whatever its size
-# (the α of the chapter [What communication costs](10_communication_costs)).
-# Measured on the two replicas (8 sequences each, no accumulation, so that
-# the count is the only difference from the default) as the processor time
-# an update takes (all threads; less sensitive to other programs than the
-# wall clock): rounds of 20 updates without and with the count,
-# interleaved, so that a change in the machine's load hits both alike; each
-# pair of rounds gives one ratio.
+# In time, an all-reduce also has a fixed start-up cost whatever its size (the
+# α of the chapter [What communication costs](10_communication_costs)). We
+# measure the processor time of an update on the two replicas (8 sequences
+# each, no accumulation, so the count is the only difference; all threads,
+# less sensitive to other programs than the wall clock) in interleaved rounds
+# of 20 updates without and with the count, so that a change in load hits
+# both; each pair of rounds gives one ratio.
 
 # %% tags=["nbval-ignore-output"]
 def timed_trainer(sample_weight, steps=20):
@@ -443,25 +409,23 @@ glue("cost_verdict", "every pair of rounds puts the count's cost on the same sid
 # %% [markdown]
 # The count is {glue:text}`count_share` of the numbers sent, and in time
 # {glue:text}`cost_verdict`. On this tiny model an update is dominated by
-# launching work on the two replicas; on a real model, whose gradients are
-# millions of numbers, one more number per update is smaller still.
+# launching work on the two replicas; next to a real model's millions of
+# gradient entries, one number is smaller still.
 #
-# An alternative without the
-# extra all-reduce exists: divide every micro-batch by a constant that does
-# not depend on the data (the positions of a full batch), which Keras's
-# default reduction does (below) and some trainers choose
-# {cite}`trlpr3231`; it keeps micro-batches consistent, but the step then
-# shrinks with the share of padding.
+# An alternative avoids the extra all-reduce: divide every micro-batch by a
+# constant independent of the data (a full batch's positions), as Keras's
+# default reduction does (below) and some trainers choose {cite}`trlpr3231`:
+# consistent across micro-batches, but the step shrinks with the share of
+# padding.
 #
 # ## Keras 3's `gradient_accumulation_steps` on the same data
 #
 # Keras 3 optimizers accumulate when given `gradient_accumulation_steps=k`.
-# Its code (`keras/src/optimizers/base_optimizer.py`,
-# `_backend_apply_gradients`) adds each call's gradients into accumulator
-# variables and, on every $k$-th call, applies $(g + \sum \text{acc}) / k$:
-# the plain mean of the $k$ micro-batch gradients, whatever they hold. With a
-# mask passed as `sample_weight` to `fit`, what each micro-batch's gradient
-# is depends on the loss's *reduction*:
+# Their code (`keras/src/optimizers/base_optimizer.py`,
+# `_backend_apply_gradients`) adds each call's gradients into accumulators
+# and, on every $k$-th call, applies $(g + \sum \text{acc}) / k$: the plain
+# mean of the $k$ micro-batch gradients. With a mask passed to `fit` as
+# `sample_weight`, what each gradient holds depends on the loss's *reduction*:
 #
 # - `reduction="mean_with_sample_weight"`: the micro-batch's loss is its
 #   token mean, and accumulation gives the mean of the token means;
@@ -469,8 +433,8 @@ glue("cost_verdict", "every pair of rounds puts the count's cost on the same sid
 #   masked sum divided by the number of *positions*, padding included, a
 #   divisor that does not depend on the mask.
 #
-# We check both against our two accumulations, SGD, one update per epoch,
-# micro-batches of 4 and $k = 4$ (the loss computed in float64):
+# Both against our two accumulations (SGD, one update, micro-batches of 4,
+# $k = 4$, the loss in float64):
 
 # %%
 def keras_fit(reduction, accumulation_steps, batch_size, x=x, y=y, epochs=1, make_optimizer=None):
@@ -515,26 +479,25 @@ for name, a, b in rows:
 assert [weight_gap(a, b) <= tolerance_1 for _, a, b in rows] == [True, True, False, True, False]
 
 # %% [markdown]
-# So, precisely: with the token-mean reduction, Keras's accumulation is the
-# mean of the micro-batches' token means (exactly our wrong run), not its own
-# big batch. With the default reduction, accumulation does equal Keras's own
-# big batch, because every micro-batch is divided by the same number of
-# positions; but that loss is not the token mean: a batch with more padding
-# takes a smaller step. No Keras setting gives the token mean of the window:
-# that needs the window's token count, which Keras's optimizer never sees.
-# (Under `MirroredStrategy`, `gradient_accumulation_steps` does not run at
-# all: see the chapter "Accumulation in TF2 and across replicas".)
+# With the token-mean reduction, Keras's accumulation is the mean of the
+# micro-batches' token means (our wrong run), not its own big batch. With the
+# default reduction it equals Keras's own big batch, since every micro-batch
+# is divided by the same number of positions; but that loss is not the token
+# mean: a batch with more padding takes a smaller step. No Keras setting gives
+# the window's token mean: that needs the window's token count, which Keras's
+# optimizer never sees. (Under `MirroredStrategy`,
+# `gradient_accumulation_steps` does not run at all: see the chapter
+# "Accumulation in TF2 and across replicas".)
 #
 # ### A learning-rate schedule counts micro-steps
 #
 # The same code keeps one step counter, `_iterations`, incremented on *every*
-# call, update or not. Its public `iterations` property returns
-# `_iterations // k` (updates), and Adam's bias correction reads it; but a
-# learning-rate schedule is called with `_iterations` (the docstring says so:
-# "Learning rate schedules will look at 'real' iterations value"). A schedule
-# written in updates therefore runs $k$ times too fast. Checked by running
-# 2 updates of $k = 4$ (32 sequences) with a rate of 0.1 for the first 2
-# updates (steps 0 and 1) and 0.01 after, against big batches of 16:
+# call. Its public `iterations` returns `_iterations // k` (updates), which
+# Adam's bias correction reads; but a learning-rate schedule is called with
+# `_iterations` (its docstring: "Learning rate schedules will look at 'real'
+# iterations value"). A schedule written in updates runs $k$ times too fast.
+# Two updates of $k = 4$ (32 sequences), at a rate of 0.1 for updates 0 and 1
+# and 0.01 after, against big batches of 16:
 
 # %%
 def step_schedule():
@@ -567,11 +530,10 @@ assert int(optimizer.iterations) == 2 and int(optimizer._iterations) == 2 * K
 assert at_001 <= tolerance_2 < as_scheduled
 
 # %% [markdown]
-# Without the schedule these two runs were equal (the default reduction,
-# above); with it, the accumulated run took both updates at 0.01: the
-# schedule was called at micro-steps $k - 1$ and $2k - 1$, both past its boundary. In
-# Keras, give the optimizer a schedule of updates, `step // k`, a few lines
-# around yours:
+# Without the schedule these runs were equal (the default reduction, above);
+# with it, the accumulated run took both updates at 0.01: the schedule was
+# called at micro-steps $k - 1$ and $2k - 1$, both past its boundary. In
+# Keras, give the optimizer a schedule of updates, `step // k`:
 
 # %%
 class PerUpdate(keras.optimizers.schedules.LearningRateSchedule):
@@ -594,9 +556,8 @@ print(f"Keras accumulation with PerUpdate(schedule, 4) vs its big batch with the
 assert gap_fixed <= tolerance_2
 
 # %% [markdown]
-# A custom loop with `GradientAccumulator` calls the optimizer once per
-# update, so its `iterations` and its schedule count updates, and the big
-# batch's schedule applies unchanged:
+# `GradientAccumulator` calls the optimizer once per update, so its schedule
+# counts updates and the big batch's schedule applies unchanged:
 
 # %%
 scheduled = lambda: keras.optimizers.Adam(  # noqa: E731
@@ -614,11 +575,10 @@ assert gap_scheduled <= tolerance
 #
 # ### Dropout
 #
-# Dropout draws a new random mask on every forward pass. The big batch draws
-# one mask for its 16 sequences; four micro-batches draw four. The two runs
-# are then not equal, but they are the same *random* computation: each token
-# is dropped with the same probability either way. How far apart are they,
-# next to how far the big batch is from itself with another draw?
+# Dropout draws a new mask on every forward pass: one for the big batch, four
+# for four micro-batches. The runs are then not equal, but they are the same
+# *random* computation: each token is dropped with the same probability. How
+# far apart are they, next to the big batch under another draw?
 
 # %%
 def gradients_with_dropout(seed, pieces):
@@ -644,18 +604,18 @@ print(f"same order (within a factor of 4): {gap_other_draw / 4 < gap_accumulated
 assert gap_other_draw / 4 < gap_accumulated < 4 * gap_other_draw
 
 # %% [markdown]
-# With dropout, the accumulated gradient differs from the big batch's by about
-# as much as the big batch differs from itself under another draw: dropout's
-# noise, not an accumulation error. Equality to rounding needs dropout off
-# (or the same masks, cut into micro-batches by hand).
+# The accumulated gradient differs from the big batch's by about as much as
+# another draw does: dropout's noise, not an accumulation error. Equality to
+# rounding needs dropout off (or the same masks, cut into micro-batches by
+# hand).
 #
 # ### Shuffling across the window
 #
-# Within a window, the order of the micro-batches does not matter: the
-# accumulator adds them up, and addition does not care, to rounding. Across
-# windows it does: a pipeline that shuffles its examples after they were cut
-# into windows, or draws micro-batches independently, trains on other big
-# batches. Moving one sequence between the first two windows:
+# Within a window the order of the micro-batches does not matter (to
+# rounding): the accumulator adds them up. Across windows it does: a pipeline
+# that shuffles examples after cutting windows, or draws micro-batches
+# independently, trains on other big batches. Reversing each window's
+# micro-batches, then moving one sequence between the first two windows:
 
 # %%
 reordered = [(xb[::-1], yb[::-1]) for xb, yb in batches]        # micro-batches reversed
@@ -681,17 +641,17 @@ assert gap_reordered <= tolerance < gap_swapped
 # 120 sequences in windows of 16 leave a last window of 8: two micro-batches
 # where the accumulator expects four. Three choices:
 #
-# - **apply it**: weighted by tokens, its update is the token mean of its own
-#   8 sequences, the same update as a big-batch run whose last batch is
-#   smaller (Keras's `fit` does that with a last, smaller batch);
-# - **drop it**: throws data away every epoch, and with a fixed order always
-#   the same data;
+# - **apply it**: weighted by tokens, its update is the token mean of its 8
+#   sequences, as in a big-batch run with a smaller last batch (which Keras's
+#   `fit` runs);
+# - **drop it**: throws data away every epoch, with a fixed order always the
+#   same data;
 # - **rescale it** as if it were full (divide by a full window's count):
 #   shrinks its step by the missing share, for no reason a loss can state.
 #
-# We apply it: it is the only choice that is again some big batch. With
-# `GradientAccumulator`, call `apply()` once more after the loop when
-# `micro_batches` is not 0; it equals the big batch with a short last batch:
+# We apply it, the only choice that is again some big batch: with
+# `GradientAccumulator`, call `apply()` after the loop when `micro_batches` is
+# not 0:
 
 # %%
 short = batches[:7] + [(x_all[112:120], y_all[112:120])]
@@ -710,32 +670,30 @@ assert gap_partial <= tolerance
 assert int(keras_optimizer._iterations) % K == 2 and left > 0
 
 # %% [markdown]
-# Keras keeps the partial window's gradients and adds them to the first
-# micro-batches of the next epoch, where they join a window of other data
-# (and of older weights). `SyncTrainer` avoids the question by refusing a last
-# batch that does not split evenly over replicas × micro-batches, with an
-# error that says which sizes work.
+# Keras keeps the partial window's gradients and adds them to the next epoch's
+# first micro-batches, a window of other data (and older weights).
+# `SyncTrainer` refuses a last batch that does not split evenly over replicas
+# × micro-batches, with an error that says which sizes work.
 #
 # ### BatchNorm
 #
-# BatchNorm normalises each example with its batch's statistics, so $k$
-# micro-batches normalise with $k$ different statistics, which the big batch
-# never does: accumulation is then not the big batch, with or without
-# tokens. The chapter [Accumulation in TF2 and across replicas](07_accumulation_tf2)
-# measures it (its section "BatchNorm: micro-batches are not the big batch"),
-# the replicas' side included. Sequence models mostly use layer normalisation, which looks at one
-# token at a time and so accumulates exactly.
+# BatchNorm normalises with its batch's statistics, so $k$ micro-batches use
+# $k$ different statistics: accumulation is then not the big batch, tokens or
+# not. The chapter [Accumulation in TF2 and across
+# replicas](07_accumulation_tf2) measures it (its section "BatchNorm:
+# micro-batches are not the big batch"), replicas included. Sequence models
+# mostly use layer normalisation, which looks at one token at a time and so
+# accumulates exactly.
 #
 # ## The accumulation thread, on sequences
 #
 # The accumulation thread's answers 1 and 3 ([Where this book
-# starts](00_sources)) accumulate $k$ gradients and then apply either their
-# *sum* (answer 1) or their sum divided by a counter of micro-batches
-# (answer 3, the mean). On micro-batches of equal size and a loss that is a
-# mean over examples, answer 3 is right and answer 1 takes a step $k$ times
-# too large ([Accumulating gradients in TF1 graphs](06_accumulation_tf1)).
-# On sequences, each micro-batch's
-# gradient is of its token mean, and:
+# starts](00_sources)) accumulate $k$ gradients, then apply their *sum*
+# (answer 1) or their sum divided by a counter of micro-batches (answer 3).
+# With micro-batches of equal size and a mean over examples, answer 3 is right
+# and answer 1's step is $k$ times too large ([Accumulating gradients in TF1
+# graphs](06_accumulation_tf1)). On sequences, each micro-batch's gradient is
+# of its token mean:
 
 # %%
 answer_1 = [K * g for g in mean_of_means]          # the sum of the k gradients
@@ -751,24 +709,22 @@ assert relative_gap(answer_1, big_gradients) > 1
 assert relative_gap(by_tokens, big_gradients) <= TOLERANCE
 
 # %% [markdown]
-# Answer 3 becomes the mean of token means, answer 1 that times $k$ (on top of
-# its step $k$ times too large). The fix keeps answer 3's shape, a counter
-# and one division, but counts tokens: accumulate each micro-batch's token
-# *sum* (or its mean times its tokens) and divide by the window's tokens,
+# Answer 3 becomes the mean of token means, answer 1 that times $k$. The fix
+# keeps answer 3's shape, a counter and one division, but counts tokens:
+# accumulate each micro-batch's token *sum* and divide by the window's tokens,
 # over all replicas.
 #
 # ## Summary
 #
-# - On sequences the loss is a mean over tokens. Micro-batches with the same
-#   number of sequences hold different numbers of tokens, so the mean of
-#   their token means is not the big batch's token mean: here
-#   typically {glue:text}`fresh_median` of the gradient (from
-#   {glue:text}`fresh_low` to {glue:text}`fresh_high` over fresh batches), and
-#   a different training after a few updates.
+# - On sequences the loss is a mean over tokens, and micro-batches of as many
+#   sequences hold different numbers of tokens, so the mean of their token means
+#   is not the big batch's: here typically {glue:text}`fresh_median` of the
+#   gradient ({glue:text}`fresh_low` to {glue:text}`fresh_high` over fresh
+#   batches), and a different training after a few updates.
 # - `GradientAccumulator(..., sample_weight=mask)` weights each micro-batch
 #   by its tokens and divides by the window's tokens once: the big batch to
 #   float64 rounding, for SGD and Adam.
-# - Across replicas the token count must be summed over the replicas too:
+# - Across replicas the token count is summed over the replicas too:
 #   `SyncTrainer(sample_weight=token_mask)` adds one all-reduce of one number
 #   per update; the mean of per-replica token means is off by
 #   {glue:text}`gap_replicas` here.
@@ -777,11 +733,11 @@ assert relative_gap(by_tokens, big_gradients) <= TOLERANCE
 #   means; with the default reduction it matches Keras's own big batch, whose
 #   loss divides by positions, padding included. Its schedules count
 #   micro-steps, not updates.
-# - Dropout makes accumulation differ from the big batch by about the noise
-#   of another dropout draw; shuffling within a window changes nothing,
-#   across windows it changes the batches; a partial last window is best
-#   applied; BatchNorm breaks the equality ([Accumulation in TF2 and
-#   Keras 3](07_accumulation_tf2)).
+# - Dropout makes accumulation differ from the big batch by about the noise of
+#   another draw; shuffling within a window changes nothing, across windows it
+#   changes the batches; a partial last window is best applied; BatchNorm breaks
+#   the equality ([Accumulation in TF2 and across
+#   replicas](07_accumulation_tf2)).
 #
 # ## Exercises
 #

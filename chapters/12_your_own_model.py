@@ -10,21 +10,18 @@
 # processes, accumulation, exact resumes and a stop on bad data.
 # ```
 #
-# The chapters so far trained the book's own networks on the book's own
-# data. This one takes `SyncTrainer` home: a small convolutional network, a
-# `tf.data` input pipeline, validation, metrics, Keras callbacks, a
-# checkpoint, and a run resumed from it, all as a Keras user would write
-# them. Then the same model is trained by Keras's own `fit` under the same
-# strategy, and we compare.
+# This chapter takes `SyncTrainer` home: a small convolutional network, a
+# `tf.data` input pipeline, validation, metrics, Keras callbacks, a checkpoint
+# and a run resumed from it, written as a Keras user would. Then Keras's
+# own `fit` trains the same model under the same strategy, and we compare.
 #
 # **In this chapter you will**
 #
 # - feed `SyncTrainer` from a `tf.data` pipeline of global batches, with
-#   validation data, a Keras metric and Keras callbacks, and read its
-#   history as you read Keras's;
-# - save a checkpoint in the middle of a run, restore it into a new trainer,
-#   and check that the resumed run ends with *exactly* the weights of the
-#   uninterrupted one;
+#   validation data, a Keras metric and callbacks, and read its history like
+#   Keras's;
+# - resume a run from a checkpoint in a new trainer, and check that it ends
+#   with *exactly* the uninterrupted run's weights;
 # - train the same network with `model.fit` under `strategy.scope()`, see
 #   that it reaches the same accuracy, and where the two differ;
 # - see what the trainer does with data it cannot train on: a NaN, a
@@ -46,13 +43,13 @@ if "google.colab" in sys.modules:
     )
 
 # %% [markdown]
-# As in every chapter: `pargrad` first, two logical devices before
-# TensorFlow starts, seeds fixed. This chapter also checks that a resumed
-# run ends *bit for bit* where the uninterrupted one does, which needs
-# the same operations to add their numbers in the same order every time. On
-# a CPU they do; on a GPU some kernels (a convolution's gradient among them)
-# may pick a faster, nondeterministic order, so we ask TensorFlow for
-# deterministic kernels everywhere (`enable_op_determinism`).
+# As in every chapter: `pargrad` first, two logical devices before TensorFlow
+# starts, seeds fixed. A resumed run must end *bit for bit* where the
+# uninterrupted one does, so the same operations must add their numbers in the
+# same order every time. On a CPU they do; on a GPU some kernels (a
+# convolution's gradient among them) may pick a faster, nondeterministic
+# order, so we ask TensorFlow for deterministic kernels
+# (`enable_op_determinism`).
 
 # %%
 import pargrad  # first: it imports TensorFlow quietly
@@ -81,18 +78,17 @@ print(strategy.num_replicas_in_sync, "replicas")
 # ## The data as a pipeline
 #
 # The handwritten digits of [Sync vs async in the same time](05_sync_vs_async)
-# are 8 × 8 grey images; this time we keep them as images (8 × 8 × 1) for a
-# convolutional network. A `tf.data.Dataset` is TensorFlow's input pipeline:
-# a description of how to read, shuffle and batch the data, run as the
-# training asks for batches, so the data need not fit in memory. Ours holds
-# *global* batches of 64 images: each batch is cut into one shard of 32 per
-# replica, exactly as `fit` cuts arrays. Each batch must split evenly over
-# the replicas, so the pipeline drops the last, partial batch
-# (`drop_remainder=True`).
+# are 8 × 8 grey images; we keep them as images (8 × 8 × 1) for a
+# convolutional network. A `tf.data.Dataset` is TensorFlow's input pipeline: a
+# description of how to read, shuffle and batch the data, run as training asks
+# for batches, so the data need not fit in memory. Ours holds *global* batches
+# of 64 images, each cut into one shard of 32 per replica, as `fit` cuts
+# arrays; it drops the last, partial batch (`drop_remainder=True`) so that
+# every batch splits evenly over the replicas.
 #
-# The pipeline serves the images in one fixed shuffled order, the same in
-# every {term}`epoch` (one pass over the training set; a permutation drawn once from seed 0); the section on resuming
-# says why.
+# It serves the images in one fixed shuffled order (a permutation drawn once
+# from seed 0), the same in every {term}`epoch` (one pass over the training
+# set); the section on resuming says why.
 
 # %%
 x_train, y_train, x_test, y_test = digits.digits_data(seed=0)
@@ -119,10 +115,9 @@ print(f"{len(x_train)} training images, {len(x_train) // BATCH} batches of {BATC
 # A {term}`convolutional network` slides small learned filters over the image,
 # so the same pattern is recognised wherever it appears. Ours has two 3 × 3
 # convolutions with pooling and a dense layer to the ten classes' *logits*
-# (scores before the softmax). The last layer carries an L2 penalty on its
-# kernel: Keras adds it to `model.losses`, and `SyncTrainer` adds
-# `model.losses` to the loss, divided by the number of replicas so that the
-# all-reduce counts it once.
+# (scores before the softmax). The last layer's kernel carries an L2 penalty:
+# Keras puts it in `model.losses`, which `SyncTrainer` adds to the loss,
+# divided by the number of replicas so that the all-reduce counts it once.
 
 # %%
 def digit_network(seed=0):
@@ -153,20 +148,20 @@ print(f"{digit_network().count_params()} parameters")
 
 # %% [markdown]
 # Everything a replica needs is made inside `strategy.scope()`: the model's
-# variables are then mirrored on both devices, and the metric's counts live
-# on each replica and are summed when read, so the accuracy is over the whole
-# batch, not one shard. The loss is a Keras loss object: the trainer asks it
-# for one value per example and divides their sum by the global batch itself.
+# variables are mirrored on both devices, and the metric's counts live on each
+# replica and are summed when read, so the accuracy covers the whole batch.
+# The trainer asks the Keras loss object for one value per example and divides
+# their sum by the global batch itself.
 
 # %% [markdown]
 # ## Training, with validation and a callback
 #
-# `fit(data, epochs=4, validation_data=...)` reads the pipeline once an
-# epoch, evaluates the test set at the end of each epoch (in inference
-# mode), and calls Keras callbacks at the points Keras's `fit` calls them.
-# Our one callback saves a checkpoint after the second epoch: a
-# `tf.train.Checkpoint` of the model, the optimizer (Adam's moments) and
-# the trainer itself, whose variables say where training stands.
+# `fit(data, epochs=4, validation_data=...)` reads the pipeline once an epoch,
+# evaluates the test set after each epoch (in inference mode), and calls Keras
+# callbacks where Keras's `fit` calls them. Our one callback saves a
+# checkpoint after the second epoch: a `tf.train.Checkpoint` of the model, the
+# optimizer (Adam's moments) and the trainer, whose variables say where
+# training stands.
 
 # %%
 class SaveAfterEpoch(keras.callbacks.Callback):
@@ -192,11 +187,10 @@ sync_seconds = time.perf_counter() - start
 print(sorted(history.history), history.epoch)
 
 # %% [markdown]
-# The history reads like Keras's: per epoch the mean training loss
-# (with the L2 penalty), the training accuracy, and the same two on the
-# test set. It also keeps what the book's chapters use, one loss per step
-# (`history.loss`). The numbers depend on the order of
-# floating-point additions, so on your machine the last digits may differ:
+# The history reads like Keras's: per epoch the mean training loss (with the
+# L2 penalty) and accuracy, and the same two on the test set; it also keeps
+# one loss per step (`history.loss`). The last digits depend on the order of
+# floating-point additions and may differ on your machine:
 
 # %% tags=["nbval-ignore-output"]
 for epoch in history.epoch:
@@ -228,13 +222,12 @@ print(f"test accuracy after 4 epochs above 0.9: {final > 0.9}")
 # ## A checkpoint, and a resumed run
 #
 # A run that stops (a pre-empted cloud machine, a closed laptop) should
-# continue as if nothing had happened. That takes more than the weights:
-# the optimizer's state (Adam keeps two running averages per weight) and
-# *where in the data* training stood. `SyncTrainer` keeps the latter in
-# variables (`trainer.position`: the step, the epoch, the next batch, the
-# shuffling seed) that `tf.train.Checkpoint(trainer=trainer)` saves with the
-# rest. Here is what the checkpoint written after epoch 1 holds about the
-# trainer:
+# continue as if nothing had happened. That takes more than the weights: the
+# optimizer's state (Adam keeps two running averages per weight) and *where in
+# the data* training stood, which `SyncTrainer` keeps in variables
+# (`trainer.position`: the step, the epoch, the next batch, the shuffling
+# seed) that `tf.train.Checkpoint(trainer=trainer)` saves with the rest. What
+# the checkpoint written after epoch 1 holds about the trainer:
 
 # %%
 saved = tf.train.load_checkpoint(saver.saved)
@@ -243,12 +236,10 @@ print({name.split("/")[2]: int(saved.get_tensor(name))
        if name.startswith("trainer/position/")})
 
 # %% [markdown]
-# Two epochs done, and the next epoch starting at its first batch. Now
-# a *new* trainer, with a new model whose weights start elsewhere (seed 1),
-# restores that checkpoint and trains the remaining two epochs from a
-# freshly built pipeline. If the resume is right, its weights are those of
-# the uninterrupted run, bit for bit: both runs performed the same
-# operations in the same order.
+# Two epochs done, the next starting at its first batch. A *new* trainer, with
+# a new model whose weights start elsewhere (seed 1), restores that checkpoint
+# and trains the remaining two epochs from a freshly built pipeline. If the
+# resume is right, its weights are the uninterrupted run's, bit for bit:
 
 # %%
 resumed = sync_trainer(seed=1)
@@ -265,28 +256,26 @@ assert equal
 
 # %% [markdown]
 # Why the pipeline's order is fixed: a `tf.data` shuffle
-# (`dataset.shuffle(buffer, seed=...)`) draws a new order each time the
-# *same dataset object* is iterated, so the order of epoch 3 lives in that
-# object's state, not in any checkpoint; and its seed combines with
-# TensorFlow's global seed, which `keras.utils.set_random_seed` changes. A
-# new pipeline would start again with another order, and the resumed run
-# would see other batches than the uninterrupted one (still a correct
-# training run, but not the same one).
-# With in-memory arrays, `fit(x, y, epochs=..., shuffle=True, seed=...)`
-# reshuffles every epoch and still resumes exactly: its order is a function
-# of the seed and the epoch's number, both in the checkpoint.
+# (`dataset.shuffle(buffer, seed=...)`) draws a new order each time the *same
+# dataset object* is iterated, so epoch 3's order lives in that object's
+# state, not in any checkpoint (and its seed combines with TensorFlow's global
+# seed, which `keras.utils.set_random_seed` changes). A new pipeline would
+# start with another order, and the resumed run would see other batches: a
+# correct training run, but not the same one. With in-memory arrays,
+# `fit(x, y, epochs=..., shuffle=True, seed=...)` reshuffles every epoch and
+# still resumes exactly: its order is a function of the seed and the epoch's
+# number, both in the checkpoint.
 
 # %% [markdown]
-# Two pieces of `pargrad.data` make the resume exact. The position: a
-# `tf.Module` of variables (`pargrad.data.TrainingPosition`) that the trainer
-# tracks, so the checkpoint holds the step, the epoch, the step into the
-# epoch, the next batch's first row and the shuffling seed (collapsed below).
-# And the epoch's order: `pargrad.data.epoch_permutation` draws it from a
-# generator seeded with the seed *and the epoch's number*, so the order of
-# any epoch needs nothing but those two numbers, never the generator's state
-# after the epochs before it. Keras's own loop {cite}`keras3trainer` plays
-# the same part with its `EpochIterator`, which keeps its place in an epoch
-# in Python objects (a count of the steps it has seen), and
+# Two pieces of `pargrad.data` make the resume exact. The position, a
+# `tf.Module` of variables (`pargrad.data.TrainingPosition`, collapsed below)
+# that the trainer tracks, puts in the checkpoint the step, the epoch, the
+# step into the epoch, the next batch's first row and the shuffling seed. The
+# epoch's order, `pargrad.data.epoch_permutation`, comes from a generator
+# seeded with the seed *and the epoch's number*, so any epoch's order needs
+# only those two numbers, never the generator's state after earlier epochs.
+# Keras's own loop {cite}`keras3trainer` keeps its place in an epoch in Python
+# objects (its `EpochIterator` counts the steps it has seen), and
 # `fit(initial_epoch=...)` starts again at the beginning of an epoch.
 
 # %% tags=["hide-cell"]
@@ -305,12 +294,11 @@ assert not np.array_equal(third, epoch_permutation(5, 2, 8))
 # %% [markdown]
 # ## The same model under Keras `fit`
 #
-# Keras's own `fit` runs the same synchronous algorithm when the model is
-# compiled inside `strategy.scope()`: each global batch is split over the
-# replicas, each replica's loss is scaled so that the all-reduced gradient
-# is the batch's mean, one update is applied everywhere. We train the same
-# network from the same initial weights, with the same optimizer, data and
-# number of epochs.
+# Compiled inside `strategy.scope()`, Keras's own `fit` runs the same
+# synchronous algorithm: each global batch is split over the replicas, each
+# replica's loss is scaled so that the all-reduced gradient is the batch's
+# mean, and one update is applied everywhere. We train the same network from
+# the same initial weights, optimizer, data and epochs.
 
 # %%
 with strategy.scope():
@@ -325,17 +313,15 @@ keras_seconds = time.perf_counter() - start
 print(sorted(keras_history.history))
 
 # %% [markdown]
-# The two runs are equal in exact arithmetic: the same batches, the same
-# shards, the same scaled loss, the same Adam. Whether they are equal in
-# floating point depends on whether both add the same numbers in the same
-# order, and nothing promises that: Keras reduces the loss and the
-# gradients with its own ops, which a change of Keras version, of CPU
-# kernels or a GPU may reorder, and Adam's update divides by the square
-# root of running averages, which lets a rounding difference grow over the
-# steps. A test image whose two best logits are nearly tied can then be
-# classified differently. So we compare the accuracies with a tolerance of
-# 0.02 (a handful of test images, counted in the cell) and print the
-# comparison rather than the gap:
+# The two runs are equal in exact arithmetic: the same batches, shards, scaled
+# loss and Adam. In floating point they are equal only if both add the same
+# numbers in the same order, which nothing promises: Keras reduces the loss
+# and the gradients with its own ops, which a new Keras version, other CPU
+# kernels or a GPU may reorder, and Adam's division by the square root of
+# running averages lets a rounding difference grow over the steps. A test
+# image whose two best logits nearly tie can then be classified differently.
+# So we compare the accuracies with a tolerance of 0.02 (a handful of test
+# images, counted in the cell):
 
 # %%
 keras_final = keras_history.history["val_accuracy"][-1]
@@ -354,17 +340,15 @@ print(f"test accuracy: SyncTrainer {final:.4f}, Keras fit {keras_final:.4f}; "
 print(f"wall time for 4 epochs: SyncTrainer {sync_seconds:.1f} s, Keras fit {keras_seconds:.1f} s")
 
 # %% [markdown]
-# The cell above prints the accuracies, how far apart the weights ended,
-# and the two runs' wall times. The weight gap is zero when both loops run
-# the same float32 operations in the same order, and rounding-sized when
-# they do not; the accuracies agree either way. Which loop is faster, two
-# wall times cannot say: each is one run, both include tracing the step
-# into a graph in their first epoch, and other programs may share the
-# cores. To compare steps, run the benchmark `benchmarks/sync.py`, which
-# times a `SyncTrainer` step against Keras `fit` and a hand-written loop,
-# repeated. On a GPU the model is too small to keep it busy: both runs are
-# bound by launching kernels and copying batches, so expect times of the
-# same order as on a CPU, not shorter.
+# The cell above prints the accuracies, the weight gap and both wall times.
+# The weight gap is zero when both loops run the same float32 operations in
+# the same order, and rounding-sized when they do not; the accuracies agree
+# either way. Two wall times cannot say which loop is faster: each is one run,
+# both include tracing in their first epoch, and other programs may share the
+# cores. To compare steps, run `benchmarks/sync.py`, which times a
+# `SyncTrainer` step against Keras `fit` and a hand-written loop, repeatedly.
+# On a GPU this model is too small to keep it busy: expect times of the same
+# order as on a CPU, bound by launching kernels and copying batches.
 #
 # Where they differ, for a reader choosing one:
 #
@@ -380,30 +364,26 @@ print(f"wall time for 4 epochs: SyncTrainer {sync_seconds:.1f} s, Keras fit {ker
 # | resuming mid-run | exact, with `tf.train.Checkpoint(trainer=...)` | weights and optimizer; the position in the data is yours to keep |
 # | per-step records | loss per step (per replica's times in the book's instruments) | per-epoch logs, per-batch callbacks |
 #
-# Keras's input pipeline prefetches each replica's shard to its device
-# while the previous step runs; `SyncTrainer` reads the global batch on the
-# host and lets each replica gather its rows. On CPUs the two are alike; on
-# GPUs with a heavy input pipeline, prefetching to the device hides the
-# copy. The trainer skips `tf.distribute`'s distributed iterators on
-# purpose: with TensorFlow 2.21, this book's own tests saw a process block
-# for good when such an iterator was garbage collected in the middle of an
-# epoch (the iterator's multi-device buffers run background threads). We
-# found no upstream issue that describes it, so this rests on that
-# observation, not on TensorFlow's documentation.
+# Keras prefetches each replica's shard to its device while the previous step
+# runs; `SyncTrainer` reads the global batch on the host and lets each replica
+# gather its rows. On CPUs the two are alike; on GPUs with a heavy input
+# pipeline, prefetching hides the copy. The trainer avoids `tf.distribute`'s
+# distributed iterators on purpose: with TensorFlow 2.21, this book's tests
+# saw a process block for good when such an iterator was garbage collected
+# mid-epoch (its multi-device buffers run background threads). No upstream
+# issue we found describes it; this rests on that observation alone.
 
 # %% [markdown]
 # ## When the data or the loss goes bad
 #
-# A custom loop can train on something other than you meant without a word.
-# `SyncTrainer` stops instead, in two places. The first is the data: a NaN
-# or an infinity in the arrays is refused before the first step, with its
-# row named (a `tf.data` pipeline is checked batch by batch, before the
-# step that would use the batch). The trainer looks at the data themselves,
-# not at what the network makes of them: whether a NaN pixel reaches the
-# loss at all is the kernels' business (TensorFlow's CPU kernels for ReLU
-# and max-pooling can drop a NaN; on some CPUs max-pooling returns the
-# largest finite value of a window that holds one). Here image 40 holds a
-# NaN:
+# A custom loop can silently train on something other than you meant.
+# `SyncTrainer` stops instead, in two places. The first is the data: a NaN or
+# an infinity in the arrays is refused before the first step, its row named (a
+# `tf.data` pipeline is checked batch by batch, before the step that would use
+# the batch). The trainer checks the data themselves, not what the network
+# makes of them: whether a NaN pixel reaches the loss is the kernels'
+# business (TensorFlow's CPU kernels for ReLU and max-pooling can drop a NaN).
+# Here image 40 holds a NaN:
 
 # %%
 broken = x_train.copy()

@@ -15,7 +15,9 @@ import keras
 import tensorflow as tf
 from pargrad.accumulate import GradientAccumulator, weighted_mean
 from pargrad.book.sequences import (
+    mean_of_means_gaps,
     padding_mask,
+    relative_gap,
     sequence_data,
     sequence_model,
     squared_error_per_token,
@@ -237,3 +239,28 @@ def test_sync_trainer_weighted_with_jit_compile_equals_the_big_batch(devices):
     trainer.fit(*data(), steps=UPDATES, batch_size=BATCH)
     big = big_batch("sgd")
     assert gap(model.get_weights(), big) <= tolerance(big)
+
+
+def test_mean_of_means_gaps_is_the_gap_of_the_mean_of_token_means():
+    """The chapter's measure, one gap a batch: the mean of the micro-batches' token-mean
+    gradients against the batch's token-mean gradient; zero when the micro-batches are alike."""
+    model = sequence_model(seed=1, dtype="float64")
+    x, y = sequence_data(2 * BATCH, seed=5, dtype="float64")
+    gaps = mean_of_means_gaps(model, x, y, BATCH, STEPS)
+    assert gaps.shape == (2,)
+
+    def gradients(xs, ys):
+        with tf.GradientTape() as tape:
+            loss = token_loss(model, xs, ys)
+        return [tf.convert_to_tensor(g).numpy() for g in tape.gradient(loss, model.trainable_variables)]
+
+    second_x, second_y = x[BATCH:], y[BATCH:]
+    parts = [gradients(xm, ym) for xm, ym in micro_batches(second_x, second_y, STEPS)]
+    mean_of_means = [np.mean(gs, axis=0) for gs in zip(*parts)]
+    explicit = relative_gap(mean_of_means, gradients(second_x, second_y))
+    assert explicit > 1e-3 and abs(gaps[1] - explicit) <= 1e-12
+
+    size = BATCH // STEPS   # every micro-batch the same sequences: the same tokens, no gap
+    alike = mean_of_means_gaps(model, np.tile(x[:size], (STEPS, 1)), np.tile(y[:size], (STEPS, 1, 1)),
+                               BATCH, STEPS)
+    assert alike[0] <= pargrad.rounding_tolerance("float64", STEPS)

@@ -74,3 +74,43 @@ def sequence_model(seed=0, dtype="float32", width=8, dropout=0.0, dropout_seed=0
     layers += [keras.layers.Dense(width, activation="tanh", dtype=kind),
                keras.layers.Dense(1, dtype=kind)]
     return keras.Sequential(layers)
+
+
+def relative_gap(gradients, reference):
+    """The largest entry of ``gradients - reference``, relative to the largest entry of
+    ``reference`` (lists of arrays, one per variable).
+
+    Taught in the chapter "Accumulating sequences".
+    """
+    scale = max(float(np.abs(g).max()) for g in reference)
+    return max(float(np.abs(np.asarray(a) - np.asarray(b)).max())
+               for a, b in zip(gradients, reference)) / scale
+
+
+def mean_of_means_gaps(model, tokens, targets, batch, pieces):
+    """For each batch of ``batch`` sequences, cut into ``pieces`` equal micro-batches:
+    how far the mean of the micro-batches' token-mean gradients is from the batch's
+    token-mean gradient (:func:`relative_gap`).  Returns a numpy array, one gap a batch.
+
+    One pass per micro-batch gives its token count and the gradient of its token
+    *sum*, hence both means.  Taught in the chapter "Accumulating sequences".
+    """
+    dtype = model.trainable_variables[0].dtype
+
+    @tf.function(reduce_retracing=True)
+    def token_sum_and_gradients(xm, ym):
+        weights = padding_mask(xm, dtype)
+        with tf.GradientTape() as tape:
+            total = tf.reduce_sum(weights * squared_error_per_token(ym, model(xm, training=True)))
+        gradients = tape.gradient(total, model.trainable_variables)
+        return tf.reduce_sum(weights), [tf.convert_to_tensor(g) for g in gradients]
+
+    size, gaps = batch // pieces, []
+    for start in range(0, len(tokens) - batch + 1, batch):
+        counts, sums = zip(*[token_sum_and_gradients(tokens[i:i + size], targets[i:i + size])
+                             for i in range(start, start + batch, size)])
+        counts = [float(n) for n in counts]
+        big = [sum(g.numpy() for g in gs) / sum(counts) for gs in zip(*sums)]
+        means = [np.mean([g.numpy() / n for g, n in zip(gs, counts)], axis=0) for gs in zip(*sums)]
+        gaps.append(relative_gap(means, big))
+    return np.array(gaps)
