@@ -1,9 +1,7 @@
 """tools/reader_metrics.py: how it counts, and the budgets of issue 32 ("A book a learner finishes").
 
-Three budgets hold (every core chapter, visible checks, p-values).  The two
-word totals do not yet: each is held by its own strict xfail, so the day it
-starts to hold, its test passes, the strict xfail fails the run, and the
-marker must go.
+Every budget holds: each core chapter, the core path and the whole book in
+words, the visible checks of a page, the p-values of the book.
 Last, the reader's maps of the book (the intro, the Colab appendix) list every page.
 """
 
@@ -20,7 +18,6 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 import reader_metrics  # noqa: E402
 
-NOT_YET = pytest.mark.xfail(strict=True, reason="issue 32: the core path and the whole book are still over their word budgets")
 
 PROSE = textwrap.dedent("""\
     # A title
@@ -187,12 +184,10 @@ def test_every_core_chapter_is_at_most_3000_words(measured):
     assert over == {}
 
 
-@NOT_YET
 def test_the_core_path_is_at_most_28000_words(measured):
     assert measured["core_path"]["prose_words"] <= reader_metrics.CORE_PATH_WORDS
 
 
-@NOT_YET
 def test_the_whole_book_is_at_most_38000_words(measured):
     assert measured["book"]["prose_words"] <= reader_metrics.BOOK_WORDS
 
