@@ -30,8 +30,7 @@
 #
 # Per second, $n$ asynchronous workers make $n$ updates in the time one makes
 # one, and none waits for a slow device. Which effect wins in the same
-# wall-clock time is the subject of
-# [Sync vs async in the same time](05_sync_vs_async).
+# wall-clock time: [Sync vs async in the same time](05_sync_vs_async).
 #
 # **In this chapter you will** see the loop in a dozen lines of NumPy and in
 # `pargrad.AsyncTrainer`, draw the stale-gradient picture from a real run,
@@ -126,7 +125,7 @@ show_source(AsyncTrainer._work)
 # `fit(..., mode="free-running")` runs one real thread per worker, in an
 # order the operating system decides. `fit(..., mode="scheduled")` (the
 # default) runs them in one thread, and a seeded {term}`virtual clock` decides
-# the order, the same on every machine: a step takes `1 / speed` time units,
+# the order, the same everywhere: a step takes `1 / speed` time units,
 # plus an optional random delay (`jitter`).
 #
 # Three workers train the y = x² network for 12 updates; device 2 is half as
@@ -272,7 +271,7 @@ assert abs(async_path[-1] - sync_double_path[-1]) < 1e-5  # the trainer's float3
 # past the minimum as soon as $\eta a > 1/2$. Two fresh updates end at
 # $(1 - \eta a)^2(w_0 - w^*)$, one synchronous step at
 # $(1 - \eta a)(w_0 - w^*)$. (A hidden cell checks that the trainer did
-# exactly this.)
+# this.)
 #
 # The stale pair is also *one synchronous step at twice the rate*, $2\eta$,
 # the rate the {term}`linear scaling rule` of
@@ -406,8 +405,7 @@ plt.close(figure)  # shown once, by the numbered figure below
 #
 # ## Where asynchronous training breaks
 #
-# With a small learning rate staleness hardly matters: the parameters move
-# little between a read and an apply. With a larger one, the figure's
+# With a small learning rate staleness hardly matters. With a larger one, the figure's
 # overshoot repeats at every update and grows with the staleness. We train
 # the y = x² network with 1, 4 and 8 equal workers (staleness 0, 3 and 7),
 # each on its own {term}`shard` of the 50 points, at two learning rates, 400
@@ -485,8 +483,8 @@ plt.close(figure)  # shown once, by the numbered figure below
 #
 # ## Over many initial weights
 #
-# We ask the title question as [How the book decides](a0_methods) asks every
-# question: over 30 seeds (each fixes the initial weights), each method at the
+# We ask the title question as [How the book decides](a0_methods) prescribes:
+# over 30 seeds (each fixes the initial weights), each method at the
 # best learning rate of its own sweep on 20 other *tuning* seeds, repeated on
 # held-out seeds with their own tuning seeds; a verdict stands only if both
 # sets agree. Every method makes 400 updates. Each of 2, 4 and 8 asynchronous
@@ -530,6 +528,7 @@ Markdown(experiments.results_table(replication, "1 worker").to_markdown())
 glue("seeds", len(SEEDS))
 glue("updates", UPDATES)
 staleness_ratios, examples_ratios = [], []
+effects = {}  # (set, n) -> (examples' median ratio, staleness's median ratio)
 for n in (2, 4, 8):
     verdict = replication.compare(f"{n} async workers", "1 worker")
     assert verdict.verdict == "1 worker ahead", verdict          # item 5: on both seed sets
@@ -539,6 +538,11 @@ for n in (2, 4, 8):
     assert staleness.verdict == f"{n} shards in turn ahead", staleness  # the rest is staleness
     examples_ratios += [control.page.effect, control.held_out.effect]
     staleness_ratios += [staleness.page.effect, staleness.held_out.effect]
+    for part in ("page", "held_out"):
+        effects[part, n] = (getattr(control, part).effect, getattr(staleness, part).effect)
+for part in ("page", "held_out"):  # staleness's part grows with the workers, most of it from 4 on
+    assert effects[part, 2][1] < effects[part, 4][1] < effects[part, 8][1], effects
+    assert all(effects[part, n][1] > 3 * effects[part, n][0] for n in (4, 8)), effects
 two = replication.compare("2 async workers", "1 worker")
 assert two.page.wins > 0  # not on every seed
 glue("two-wins-page", two.page.wins)
@@ -563,7 +567,8 @@ glue("bound-factor-7", delay.stable_rate_bound(0) / delay.stable_rate_bound(7))
 # {glue:text}`examples-low:.2f` to {glue:text}`examples-high:.2f`: part of
 # the gap is examples. The rest is staleness: each control beats its asynchronous
 # workers on both sets, by a median ratio of {glue:text}`staleness-low:.1f`
-# to {glue:text}`staleness-high:.1f`, growing with the workers.
+# to {glue:text}`staleness-high:.1f`, growing with the workers: from 4
+# workers on, it is most of the gap.
 #
 # ## Remedies: a guard, not a gain
 #
@@ -620,8 +625,8 @@ print("two additions of 1 give", float(counter.numpy()))
 #   $1/(2\tau + 1)$ with the staleness $\tau$.
 # - Per update, on both seed sets, one worker at its best rate ends lower
 #   than 2, 4 and 8 asynchronous workers at theirs, though not on every seed;
-#   a zero-staleness control shows that part of the gap is examples and most
-#   of it staleness.
+#   a zero-staleness control puts part of the gap on examples and, from 4
+#   workers on, most of it on staleness.
 # - The staleness-aware rate and DC-ASGD guard against a too-high rate but
 #   gain nothing over a tuned one.
 # - Updates to shared parameters must be atomic.

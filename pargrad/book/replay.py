@@ -66,6 +66,23 @@ def stacked_weights(seeds, hidden=5):
     return tuple(np.stack([w[i] for w in weights]) for i in range(4))
 
 
+def stacked_glorot_weights(seeds, hidden=5):
+    """Keras's default initial weights instead, stacked as :func:`stacked_weights` stacks the book's.
+
+    Glorot uniform kernels (limit ``sqrt(6 / (fan_in + fan_out))``, drawn
+    from ``numpy.random.default_rng(seed)``) and zero biases, float64: the
+    delay bound's agreement depends on the initial weights.  Taught in the
+    chapter "Stale gradients in depth".
+    """
+    limit = np.sqrt(6.0 / (1 + hidden))  # both layers: fan_in + fan_out = 1 + hidden
+    weights = []
+    for seed in checked_seeds(seeds):
+        rng = np.random.default_rng(int(seed))
+        weights.append((rng.uniform(-limit, limit, (1, hidden)), np.zeros(hidden),
+                        rng.uniform(-limit, limit, (hidden, 1)), np.zeros(1)))
+    return tuple(np.stack([w[i] for w in weights]) for i in range(4))
+
+
 def forward(weights, x):
     """The network on examples ``x`` of shape ``(..., n)``: ``(hidden, prediction)``.
 
