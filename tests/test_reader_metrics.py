@@ -225,3 +225,19 @@ def test_the_colab_appendix_has_a_row_for_every_chapter():
     notebooks = [page for page, _, _ in reader_metrics.toc_pages(ROOT)
                  if (ROOT / (page + ".ipynb")).exists()]
     assert [page_title(page) for page in notebooks if page_title(page) not in rows] == []
+
+
+TAKEAWAY = re.compile(r"```\{admonition\} Takeaway\n(.*?)\n```", re.S)
+
+
+@pytest.mark.parametrize("script", sorted((ROOT / "chapters").glob("[0-9d][0-9]_*.py")),
+                         ids=lambda path: path.stem)
+def test_every_chapter_opens_with_a_takeaway_of_at_most_60_words(script):
+    # issue 32: the answer first. The takeaway is the first thing under the title.
+    first_cell = reader_metrics.percent_cells(script.read_text())[0]
+    markdown = reader_metrics._text(first_cell["source"])
+    found = TAKEAWAY.search(markdown)
+    assert found, f"{script.name}: no Takeaway admonition in the first cell"
+    before = markdown[:found.start()].strip().splitlines()
+    assert [line for line in before if line.strip()] == [before[0]] and before[0].startswith("# ")
+    assert reader_metrics.prose_words(found.group(1)) <= 60
