@@ -555,12 +555,17 @@ print(f"all-reduce in int8: {int8:.3g} s; H for 90% compute: {int(np.ceil(9 * in
 # is no longer the same computation as an uninterrupted one (the float64
 # equality above needs the momentum). Whether that hurts depends on the run:
 # the momentum overshoots and comes back, and restarting it damps the swing
-# (computed below, on the page's seeds, scored by the mean over the last
+# (computed below on both seed sets, scored by the mean over the last
 # quarter of the rounds). A handover that keeps the momentum is the faithful
 # one; a reset is a tuning choice.
 # ```
 
 # %%
-handed, _ = rc.phase_scores(PHASES, PHASE_SETTING, rc.TEST_SEEDS)
-dropped, _ = rc.phase_scores(PHASES, PHASE_SETTING, rc.TEST_SEEDS, reset_momentum=True)
-print(experiments.compare(handed, dropped, "momentum handed over", "momentum dropped"))
+def handover(run, **reset):
+    setting = run.rates[f"DiLoCo, H={LOCAL_STEPS}"]       # each seed set's own sweep
+    return rc.phase_scores(PHASES, setting, run.seeds, **reset)[0]
+
+
+print(experiments.replicated(*[experiments.compare(
+    handover(run), handover(run, reset_momentum=True), "momentum handed over",
+    "momentum dropped") for run in (dial.page, dial.held_out)]))
