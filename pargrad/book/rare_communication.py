@@ -48,15 +48,23 @@ TEST_SEEDS, TUNING_SEEDS = np.arange(20), np.arange(20, 30)
 # held-out seeds with their own tuning seeds: a verdict stands only if both sets show it
 HELD_OUT_SEEDS, HELD_OUT_TUNING_SEEDS = np.arange(1000, 1020), np.arange(1100, 1110)
 SEED_SETS = {"page": (TEST_SEEDS, TUNING_SEEDS), "held_out": (HELD_OUT_SEEDS, HELD_OUT_TUNING_SEEDS)}
-# DiLoCo's outer step tuned with the inner rate (issue 31: every knob a verdict depends on)
-OUTER_GRID = {"outer_rate": (0.5, 0.7, 1.0, 1.4), "momentum": (0.0, 0.5, 0.7, 0.9)}
-TUNED_DIAL = (16, 64)                   # H at which the outer step is tuned
-RACE_H = {"fast": (1, 2, 4, 8, 16, 32), "slow": (1, 16, 64, 128, 256)}
+# DiLoCo's outer step tuned with the inner rate at every H (issue 31: every knob a verdict
+# depends on, each method at its own best); momentum 0 is a limit (plain averaging's end)
+OUTER_GRID = {"outer_rate": (0.35, 0.5, 0.7, 1.0, 1.4, 2.0),
+              "momentum": (0.0, 0.5, 0.7, 0.9, 0.95, 0.98)}
+OUTER_LIMITS = {"momentum": (0.0,)}
+PAPER_H = 64                            # where the paper's fixed outer step is shown as a contrast
+# H swept with the rate in the race (H = 1 is a limit: synchronous); between data centres
+# every method that communicates rarely runs up to H = 1024 (the budget holds 14 such rounds)
+RACE_H = {"fast": (1, 2, 4, 8, 16, 32), "slow": (1, 16, 64, 128, 256, 512, 1024)}
+RACE_DILOCO_H = {"fast": RACE_H["fast"], "slow": (1, 16, 64, 128, 256)}
+# the race's DiLoCo sweeps rate x H x outer step: a coarser outer grid keeps it to minutes
+RACE_OUTER_GRID = {"outer_rate": (0.5, 1.0, 2.0), "momentum": (0.0, 0.7, 0.9, 0.95, 0.98)}
 STEP_SECONDS = 1e-3                             # modelled compute of one local step (assumed)
 FAST = cost.Link(5e-6, 600e9 / 2, "NVLink-class, inside a box")     # as the chapter on costs
 SLOW = cost.Link(30e-3, 1e9 / 8, "between data centres")            # assumed orders of magnitude
 SPEEDS = (1.0, 1.0, 1.0, 1 / 3)                 # one worker of four 3 times slower
-LOCAL_STEPS = 16                                # H of local SGD and DiLoCo in the uneven race
+LOCAL_STEPS = 16                                # H of DiLoCo when workers leave and join
 CHURN_PHASES = ((3, 8), (2, 8), (3, 8))         # (workers, rounds): one leaves, one joins
 SYNC_STEPS_IN_BUDGET = 256                      # the race's time: this many synchronous steps
 STORED = "rare_communication_sweeps"
@@ -94,6 +102,21 @@ def final_losses(rate, seeds, local_steps, updates, outer=replay.AVERAGE, replic
     _, losses = replay.train_rounds(replay.start(seeds, HIDDEN), problem_data(), replicas, rate,
                                     local_steps, updates // local_steps, outer)
     return losses[-1]
+
+
+def as_kept(outer_rate, momentum):
+    """DiLoCo's outer rate and momentum as Keras keeps them (float32), so the replay computes what
+    :func:`outer_optimizer` does."""
+    return float(np.float32(outer_rate)), float(np.float32(momentum))
+
+
+def outer_knobs(setting):
+    """``(inner rate, outer rate, momentum)`` of a stored setting: a rate alone (the paper's outer
+    step) or a dict with ``outer_rate`` and ``momentum``, the latter two as Keras keeps them."""
+    if not isinstance(setting, dict):
+        return setting, replay.OUTER_RATE, replay.OUTER_MOMENTUM
+    return (setting["rate"], *as_kept(setting.get("outer_rate", replay.OUTER_RATE),
+                                      setting.get("momentum", replay.OUTER_MOMENTUM)))
 
 
 def loss_curves(rate, seeds, local_steps, updates, outer=replay.AVERAGE, replicas=REPLICAS,
@@ -183,13 +206,15 @@ def round_seconds(local_steps, link, step_seconds, slowest=1.0, replicas=REPLICA
 
 
 def losses_in_time(rate, seeds, local_steps, budget, link, step_seconds, slowest=1.0,
-                   outer=replay.AVERAGE, replicas=REPLICAS):
+                   outer=replay.AVERAGE, replicas=REPLICAS, outer_rate=replay.OUTER_RATE,
+                   momentum=replay.OUTER_MOMENTUM):
     """Loss on all points after the rounds that end within ``budget`` virtual seconds, one a seed.
 
     Every round waits for the slowest replica (``slowest`` times
     ``step_seconds`` a step) and pays one all-reduce on ``link``
     (:func:`round_seconds`); ``local_steps = 1`` with :data:`pargrad.book.replay.AVERAGE` is
-    synchronous SGD.  Taught in the chapter "Communicating rarely".
+    synchronous SGD; ``outer_rate`` and ``momentum`` set DiLoCo's outer
+    step.  Taught in the chapter "Communicating rarely".
     """
     one_round = round_seconds(local_steps, link, step_seconds, slowest, replicas)
     rounds = int(budget // one_round)
@@ -197,7 +222,7 @@ def losses_in_time(rate, seeds, local_steps, budget, link, step_seconds, slowest
         raise ValueError(f"budget must fit one round of {one_round:.3g} s, got {budget!r} s; "
                          "give more time.")
     _, losses = replay.train_rounds(replay.start(seeds, HIDDEN), problem_data(), replicas, rate,
-                                    local_steps, rounds, outer)
+                                    local_steps, rounds, outer, outer_rate, momentum)
     return losses[-1]
 
 
@@ -247,26 +272,29 @@ def method_name(outer, local_steps):
 def dial_methods():
     """Every setting of the dial as harness methods, scored by :func:`last_quarter_losses`.
 
-    Both outer steps at every H of :data:`DIAL` (DiLoCo with the paper's
-    outer rate and momentum, inner rate swept), and DiLoCo at every H of
-    :data:`TUNED_DIAL` with its inner rate, outer rate and momentum swept
-    together (:data:`OUTER_GRID`).  Taught in the chapter "Communicating rarely".
+    Local SGD at every H of :data:`DIAL` (inner rate swept); DiLoCo at every
+    H with its inner rate, outer rate and momentum swept together
+    (:data:`OUTER_GRID`; at H = 1 the outer rate only rescales the inner
+    one, so it stays 1); and, as a contrast, DiLoCo at H = :data:`PAPER_H`
+    with the paper's outer step fixed.  Taught in the chapter "Communicating rarely".
     """
     from pargrad.book.experiments import Method
 
-    def method(outer, steps):
-        score = lambda rates, seeds: last_quarter_losses(rates, seeds, steps, UPDATES,  # noqa: E731
-                                                         outer)
-        return Method(method_name(outer, steps), GridRunner(score, GRID), GRID)
+    def local(steps):
+        score = lambda rates, seeds: last_quarter_losses(rates, seeds, steps, UPDATES)  # noqa: E731
+        return Method(method_name(replay.AVERAGE, steps), GridRunner(score, GRID), GRID)
 
-    def tuned(steps):
+    def diloco(steps):
         score = lambda rates, seeds, outer_rate, momentum: last_quarter_losses(  # noqa: E731
-            rates, seeds, steps, UPDATES, replay.NESTEROV, outer_rate, momentum)
-        return Method(f"DiLoCo tuned, H={steps}", GridRunner(score, GRID),
-                      grid={"rate": GRID, **OUTER_GRID}, limits={"momentum": (0.0,)})
+            rates, seeds, steps, UPDATES, replay.NESTEROV, *as_kept(outer_rate, momentum))
+        grid = {"rate": GRID, **OUTER_GRID, **({"outer_rate": (1.0,)} if steps == 1 else {})}
+        return Method(method_name(replay.NESTEROV, steps), GridRunner(score, GRID), grid=grid,
+                      limits=OUTER_LIMITS)
 
-    return ([method(outer, steps) for outer in replay.OUTERS for steps in DIAL]
-            + [tuned(steps) for steps in TUNED_DIAL])
+    paper = lambda rates, seeds: last_quarter_losses(rates, seeds, PAPER_H, UPDATES,  # noqa: E731
+                                                     replay.NESTEROV)
+    return ([local(steps) for steps in DIAL] + [diloco(steps) for steps in DIAL]
+            + [Method(f"DiLoCo, paper's step, H={PAPER_H}", GridRunner(paper, GRID), GRID)])
 
 
 def race_budget(link):
@@ -277,31 +305,38 @@ def race_budget(link):
 def uneven_methods(link):
     """Synchronous, asynchronous, local SGD and DiLoCo with one slow worker, in the same time.
 
-    Each scores the loss on all points at :func:`race_budget` of ``link``;
-    local SGD and DiLoCo run at ``H`` = :data:`LOCAL_STEPS`, and again with
-    ``H`` swept with the rate (:data:`RACE_H`; ``H = 1`` is a limit, not a
-    grid edge).  Taught in the chapter "Communicating rarely".
-    Shown in the chapter "Communicating rarely in depth".
+    Each scores the loss on all points at :func:`race_budget` of ``link``,
+    each at its own best: local SGD with ``H`` swept with the rate
+    (:data:`RACE_H`), DiLoCo with ``H``, the rate and its outer step
+    (:data:`RACE_DILOCO_H`, :data:`RACE_OUTER_GRID`; at ``H = 1`` the outer
+    rate only rescales the inner one, so only outer rate 1 runs there, the
+    others score ``inf``); ``H = 1`` and momentum 0 are limits, not grid
+    edges.  Taught in the chapter "Communicating rarely".  Shown in the
+    chapter "Communicating rarely in depth".
     """
     from pargrad.book.experiments import Method
 
     budget, slowest = race_budget(link), 1 / min(SPEEDS)
-    steps_grid = RACE_H["fast" if link == FAST else "slow"]
+    side = "fast" if link == FAST else "slow"
 
     def rounds_score(outer, steps=None):
-        return lambda rates, seeds, H=steps: losses_in_time(  # noqa: E731
-            rates, seeds, int(H), budget, link, STEP_SECONDS, slowest, outer)
+        def score(rates, seeds, H=steps, outer_rate=1.0, momentum=0.0):
+            if int(H) == 1 and outer_rate != 1.0:      # the same runs as outer rate 1
+                return np.full(len(seeds), np.inf)
+            return losses_in_time(rates, seeds, int(H), budget, link, STEP_SECONDS, slowest, outer,
+                                  outer_rate=as_kept(outer_rate, momentum)[0],
+                                  momentum=as_kept(outer_rate, momentum)[1])
+        return score
 
     asynchronous = lambda rates, seeds: async_losses_in_time(  # noqa: E731
         rates, seeds, budget, link, STEP_SECONDS, SPEEDS)
-    fixed = [Method(method_name(outer, LOCAL_STEPS), GridRunner(rounds_score(outer, LOCAL_STEPS),
-                                                                GRID), GRID)
-             for outer in replay.OUTERS]
-    tuned = [Method(f"{method_name(outer, LOCAL_STEPS).split(',')[0]}, H tuned", GridRunner(rounds_score(outer), GRID),
-                    grid={"rate": GRID, "H": steps_grid}, limits={"H": (1,)})
-             for outer in replay.OUTERS]
+    local = Method("local SGD, H tuned", GridRunner(rounds_score(replay.AVERAGE), GRID),
+                   grid={"rate": GRID, "H": RACE_H[side]}, limits={"H": (1,)})
+    diloco = Method("DiLoCo, H tuned", GridRunner(rounds_score(replay.NESTEROV), GRID),
+                    grid={"rate": GRID, "H": RACE_DILOCO_H[side], **RACE_OUTER_GRID},
+                    limits={"H": (1,), **OUTER_LIMITS})
     return [Method("sync", GridRunner(rounds_score(replay.AVERAGE, 1), GRID), GRID),
-            Method("async", GridRunner(asynchronous, GRID), GRID), *fixed, *tuned]
+            Method("async", GridRunner(asynchronous, GRID), GRID), local, diloco]
 
 
 def experiment_sets():
@@ -327,30 +362,30 @@ def sweep_at_edge_too(method, seeds):
         scores = np.array([np.asarray(method.run(s, seeds), float) for s in settings])
         medians = np.median(np.where(np.isnan(scores), np.inf, scores), axis=1)
         best = settings[int(np.argmin(medians))]
-        return Sweep(method.name, settings, medians, scores, best), str(error)
+        plateau = tuple(s for s, m in zip(settings, medians) if m <= np.min(medians)
+                        + method.resolution)
+        return Sweep(method.name, settings, medians, scores, best, plateau), str(error)
 
 
-def measure_sweeps(seed_set="page", set_names=None):
-    """Sweep every method of :func:`experiment_sets` on a seed set's tuning seeds; a dict for JSON.
+def measure_sweep(seed_set, set_name, name):
+    """Sweep one method of :func:`experiment_sets` on a seed set's tuning seeds; a dict for JSON.
 
     ``seed_set``: ``"page"`` (:data:`TUNING_SEEDS`) or ``"held_out"``
-    (:data:`HELD_OUT_TUNING_SEEDS`).  What ``tools/measure_rare_communication.py``
+    (:data:`HELD_OUT_TUNING_SEEDS`).  Keeps the grid, its limits, every
+    setting's per-seed scores and median, the best setting, the tied
+    plateau and, if the plateau touches a grid edge that is not a limit,
+    the sweep's message.  What ``tools/measure_rare_communication.py``
     stores (minutes of NumPy), so that the chapter only runs the test seeds.
     """
     check_choice("seed_set", seed_set, SEED_SETS)
-    tuning = SEED_SETS[seed_set][1]
-    stored = {}
-    for set_name, methods in experiment_sets().items():
-        if set_names is not None and set_name not in set_names:
-            continue
-        stored[set_name] = {}
-        for method in methods:
-            result, edge = sweep_at_edge_too(method, tuning)
-            stored[set_name][method.name] = {
-                "medians": np.where(np.isfinite(result.medians), result.medians, -1.0).tolist(),
-                "best": result.best, "edge": edge,
-                "scores": np.where(np.isfinite(result.scores), result.scores, -1.0).tolist()}
-    return stored
+    methods = {method.name: method for method in experiment_sets()[check_choice(
+        "set_name", set_name, list(experiment_sets()))]}
+    method = methods[check_choice("name", name, list(methods))]
+    result, edge = sweep_at_edge_too(method, SEED_SETS[seed_set][1])
+    finite = lambda a: np.where(np.isfinite(a), a, -1.0).tolist()  # noqa: E731
+    return {"axes": method.axes, "limits": {k: list(v) for k, v in (method.limits or {}).items()},
+            "medians": finite(result.medians), "best": result.best,
+            "plateau": list(result.plateau), "edge": edge, "scores": finite(result.scores)}
 
 
 def stored_sweeps():
@@ -416,8 +451,11 @@ def stored_edges(stored=None):
 # Workers that leave and join: one phase a cluster
 # ----------------------------------------------------------------------------
 
-def phase_scores(phases, rate, seeds, local_steps=LOCAL_STEPS, reset_momentum=False):
+def phase_scores(phases, setting, seeds, local_steps=LOCAL_STEPS, reset_momentum=False):
     """DiLoCo over ``phases`` of ``(workers, rounds)``, replayed: ``(last-quarter mean, final loss)``.
+
+    ``setting`` is an inner rate (the paper's outer step) or a stored
+    setting with ``outer_rate`` and ``momentum`` (:func:`outer_knobs`).
 
     One value a seed each, over the rounds of all phases together.  The
     weights and the outer momentum are handed from phase to phase, as
@@ -427,28 +465,32 @@ def phase_scores(phases, rate, seeds, local_steps=LOCAL_STEPS, reset_momentum=Fa
     """
     from pargrad.book.experiments import last_quarter_mean
 
+    rate, outer_rate, momentum = outer_knobs(setting)
     state, curves = replay.start(seeds, HIDDEN), []
     for workers, rounds in phases:
         if reset_momentum:
             state = replay.State(state.weights, tuple(np.zeros_like(w) for w in state.weights))
         state, curve = replay.train_rounds(state, problem_data(), workers, rate, local_steps,
-                                           rounds, replay.NESTEROV)
+                                           rounds, replay.NESTEROV, outer_rate, momentum)
         curves.append(curve)
     curves = np.concatenate(curves)
     return last_quarter_mean(curves), curves[-1]
 
 
-def outer_optimizer(outer):
-    """The Keras outer optimizer of ``outer``: SGD(1.0), or DiLoCo's SGD(0.7, momentum 0.9, Nesterov)."""
+def outer_optimizer(outer, outer_rate=0.7, momentum=0.9):
+    """The Keras outer optimizer of ``outer``: SGD(1.0), or DiLoCo's SGD with Nesterov momentum.
+
+    DiLoCo's outer rate and momentum default to the paper's (0.7, 0.9).
+    """
     import keras
 
     if check_choice("outer", outer, replay.OUTERS) == replay.AVERAGE:
         return keras.optimizers.SGD(1.0)
-    return keras.optimizers.SGD(0.7, momentum=0.9, nesterov=True)
+    return keras.optimizers.SGD(outer_rate, momentum=momentum, nesterov=True)
 
 
 def train_phase(rounds, local_steps, learning_rate, weights=None, velocity=None, seed=0,
-                outer=replay.NESTEROV):
+                outer=replay.NESTEROV, outer_rate=0.7, momentum=0.9):
     """Run in every worker of a :class:`pargrad.LocalCluster`: ``rounds`` rounds of DiLoCo, handed over.
 
     Builds the y = x² network of ``seed`` in float64 under
@@ -456,7 +498,8 @@ def train_phase(rounds, local_steps, learning_rate, weights=None, velocity=None,
     shared ``weights`` and the outer optimizer's momentum ``velocity`` that
     the previous phase handed over (if any), trains ``rounds`` rounds of
     :class:`pargrad.LocalSGDTrainer` on :func:`problem_data` (full batch,
-    inner SGD at ``learning_rate``), and returns what the next phase needs:
+    inner SGD at ``learning_rate``, outer step :func:`outer_optimizer` of
+    ``outer``, ``outer_rate`` and ``momentum``), and returns what the next phase needs:
     ``weights``, ``velocity`` (Keras's momentum ``v``, with ``v = -rate x``
     the replay's buffer), ``replicas`` and ``loss`` (on all points, at the
     end).  A phase with fewer workers is a worker that left; with more, one
@@ -471,7 +514,7 @@ def train_phase(rounds, local_steps, learning_rate, weights=None, velocity=None,
         model = parabola_model(seed=seed, hidden=HIDDEN, dtype="float64")
         if weights is not None:
             model.set_weights([np.asarray(w, np.float64) for w in weights])
-        outer_step = outer_optimizer(outer)
+        outer_step = outer_optimizer(outer, outer_rate, momentum)
     trainer = LocalSGDTrainer(model, strategy, local_steps, learning_rate=learning_rate,
                               outer_optimizer=outer_step)
     momentums = list(getattr(trainer.outer_optimizer, "momentums", []) or [])

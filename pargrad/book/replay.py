@@ -274,17 +274,20 @@ def train_rounds(state, data, replicas, rate, local_steps, rounds, outer=AVERAGE
     return State(weights, buffer), np.array(losses).reshape(rounds, seeds)
 
 
-def replay_phases(phases, data, learning_rate, local_steps, seed=0, outer=NESTEROV, hidden=5):
+def replay_phases(phases, data, learning_rate, local_steps, seed=0, outer=NESTEROV, hidden=5,
+                  outer_rate=OUTER_RATE, outer_momentum=OUTER_MOMENTUM):
     """Rounds of DiLoCo on a changing set of workers, handing over weights and momentum.
 
     ``phases`` is a list of ``(workers, rounds)``: a phase with fewer
     workers is a worker that left, with more one that joined.  The replay of
-    :func:`pargrad.book.rare_communication.train_phase`'s handovers.
+    :func:`pargrad.book.rare_communication.train_phase`'s handovers, with
+    DiLoCo's ``outer_rate`` and ``outer_momentum`` (default: the paper's).
     Returns the :class:`State` at the end (one seed) and the loss on all
     points after every phase.  Taught in the chapter "Communicating rarely".
     """
     state, losses = start([seed], hidden), []
     for workers, rounds in phases:
-        state, curve = train_rounds(state, data, workers, learning_rate, local_steps, rounds, outer)
+        state, curve = train_rounds(state, data, workers, learning_rate, local_steps, rounds, outer,
+                                    outer_rate, outer_momentum)
         losses.append(float(curve[-1, 0]))
     return state, losses
