@@ -7,9 +7,11 @@ to the higher target), then run at its best rate *in that scenario* on 30
 other seeds; writes ``pargrad/book/data/sync_vs_async_virtual.json``, with
 how long it took and the machine's load.  Deterministic; the (scenario,
 method) pairs are shared among ``--jobs`` processes (2); ``--cache DIR``
-keeps each finished pair, so an interrupted run resumes.  The stored run
-took 34 minutes in 2 processes on two cores shared with other work (the
-page prints its time and load); on idle cores it takes less.
+keeps each finished pair, so an interrupted run resumes.  ``--first-seed
+1000 --first-tuning-seed 1100 --output .../sync_vs_async_virtual_held_out.json``
+makes the held-out file, swept again on its own tuning seeds.  Each stored
+file took about 85 minutes in 2 processes, the two made at once on two cores
+shared with other work (each file records its time and load).
 
 ``--clock wall`` (the default): the measured race, delegated to
 ``tools/measure_race_sweep.py`` (one clock for every contender, the machine's
