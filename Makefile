@@ -83,7 +83,7 @@ NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=180 --nbval-sanitize-w
 # Unit tests of pargrad, checks of the built book, every chapter under nbval;
 # then the book's claims under other numerics.
 test: book
-	PARGRAD_REQUIRE_HTML=1 $(PY) -m pytest -p no:cacheprovider tests chapters $(NBVAL)
+	PARGRAD_REQUIRE_HTML=1 $(PY) -m pytest -p no:cacheprovider --durations=25 tests chapters $(NBVAL)
 	$(MAKE) --no-print-directory test-stress
 	$(MAKE) --no-print-directory test-other-numerics
 
@@ -99,12 +99,19 @@ test-stress: $(STAMP)
 # equality that holds only on the machine that made the outputs fails here.
 OTHER_NUMERICS := TF_ENABLE_ONEDNN_OPTS=0 TF_NUM_INTRAOP_THREADS=1 OMP_NUM_THREADS=1
 
-# Every chapter whose checked outputs are computed numbers.  Left out, to keep
-# CI short: "Devices" (device lists and timings), "What communication costs"
-# (timings, and a cost model in Python floats) and the compatibility
-# appendix (which APIs run): the order of additions changes none of them.
+# Every chapter whose checked outputs TensorFlow computes.  Left out, to keep
+# CI short, the chapters these settings cannot change: "Devices" (device
+# lists and timings), "What communication costs" and its deep dive (timings,
+# and a cost model in Python floats), the compatibility appendix (which APIs
+# run), "Sync vs async in the same time" (it reads stored races), and
+# "Communicating rarely" with its deep dive (float64 NumPy replays; their
+# TensorFlow side, the trainer against the replay and the handover across
+# processes, is in the claims run above).
 ORDER_FREE := chapters/02_devices.ipynb chapters/10_communication_costs.ipynb \
-              chapters/a2_compatibility.ipynb
+              chapters/a2_compatibility.ipynb chapters/05_sync_vs_async.ipynb \
+              chapters/11_communicating_rarely.ipynb \
+              chapters/d5_rare_communication_in_depth.ipynb \
+              chapters/d6_communication_in_depth.ipynb
 NUMERIC_CHAPTERS := $(filter-out $(ORDER_FREE),$(sort $(wildcard chapters/*.ipynb)))
 
 test-other-numerics: $(STAMP)

@@ -136,11 +136,10 @@ for name, scenario in race.SCENARIOS.items():
 # %% tags=["remove-cell"]
 stored = race.stored_sweep("sync_vs_async_virtual")
 settings = stored["settings"]
-as_arrays = lambda r: {**r, **{k: np.array(r[k], float) for k in ("time", "accuracy", "loss")}}  # noqa: E731
-results = [as_arrays(r) for r in stored["results"]]
+results = race.stored_results(stored)
 TARGETS, SEEDS = settings["targets"], settings["seeds"]
 held_out = race.stored_sweep("sync_vs_async_virtual_held_out")
-held_out_results = [as_arrays(r) for r in held_out["results"]]
+held_out_results = race.stored_results(held_out)
 assert held_out["settings"]["seeds"] == SEEDS
 assert not set(held_out["settings"]["seed_list"]) & set(settings["seed_list"] + settings["tuning_seeds"])
 glue("held-out-first", held_out["settings"]["seed_list"][0])

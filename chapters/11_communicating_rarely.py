@@ -317,7 +317,8 @@ glue("diloco4-ratio", f"{diloco4_vs_sync.page.effect:.2f} · {diloco4_vs_sync.he
 # ## Workers of uneven speed, in the same time
 #
 # Now one of the four workers is 3 times slower, and every method gets the
-# same virtual time: what synchronous SGD needs for 256 steps on that link.
+# same virtual time: what synchronous SGD needs for 256 steps on that link,
+# scored by its mean loss over the last quarter of that time.
 # Synchronous SGD, local SGD and DiLoCo wait for the slow worker every
 # round; asynchronous SGD (the chapter
 # [Asynchronous training](04_asynchronous)) does not, but each of its

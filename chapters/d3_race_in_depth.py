@@ -152,8 +152,7 @@ for key in ("worker", "read_time", "time", "staleness"):
 # %%
 stored = race.stored_sweep("sync_vs_async_virtual")
 settings = stored["settings"]
-as_arrays = lambda r: {**r, **{k: np.array(r[k], float) for k in ("time", "accuracy", "loss")}}  # noqa: E731
-results = [as_arrays(r) for r in stored["results"]]
+results = race.stored_results(stored)
 sweep_runs = stored["sweep"]  # one entry a (scenario, method, rate, tuning seed): its times to the targets
 BUDGETS, EVERY, TARGETS = settings["budgets"], settings["every"], settings["targets"]
 SEEDS = settings["seeds"]
@@ -199,7 +198,7 @@ def race_figure(runs, target, xlabel):
 
 assert all(matches)
 held_out = race.stored_sweep("sync_vs_async_virtual_held_out")
-held_out_results = [as_arrays(r) for r in held_out["results"]]
+held_out_results = race.stored_results(held_out)
 assert held_out["settings"]["seeds"] == SEEDS and held_out["settings"]["every"] == EVERY
 glue("every", EVERY)
 glue("seeds", SEEDS)
@@ -220,33 +219,13 @@ glue("tuning-seeds", len(settings["tuning_seeds"]))
 # again to both stored sweeps (page · held out):
 
 # %%
-def stored_run(stored, scenario, method, target):
-    """A harness run function that reads a stored sweep instead of training."""
-    column = stored["settings"]["targets"].index(target)
-    kept = {(round(r["learning_rate"], 6), r["seed"]): r["time_to_target"][column]
-            for r in stored["sweep"] if (r["scenario"], r["method"]) == (scenario, method)}
-
-    def run(rate, seeds):
-        return [np.inf if kept[round(rate, 6), int(s)] is None else kept[round(rate, 6), int(s)]
-                for s in seeds]
-
-    return run
-
-
-def fair_sweep(stored, scenario, method):
-    """The book's sweep of one stored (scenario, method): raises if its plateau touches an edge."""
-    rates = sorted({r["learning_rate"] for r in stored["sweep"]
-                    if (r["scenario"], r["method"]) == (scenario, method)})
-    run = stored_run(stored, scenario, method, stored["settings"]["sweep_target"])
-    return experiments.sweep(experiments.Method(method, run, rates),
-                             stored["settings"]["tuning_seeds"])
-
-
 fair = {}
 for scenario, methods in settings["best_rates"].items():
     print(scenario)
     for method in methods:
-        fair[scenario, method] = [fair_sweep(f, scenario, method) for f in (stored, held_out)]
+        fair[scenario, method] = [experiments.sweep(race.stored_sweep_method(f, scenario, method),
+                                                      f["settings"]["tuning_seeds"])
+                                  for f in (stored, held_out)]
         print(f"   {method:26s} best rate " + " · ".join(f"{f.best:.3g}" for f in fair[scenario, method])
               + "   plateau " + " · ".join(f"{len(f.plateau)} rate{'s' * (len(f.plateau) > 1)}"
                                           for f in fair[scenario, method]))
@@ -587,7 +566,7 @@ plt.close(figure)
 # ## Exercises
 #
 # 1. Score the stored sweep at the *lower* target instead
-#    (`stored_run(stored, scenario, method, TARGETS[0])` in `fair_sweep`).
+#    (`race.stored_sweep_method(stored, scenario, method, TARGETS[0])`).
 #    Do the plateaus widen or narrow, and why?
 #
 #    *Hint:* the lower target is reached sooner, in fewer checkpoints.

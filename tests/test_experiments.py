@@ -339,6 +339,28 @@ def test_the_last_quarter_mean_of_a_diverged_run_is_infinite():
     assert experiments.last_quarter_mean(curves).tolist() == [1.0, np.inf]
 
 
+def test_the_last_quarter_in_time_weighs_each_loss_by_how_long_it_holds():
+    # a budget of 8: the last quarter is [6, 8]; the loss 3 holds from 5 to 7, the loss 1 from 7
+    times, curves = [0.0, 5.0, 7.0], np.array([[9.0, 9.0], [3.0, 4.0], [1.0, np.inf]])
+    means = experiments.last_quarter_mean(curves, times=times, budget=8.0)
+    assert means.tolist() == [2.0, np.inf]
+    # a run with a point every unit gives the mean of its points in the last quarter
+    assert experiments.last_quarter_mean(np.arange(9.0)[:, None], times=np.arange(9.0),
+                                         budget=8.0).tolist() == [6.5]
+
+
+def test_the_last_quarter_in_time_refuses_curves_that_do_not_cover_it():
+    with pytest.raises(ValueError, match="pass times and budget together"):
+        experiments.last_quarter_mean(np.ones((3, 1)), times=[0, 1, 2])
+    with pytest.raises(ValueError, match="include the starting point"):
+        experiments.last_quarter_mean(np.ones((2, 1)), times=[7.0, 7.5], budget=8.0)
+    with pytest.raises(ValueError, match="drop points past the budget"):
+        experiments.last_quarter_mean(np.ones((2, 1)), times=[0.0, 9.0], budget=8.0)
+    with pytest.raises(ValueError, match="times must rise"):
+        experiments.last_quarter_mean(np.ones((3, 1)), times=[0.0, 2.0, 1.0], budget=8.0)
+
+
+
 def test_the_results_table_shows_median_ratio_wins_and_verdict():
     base = np.linspace(1.0, 2.0, 30)
     result = experiments.Experiment(np.arange(30), {"ref": base, "fast": base * 0.5,

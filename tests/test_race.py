@@ -167,3 +167,26 @@ def test_race_arguments_say_what_to_pass(devices, data):
         race.race("sync", (1.0, 1.0), data=data, devices=devices)
     with pytest.raises(ValueError, match="name must be one of 'sync_vs_async'"):
         race.stored_sweep("sync")
+
+
+def test_a_stored_sweep_method_reads_the_file_s_times():
+    stored = {"settings": {"targets": [0.9, 0.93], "sweep_target": 0.93},
+              "sweep": [{"scenario": "s", "method": "async", "learning_rate": rate, "seed": seed,
+                         "time_to_target": [low, high]}
+                        for rate, seed, low, high in [(0.1, 7, 3.0, 5.0), (0.2, 7, 2.0, None),
+                                                      (0.1, 8, 4.0, 6.0), (0.2, 8, 1.0, 9.0),
+                                                      (0.4, 7, 5.0, 8.0), (0.4, 8, 5.0, 8.0)]]}
+    method = race.stored_sweep_method(stored, "s", "async")
+    assert method.settings() == [0.1, 0.2, 0.4]
+    assert method.run(0.2, [7, 8]) == [np.inf, 9.0]            # never reached: inf
+    assert race.stored_sweep_method(stored, "s", "async", 0.9).run(0.2, [7, 8]) == [2.0, 1.0]
+    with pytest.raises(ValueError, match="no sweep of 'sync' in 's'"):
+        race.stored_sweep_method(stored, "s", "sync")
+    with pytest.raises(ValueError, match="target must be one of the file's targets"):
+        race.stored_sweep_method(stored, "s", "async", 0.95)
+
+
+def test_stored_results_hold_the_curves_as_arrays():
+    results = race.stored_results(race.stored_sweep("sync_vs_async_virtual"))
+    assert {type(results[0][k]) for k in ("time", "accuracy", "loss")} == {np.ndarray}
+    assert results[0]["accuracy"].dtype == np.float64 and results[0]["seed"] == 0

@@ -444,7 +444,7 @@ def replicate(methods, seeds, tuning_seeds, held_out_seeds, held_out_tuning_seed
                        run_experiment(methods, sets[2], sets[3]))
 
 
-def last_quarter_mean(curves, axis=0):
+def last_quarter_mean(curves, axis=0, times=None, budget=None):
     """The mean of each curve over the last quarter of its points: one robust score a curve.
 
     ``curves`` holds one loss curve a seed along ``axis`` (time first by
@@ -452,15 +452,41 @@ def last_quarter_mean(curves, axis=0):
     (the outer momentum of DiLoCo), its last value depends on where the
     oscillation stands; the mean over the last quarter does not.  A curve
     with a non-finite point in its last quarter (it diverged) scores
-    ``inf``.  Taught on the page "How the book decides".
+    ``inf``.
+
+    With ``times`` (when each point was reached, rising, the first at the
+    start) and ``budget`` (the end of the run), the quarter is one of time,
+    not of points: the loss a run holds at each moment of the last quarter
+    of ``budget``, averaged over that time.  Runs that reach their points at
+    different rates (a round of local SGD against one asynchronous update)
+    are then scored over the same stretch of time.  Taught on the page "How
+    the book decides".
     """
     curves = np.moveaxis(np.asarray(curves, float), axis, 0)
     if curves.ndim == 0 or len(curves) == 0:
         raise ValueError(f"curves must hold at least one point a curve, got shape "
                          f"{np.shape(curves)}.")
-    tail = curves[len(curves) - max(1, len(curves) // 4):]
+    if (times is None) != (budget is None):
+        raise ValueError("pass times and budget together (a quarter of time), or neither "
+                         "(a quarter of the points).")
+    if times is None:
+        tail = curves[len(curves) - max(1, len(curves) // 4):]
+        with np.errstate(invalid="ignore"):
+            means = np.mean(tail, axis=0)
+        return np.where(np.all(np.isfinite(tail), axis=0), means, np.inf)
+    times, start = np.asarray(times, float), 0.75 * float(budget)
+    if times.shape != curves.shape[:1] or np.any(np.diff(times) < 0):
+        raise ValueError(f"times must rise and hold one time a point ({len(curves)}), got "
+                         f"{times.shape[0] if times.ndim else times!r} times; pass when each "
+                         "point of the curves was reached.")
+    if times[0] > start or times[-1] > budget:
+        raise ValueError(f"the curves must start by {start:g} (three quarters of the budget) and "
+                         f"end by the budget {budget:g}, got points from {times[0]:g} to "
+                         f"{times[-1]:g}; include the starting point, drop points past the budget.")
+    held = np.diff(np.clip(np.append(times, budget), start, budget))    # how long each point holds
+    tail = curves[held > 0]
     with np.errstate(invalid="ignore"):
-        means = np.mean(tail, axis=0)
+        means = np.tensordot(held[held > 0], tail, axes=1) / (budget - start)
     return np.where(np.all(np.isfinite(tail), axis=0), means, np.inf)
 
 

@@ -598,11 +598,11 @@ def dial_figure(curves, histories, fast, slow, step_seconds, shown=(1, 16, 256))
     return fig
 
 
-def seeds_figure(experiments, titles):
-    """Per-seed final losses of every method, one panel an experiment (a strip of dots a method).
+def seeds_figure(experiments, titles, ylabel="loss on all points, last quarter of the time"):
+    """Per-seed scores of every method, one panel an experiment (a strip of dots a method).
 
     ``experiments``: :class:`pargrad.book.experiments.Experiment` objects;
-    a line joins each method's median.  Drawn in the chapter "Communicating rarely in depth".
+    a bar marks each method's median; ``ylabel`` names the score.  Drawn in the chapter "Communicating rarely in depth".
     """
     fig, axes = plt.subplots(1, len(experiments), figsize=(5 * len(experiments), 3.8),
                              squeeze=False)
@@ -614,7 +614,7 @@ def seeds_figure(experiments, titles):
             ax.plot(i + jitter, scores, "o", ms=3, alpha=0.6)
             ax.plot([i - 0.25, i + 0.25], [np.median(scores)] * 2, "k-", lw=2)
         ax.set_xticks(range(len(names)), [n.replace(", ", "\n") for n in names], fontsize=9)
-        ax.set(yscale="log", title=title, ylabel="loss on all points at the end")
+        ax.set(yscale="log", title=title, ylabel=ylabel)
         ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
     return fig

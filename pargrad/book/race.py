@@ -457,3 +457,42 @@ def stored_sweep(name):
                                  "sync_vs_async_virtual_held_out"))
     return json.loads(importlib.resources.files("pargrad.book").joinpath(
         "data", f"{name}.json").read_text())
+
+
+def stored_results(stored):
+    """The races of a :func:`stored_sweep`, their curves as float arrays: what the verdicts take.
+
+    Taught in the chapter "Sync vs async in the same time".
+    """
+    curves = ("time", "accuracy", "loss")
+    return [{**r, **{k: np.array(r[k], float) for k in curves if k in r}}
+            for r in stored["results"]]
+
+
+def stored_sweep_method(stored, scenario, method, target=None):
+    """One (scenario, method) of a :func:`stored_sweep`'s rate sweep as a harness method.
+
+    An :class:`pargrad.book.experiments.Method` over the stored rates whose
+    run reads each tuning seed's time to ``target`` (default: the one the
+    sweep was scored by) from the file (``inf`` where it never got there)
+    instead of training, so that the book's rule
+    (:func:`pargrad.book.experiments.sweep`) can be applied to the file
+    again.  Shown in the chapter "The race in depth".
+    """
+    from pargrad.book.experiments import Method
+
+    targets = stored["settings"]["targets"]
+    target = stored["settings"]["sweep_target"] if target is None else target
+    if target not in targets:
+        raise ValueError(f"target must be one of the file's targets {targets}, got {target!r}.")
+    column = targets.index(target)
+    kept = {(r["learning_rate"], r["seed"]): r["time_to_target"][column]
+            for r in stored["sweep"] if (r["scenario"], r["method"]) == (scenario, method)}
+    if not kept:
+        raise ValueError(f"the file holds no sweep of {method!r} in {scenario!r}; pass one of "
+                         f"{sorted({(r['scenario'], r['method']) for r in stored['sweep']})}.")
+
+    def run(rate, seeds):
+        return [np.inf if kept[rate, int(s)] is None else kept[rate, int(s)] for s in seeds]
+
+    return Method(method, run, sorted({rate for rate, _ in kept}))

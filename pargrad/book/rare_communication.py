@@ -14,10 +14,12 @@ the chapter's problem:
   the links :data:`FAST` and :data:`SLOW`, one slow worker in
   :data:`SPEEDS`);
 * the scores: :func:`final_losses` after a budget of local steps,
-  :func:`losses_in_time` after a budget of virtual time, charged as
-  :class:`pargrad.LocalSGDHistory` charges it, and
-  :func:`async_losses_in_time` for asynchronous SGD on the same shards and
-  the same clock;
+  :func:`last_quarter_losses` over the last quarter of the rounds (the
+  dial), and the race's mean loss over the last quarter of a budget of
+  virtual time, on the curves of :func:`curve_in_time` (charged as
+  :class:`pargrad.LocalSGDHistory` charges it) and
+  :func:`async_curve_in_time` (asynchronous SGD on the same shards and the
+  same clock);
 * the experiment sets, their stored sweeps (:func:`measure_sweeps`,
   :func:`experiment_at_stored_rates`), and :func:`train_phase`, the
   trainer's side of workers that leave and join across processes.
@@ -67,6 +69,7 @@ SPEEDS = (1.0, 1.0, 1.0, 1 / 3)                 # one worker of four 3 times slo
 LOCAL_STEPS = 16                                # H of DiLoCo when workers leave and join
 CHURN_PHASES = ((3, 8), (2, 8), (3, 8))         # (workers, rounds): one leaves, one joins
 SYNC_STEPS_IN_BUDGET = 256                      # the race's time: this many synchronous steps
+RACE_SCORES = ("last quarter", "final point")   # the race's score, and the one it replaced
 STORED = "rare_communication_sweeps"
 
 
@@ -205,14 +208,16 @@ def round_seconds(local_steps, link, step_seconds, slowest=1.0, replicas=REPLICA
             + cost.ring_all_reduce_time(parameter_bytes, replicas, link))
 
 
-def losses_in_time(rate, seeds, local_steps, budget, link, step_seconds, slowest=1.0,
-                   outer=replay.AVERAGE, replicas=REPLICAS, outer_rate=replay.OUTER_RATE,
-                   momentum=replay.OUTER_MOMENTUM):
-    """Loss on all points after the rounds that end within ``budget`` virtual seconds, one a seed.
+def curve_in_time(rate, seeds, local_steps, budget, link, step_seconds, slowest=1.0,
+                  outer=replay.AVERAGE, replicas=REPLICAS, outer_rate=replay.OUTER_RATE,
+                  momentum=replay.OUTER_MOMENTUM):
+    """Loss on all points at the start and after every round that ends within ``budget`` seconds.
 
-    Every round waits for the slowest replica (``slowest`` times
-    ``step_seconds`` a step) and pays one all-reduce on ``link``
-    (:func:`round_seconds`); ``local_steps = 1`` with :data:`pargrad.book.replay.AVERAGE` is
+    Returns ``(times, losses)``: the virtual time of each point (0, then the
+    end of each round) and the losses, ``(rounds + 1, seeds)``.  Every round
+    waits for the slowest replica (``slowest`` times ``step_seconds`` a
+    step) and pays one all-reduce on ``link`` (:func:`round_seconds`);
+    ``local_steps = 1`` with :data:`pargrad.book.replay.AVERAGE` is
     synchronous SGD; ``outer_rate`` and ``momentum`` set DiLoCo's outer
     step.  Taught in the chapter "Communicating rarely".
     """
@@ -221,9 +226,11 @@ def losses_in_time(rate, seeds, local_steps, budget, link, step_seconds, slowest
     if rounds < 1:
         raise ValueError(f"budget must fit one round of {one_round:.3g} s, got {budget!r} s; "
                          "give more time.")
-    _, losses = replay.train_rounds(replay.start(seeds, HIDDEN), problem_data(), replicas, rate,
-                                    local_steps, rounds, outer, outer_rate, momentum)
-    return losses[-1]
+    start = replay.start(seeds, HIDDEN)
+    _, losses = replay.train_rounds(start, problem_data(), replicas, rate, local_steps, rounds,
+                                    outer, outer_rate, momentum)
+    times = one_round * np.arange(rounds + 1)
+    return times, np.concatenate([[replay.full_loss(start.weights, *problem_data())], losses])
 
 
 def async_seconds_per_update(link, step_seconds, speed, parameter_bytes=PARAMETER_BYTES):
@@ -231,13 +238,14 @@ def async_seconds_per_update(link, step_seconds, speed, parameter_bytes=PARAMETE
     return step_seconds / speed + 2 * cost.message_time(parameter_bytes, link)
 
 
-def async_losses_in_time(rate, seeds, budget, link, step_seconds, speeds, data=None):
-    """Asynchronous SGD on the same shards and clock: loss on all points at ``budget``, one a seed.
+def async_curve_in_time(rate, seeds, budget, link, step_seconds, speeds, data=None):
+    """Asynchronous SGD on the same shards and clock: the loss at the start and after every update.
 
-    Each worker repeats: read the parameters, one full-shard gradient step
-    (``step_seconds / speed``), push it and pull the parameters (two messages
-    on ``link``).  The order of updates is
-    :func:`pargrad.scenario.virtual_schedule` (the virtual
+    Returns ``(times, losses)`` as :func:`curve_in_time` does, one point an
+    update that lands within ``budget``.  Each worker repeats: read the
+    parameters, one full-shard gradient step (``step_seconds / speed``),
+    push it and pull the parameters (two messages on ``link``).  The order
+    of updates is :func:`pargrad.scenario.virtual_schedule` (the virtual
     clock of :class:`pargrad.AsyncTrainer`) with those per-update times; the
     updates are applied by :func:`pargrad.book.replay.train_async`, whose
     worker ``w`` reads rows ``w::workers``: the data are interleaved first so
@@ -256,8 +264,10 @@ def async_losses_in_time(rate, seeds, budget, link, step_seconds, speeds, data=N
     schedule = {key: value[:done] for key, value in schedule.items()}
     interleave = lambda a: np.reshape(a, (workers, -1)).T.reshape(-1, 1)   # noqa: E731
     weights = replay.stacked_weights(seeds, HIDDEN)
-    return replay.train_async(weights, interleave(x[:, 0]), interleave(y[:, 0]), workers,
-                                schedule, rate)
+    _, losses = replay.train_async(weights, interleave(x[:, 0]), interleave(y[:, 0]), workers,
+                                   schedule, rate, record_loss=True)
+    times = np.concatenate([[0.0], schedule["time"]])
+    return times, np.concatenate([[replay.full_loss(weights, x, y)], losses])
 
 
 # ----------------------------------------------------------------------------
@@ -302,34 +312,45 @@ def race_budget(link):
     return SYNC_STEPS_IN_BUDGET * round_seconds(1, link, STEP_SECONDS, 1 / min(SPEEDS))
 
 
-def uneven_methods(link):
+def uneven_methods(link, score="last quarter"):
     """Synchronous, asynchronous, local SGD and DiLoCo with one slow worker, in the same time.
 
-    Each scores the loss on all points at :func:`race_budget` of ``link``,
-    each at its own best: local SGD with ``H`` swept with the rate
-    (:data:`RACE_H`), DiLoCo with ``H``, the rate and its outer step
-    (:data:`RACE_DILOCO_H`, :data:`RACE_OUTER_GRID`; at ``H = 1`` the outer
-    rate only rescales the inner one, so only outer rate 1 runs there, the
-    others score ``inf``); ``H = 1`` and momentum 0 are limits, not grid
-    edges.  Taught in the chapter "Communicating rarely".  Shown in the
-    chapter "Communicating rarely in depth".
+    Each scores the mean loss on all points over the last quarter of
+    :func:`race_budget` of ``link`` (:func:`pargrad.book.experiments.last_quarter_mean`
+    in time: DiLoCo's outer momentum swings, and a final point would judge
+    it wherever the swing stands), each at its own best: local SGD with
+    ``H`` swept with the rate (:data:`RACE_H`), DiLoCo with ``H``, the rate
+    and its outer step (:data:`RACE_DILOCO_H`, :data:`RACE_OUTER_GRID`; at
+    ``H = 1`` the outer rate only rescales the inner one, so only outer rate
+    1 runs there, the others score ``inf``); ``H = 1`` and momentum 0 are
+    limits, not grid edges.  ``score="final point"`` scores the loss at the
+    end of the budget instead, to show what the metric changes.  Taught in
+    the chapter "Communicating rarely".  Shown in the chapter "Communicating
+    rarely in depth".
     """
-    from pargrad.book.experiments import Method
+    from pargrad.book.experiments import Method, last_quarter_mean
 
+    check_choice("score", score, RACE_SCORES)
     budget, slowest = race_budget(link), 1 / min(SPEEDS)
     side = "fast" if link == FAST else "slow"
+
+    def scored(curve):
+        times, losses = curve
+        if score == "final point":
+            return losses[-1]
+        return last_quarter_mean(losses, times=times, budget=budget)
 
     def rounds_score(outer, steps=None):
         def score(rates, seeds, H=steps, outer_rate=1.0, momentum=0.0):
             if int(H) == 1 and outer_rate != 1.0:      # the same runs as outer rate 1
                 return np.full(len(seeds), np.inf)
-            return losses_in_time(rates, seeds, int(H), budget, link, STEP_SECONDS, slowest, outer,
-                                  outer_rate=as_kept(outer_rate, momentum)[0],
-                                  momentum=as_kept(outer_rate, momentum)[1])
+            return scored(curve_in_time(rates, seeds, int(H), budget, link, STEP_SECONDS, slowest,
+                                        outer, outer_rate=as_kept(outer_rate, momentum)[0],
+                                        momentum=as_kept(outer_rate, momentum)[1]))
         return score
 
-    asynchronous = lambda rates, seeds: async_losses_in_time(  # noqa: E731
-        rates, seeds, budget, link, STEP_SECONDS, SPEEDS)
+    asynchronous = lambda rates, seeds: scored(async_curve_in_time(  # noqa: E731
+        rates, seeds, budget, link, STEP_SECONDS, SPEEDS))
     local = Method("local SGD, H tuned", GridRunner(rounds_score(replay.AVERAGE), GRID),
                    grid={"rate": GRID, "H": RACE_H[side]}, limits={"H": (1,)})
     diloco = Method("DiLoCo, H tuned", GridRunner(rounds_score(replay.NESTEROV), GRID),
@@ -339,10 +360,13 @@ def uneven_methods(link):
             Method("async", GridRunner(asynchronous, GRID), GRID), local, diloco]
 
 
-def experiment_sets():
-    """The chapter's sets of methods by name: ``"dial"``, and the race on each link."""
-    return {"dial": dial_methods(), f"race, {FAST.name}": uneven_methods(FAST),
-            f"race, {SLOW.name}": uneven_methods(SLOW)}
+def experiment_sets(race_score="last quarter"):
+    """The chapter's sets of methods by name: ``"dial"``, and the race on each link.
+
+    ``race_score`` is the race's score (:data:`RACE_SCORES`, see :func:`uneven_methods`).
+    """
+    return {"dial": dial_methods(), f"race, {FAST.name}": uneven_methods(FAST, race_score),
+            f"race, {SLOW.name}": uneven_methods(SLOW, race_score)}
 
 
 def sweep_at_edge_too(method, seeds):
@@ -397,14 +421,16 @@ def stored_sweeps():
         "data", f"{STORED}.json").read_text())
 
 
-def experiment_at_stored_rates(set_name, seeds=None, stored=None, seed_set="page"):
+def experiment_at_stored_rates(set_name, seeds=None, stored=None, seed_set="page",
+                               race_score="last quarter"):
     """Run a set's methods on ``seeds`` at the best settings of a stored sweep: an ``Experiment``.
 
     ``seed_set`` picks the sweep (``"page"`` or ``"held_out"``, each made on
     its own tuning seeds) and the default seeds.  A stored best rate at the
     edge of a 1-D grid is refused; a grid method whose best touches an edge
-    is run and its edge kept (``stored_edges``).  Taught in the chapter
-    "Communicating rarely".  Shown in the chapter "Communicating rarely in depth".
+    is run and its edge kept (``stored_edges``).  ``race_score`` scores a
+    race (:func:`uneven_methods`).  Taught in the chapter "Communicating
+    rarely".  Shown in the chapter "Communicating rarely in depth".
     """
     from pargrad.book.experiments import Experiment, scores_as_array
 
@@ -415,7 +441,7 @@ def experiment_at_stored_rates(set_name, seeds=None, stored=None, seed_set="page
     seeds = replay.checked_seeds(SEED_SETS[seed_set][0] if seeds is None else seeds)
     grid = np.asarray(stored["grid"])
     scores, rates = {}, {}
-    for method in experiment_sets()[set_name]:
+    for method in experiment_sets(race_score)[set_name]:
         best = sweeps[set_name][method.name]["best"]
         if not isinstance(best, dict) and best in (grid[0], grid[-1]):
             raise ValueError(f"{method.name}: the stored best rate {best} is at the edge of the "
@@ -426,7 +452,7 @@ def experiment_at_stored_rates(set_name, seeds=None, stored=None, seed_set="page
     return Experiment(seeds, scores, rates, {})
 
 
-def replication_at_stored_rates(set_name, stored=None):
+def replication_at_stored_rates(set_name, stored=None, race_score="last quarter"):
     """The set on the page's seeds and on the held-out seeds, each at its own sweep's best.
 
     A :class:`pargrad.book.experiments.Replication`: its ``compare`` gives
@@ -435,7 +461,8 @@ def replication_at_stored_rates(set_name, stored=None):
     from pargrad.book.experiments import Replication
 
     stored = stored_sweeps() if stored is None else stored
-    return Replication(*(experiment_at_stored_rates(set_name, stored=stored, seed_set=which)
+    return Replication(*(experiment_at_stored_rates(set_name, stored=stored, seed_set=which,
+                                                    race_score=race_score)
                          for which in SEED_SETS))
 
 

@@ -46,11 +46,6 @@ STATED = {
 }
 
 
-def results_of(stored):
-    return [{**r, "time": np.array(r["time"]), "accuracy": np.array(r["accuracy"])}
-            for r in stored["results"]]
-
-
 def test_the_two_files_share_their_settings_but_no_seed():
     page, held_out = STORED["settings"], HELD_OUT["settings"]
     for key in ("budgets", "every", "targets", "grid_step", "batch_size", "methods"):
@@ -63,7 +58,7 @@ def test_the_two_files_share_their_settings_but_no_seed():
 
 @pytest.mark.parametrize("key", sorted(STATED))
 def test_the_stated_verdicts_replicate_on_the_held_out_file(key):
-    page, held_out = results_of(STORED), results_of(HELD_OUT)
+    page, held_out = race.stored_results(STORED), race.stored_results(HELD_OUT)
     scenario, first, second = key
     for target, stated in zip(TARGETS, STATED[key]):
         verdict = race.paired_verdict(page, scenario, first, second, target, held_out=held_out)
@@ -79,16 +74,12 @@ def test_every_stored_rate_is_the_fair_choice_inside_its_grid(name):
     tuning = settings["tuning_seeds"]
     for scenario, chosen in settings["best_rates"].items():
         for method, best in chosen.items():
-            kept = {(r["learning_rate"], r["seed"]): r["time_to_target"][-1]
-                    for r in stored["sweep"]
-                    if (r["scenario"], r["method"]) == (scenario, method)}
-            rates = sorted({rate for rate, _ in kept})
+            swept = race.stored_sweep_method(stored, scenario, method)
             # evenly spaced (the file keeps a sweep's rates to six decimals)
-            assert np.allclose(np.diff(np.log(rates)), np.log(settings["grid_step"]), atol=1e-4)
-            run = lambda rate, seeds: [np.inf if kept[rate, s] is None else kept[rate, s]  # noqa: E731
-                                       for s in seeds]
+            assert np.allclose(np.diff(np.log(swept.settings())), np.log(settings["grid_step"]),
+                               atol=1e-4)
             # refuses a plateau at an end of the grid, so every sweep settled
-            fair = experiments.sweep(experiments.Method(method, run, rates), tuning)
+            fair = experiments.sweep(swept, tuning)
             assert np.isclose(best, fair.best, rtol=1e-5), (scenario, method)
 
 
