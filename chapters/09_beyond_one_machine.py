@@ -351,7 +351,7 @@ assert set(worker[after].tolist()) == {0}
 # checkpoint directory is on shared storage; here it is a temporary
 # directory.
 #
-# We run 300 steps and kill worker 1 once a worker reports step 175. So that
+# We run 300 steps and kill worker 1 once worker 0 reports step 175. So that
 # we can aim, every worker pauses a fifth of a second after each report of
 # 25 steps, as if the steps took real time:
 
@@ -361,7 +361,7 @@ settings = {"steps": STEPS, "dtype": "float64", "deterministic": True,
             "checkpoint_dir": checkpoints, "checkpoint_every": 150, "seconds_between_reports": 0.2}
 started = time.monotonic()
 with LocalCluster(train_parabola_multiworker, workers=2, kwargs=settings, timeout=120) as first:
-    first.wait_for("step 175")
+    first.wait_for("step 175", index=0)    # worker 0's line: the figure follows worker 0
     killed_at = first.kill("worker", 1, expected=False)   # a crash, as far as the job knows
     try:
         first.wait()
