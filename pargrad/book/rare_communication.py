@@ -20,7 +20,7 @@ the chapter's problem:
   :class:`pargrad.LocalSGDHistory` charges it) and
   :func:`async_curve_in_time` (asynchronous SGD on the same shards and the
   same clock);
-* the experiment sets, their stored sweeps (:func:`measure_sweeps`,
+* the experiment sets, their stored sweeps (:func:`measure_sweep`,
   :func:`experiment_at_stored_rates`), and :func:`train_phase`, the
   trainer's side of workers that leave and join across processes.
 
@@ -226,11 +226,11 @@ def curve_in_time(rate, seeds, local_steps, budget, link, step_seconds, slowest=
     if rounds < 1:
         raise ValueError(f"budget must fit one round of {one_round:.3g} s, got {budget!r} s; "
                          "give more time.")
-    start = replay.start(seeds, HIDDEN)
-    _, losses = replay.train_rounds(start, problem_data(), replicas, rate, local_steps, rounds,
-                                    outer, outer_rate, momentum)
+    start, data = replay.start(seeds, HIDDEN), problem_data()
+    _, losses = replay.train_rounds(start, data, replicas, rate, local_steps, rounds, outer,
+                                    outer_rate, momentum)
     times = one_round * np.arange(rounds + 1)
-    return times, np.concatenate([[replay.full_loss(start.weights, *problem_data())], losses])
+    return times, np.concatenate([[replay.full_loss(start.weights, *data)], losses])
 
 
 def async_seconds_per_update(link, step_seconds, speed, parameter_bytes=PARAMETER_BYTES):
@@ -341,13 +341,13 @@ def uneven_methods(link, score="last quarter"):
         return last_quarter_mean(losses, times=times, budget=budget)
 
     def rounds_score(outer, steps=None):
-        def score(rates, seeds, H=steps, outer_rate=1.0, momentum=0.0):
+        def run(rates, seeds, H=steps, outer_rate=1.0, momentum=0.0):
             if int(H) == 1 and outer_rate != 1.0:      # the same runs as outer rate 1
                 return np.full(len(seeds), np.inf)
             return scored(curve_in_time(rates, seeds, int(H), budget, link, STEP_SECONDS, slowest,
                                         outer, outer_rate=as_kept(outer_rate, momentum)[0],
                                         momentum=as_kept(outer_rate, momentum)[1]))
-        return score
+        return run
 
     asynchronous = lambda rates, seeds: scored(async_curve_in_time(  # noqa: E731
         rates, seeds, budget, link, STEP_SECONDS, SPEEDS))
