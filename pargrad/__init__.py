@@ -31,7 +31,7 @@ from pargrad.numerics import rounding_tolerance, unit_roundoff  # noqa: E402
 from pargrad.scenario import Scenario, random_delay  # noqa: E402
 from pargrad.strategies import DevicesNotReadyError, choose_cross_device_ops, sync_strategy  # noqa: E402
 from pargrad.sync import SyncHistory, SyncTrainer  # noqa: E402
-from pargrad.training import (  # noqa: E402
+from pargrad.losses import (  # noqa: E402
     NonFiniteDataError,
     NonFiniteLossError,
     per_example_loss,

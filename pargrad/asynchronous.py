@@ -43,11 +43,9 @@ import keras  # noqa: E402  (after the quiet TensorFlow import)
 from pargrad.checks import (  # noqa: E402
     check_choice, check_flag, check_positive, check_whole_number,
 )
-from pargrad.data import validation_arrays  # noqa: E402
+from pargrad.data import prepare_arrays, validation_arrays  # noqa: E402
+from pargrad.losses import check_finite_loss, keras_metrics, mean_loss  # noqa: E402
 from pargrad.scenario import Scenario, check_scenario, virtual_clock  # noqa: E402
-from pargrad.training import (  # noqa: E402
-    check_finite_loss, keras_metrics, per_example_loss, prepare_arrays,
-)
 
 MODES = ("scheduled", "free-running")
 HISTORY_KEYS = (
@@ -137,7 +135,7 @@ class AsyncTrainer:
     active) and its own copy of the model's non-trainable state (Dropout's
     seeds, BatchNorm's statistics; the float state is averaged into the
     model after :meth:`fit`).  ``loss`` takes the forms SyncTrainer takes
-    (:func:`pargrad.training.per_example_loss`: a Keras loss name or object,
+    (:func:`pargrad.losses.per_example_loss`: a Keras loss name or object,
     or a function ``loss(y, predictions)`` returning one value per example
     or the batch's mean); targets of shape ``(N,)`` for one output are
     aligned as Keras aligns them.  A worker's loss is the mean over its
@@ -429,7 +427,7 @@ class AsyncTrainer:
         With a ``staleness_bound`` a worker that is too far ahead waits
         before it reads (on the virtual clock, or really, on a condition).
         ``x`` and ``y`` are arrays (or lists), cast as
-        :func:`pargrad.training.prepare_arrays` casts them;
+        :func:`pargrad.data.prepare_arrays` casts them;
         ``validation_data`` is a pair ``(x_val, y_val)`` on which the loss
         (in inference mode, with ``model.losses``) and the trainer's
         ``metrics`` are computed at the end of the fit and, with
@@ -748,35 +746,6 @@ def delay_compensated(gradients, now, read, strength):
     "Stale gradients in depth".
     """
     return [g + strength * g * g * (w - r) for g, w, r in zip(gradients, now, read)]
-
-
-def mean_loss(loss):
-    """A function ``f(y, predictions)``: the batch's mean loss, from any ``loss=`` form.
-
-    The forms are :func:`pargrad.training.per_example_loss`'s (None, a Keras
-    loss name or object, a function), with its rule for target shapes.  A
-    function that returns a scalar, the batch's mean already (the book's
-    ``pargrad.book.parabola.squared_error``), is used as it returned it: the mean of
-    ``batch`` copies of a float32 number is not always that number to the
-    last bit, and the chapters' runs repeat bit for bit.
-    """
-    per_example = per_example_loss(loss)  # refuses what is not a loss, saying what to pass
-    if loss is None or isinstance(loss, (str, keras.losses.Loss)):
-        return lambda y, predictions: tf.reduce_mean(per_example(y, predictions))
-    returned = []
-
-    def remembered(y, predictions):  # per_example_loss calls it after aligning y
-        returned.append(loss(y, predictions))
-        return returned[-1]
-
-    per_example = per_example_loss(remembered)
-
-    def mean(y, predictions):
-        values = per_example(y, predictions)
-        value = tf.convert_to_tensor(returned.pop())
-        return value if value.shape.rank == 0 else tf.reduce_mean(values)
-
-    return mean
 
 
 def hold_core(seconds, stop=None):

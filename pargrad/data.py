@@ -1,6 +1,13 @@
-"""Where a fit's batches come from, in which order, and where training stands.
+"""A fit's data: arrays cast for the model, where batches come from, and where training stands.
 
-Taught in the chapter "Your own model".  This module plays the part of
+Taught in the chapter "Your own model".  Every cast of a reader's data
+happens here: :func:`prepare_arrays` checks arrays and casts features to the
+model's input dtype (:func:`input_dtype`) and floating-point targets to the
+dtype its loss is computed in (:func:`loss_dtype`), with an error that says
+what to pass for anything it cannot read.  The losses those data reach, and
+the checks for NaN and infinity, are in :mod:`pargrad.losses`.
+
+Beyond the casts, this module plays the part of
 Keras's ``EpochIterator`` (``keras/src/trainers/epoch_iterator.py``) for the
 book's trainers: it turns what ``fit`` was given into the *calls* of a step
 function, one :class:`Call` per ``tf.function`` call, and keeps the
@@ -46,14 +53,130 @@ from pargrad._quiet import import_tensorflow_quietly
 
 tf = import_tensorflow_quietly()
 
+import keras  # noqa: E402  (after the quiet TensorFlow import)
+
 from pargrad.checks import ArgumentTypeError, check_whole_number  # noqa: E402
-from pargrad.training import (  # noqa: E402
+from pargrad.losses import (  # noqa: E402
     NonFiniteDataError,
+    check_finite_data,
     first_non_finite_row,
-    input_dtype,
-    loss_dtype,
-    prepare_arrays,
 )
+
+
+# ----------------------------------------------------------------------------
+# Arrays cast for a model (what every trainer's fit does first)
+# ----------------------------------------------------------------------------
+
+def _keras_dtype(dtype):
+    return tf.as_dtype(keras.backend.standardize_dtype(dtype))
+
+
+def input_dtype(model):
+    """The dtype of the model's (first) ``keras.Input``, or None if it has none (subclassed).
+
+    Taught in the chapter "Your own model".
+    """
+    inputs = getattr(model, "inputs", None)
+    try:
+        return _keras_dtype(inputs[0].dtype) if inputs else None
+    except (AttributeError, ValueError, TypeError):
+        return None
+
+
+def loss_dtype(model):
+    """The dtype the loss is computed in: the model's output dtype, float32 for half types.
+
+    Taught in the chapter "Your own model".
+    """
+    outputs = getattr(model, "outputs", None)
+    dtype = None
+    try:
+        if outputs:
+            dtype = _keras_dtype(outputs[0].dtype)
+    except (AttributeError, ValueError):
+        dtype = None
+    if dtype is None or not dtype.is_floating:
+        dtype = _keras_dtype(model.compute_dtype)
+    return tf.float32 if dtype in (tf.float16, tf.bfloat16) else dtype
+
+
+def _as_array(data, name):
+    several = isinstance(data, (list, tuple)) and any(
+        isinstance(item, (np.ndarray, tf.Tensor)) for item in data)
+    if isinstance(data, dict) or several:
+        raise TypeError(
+            f"{name} must be one array (examples along the first axis), got a "
+            f"{type(data).__name__} of arrays; for a model with several inputs or outputs, "
+            "pass a tf.data.Dataset of (features, targets) batches."
+        )
+    if isinstance(data, tf.Tensor):
+        data = data.numpy()
+    try:
+        array = np.asarray(data)
+    except ValueError as error:
+        raise ValueError(
+            f"{name} could not be read as one array ({error}); pass a NumPy array whose "
+            "first axis is the examples, with the same shape for every example."
+        ) from None
+    if array.dtype == object:
+        raise TypeError(
+            f"{name} holds Python objects (rows of different lengths, or mixed types); pass a "
+            "NumPy array of numbers with the same shape for every example."
+        )
+    if array.ndim == 0:
+        raise ValueError(f"{name} is a single number; pass an array with one row per example.")
+    return array
+
+
+def prepare_arrays(x, y, model, finite_hint=None):
+    """``(x, y)`` as NumPy arrays the trainers can use, or a clear error.
+
+    Features are cast to the model's input dtype (:func:`input_dtype`);
+    floating-point targets to the dtype the loss is computed in
+    (:func:`loss_dtype`); integer and boolean targets are kept, because a
+    sparse loss wants integer labels (the default squared error casts them
+    to the prediction's dtype itself).  Unless ``finite_hint`` is None, a
+    NaN or inf in ``x`` or ``y`` raises :class:`NonFiniteDataError` naming
+    its row, with ``finite_hint`` (how to opt out) in the message.  Taught in
+    the chapter "Your own model".
+    """
+    x, y = _as_array(x, "x"), _as_array(y, "y")
+    if finite_hint is not None:
+        check_finite_data(x, y, finite_hint)
+    if len(x) == 0:
+        raise ValueError("x has no examples; pass at least one example (one row of x and y).")
+    if len(x) != len(y):
+        raise ValueError(
+            f"x has {len(x)} examples but y has {len(y)}; pass one target row per example.")
+    features = input_dtype(model)
+    if features == tf.string:
+        if x.dtype.kind not in "US":
+            raise TypeError(f"The model takes strings, but x holds {x.dtype}; pass text.")
+        return x, _cast_targets(y, model)
+    if x.dtype.kind not in "biuf":
+        raise TypeError(
+            f"x holds {x.dtype} values, not numbers; convert the features to numbers first "
+            "(for example with keras.layers.StringLookup or TextVectorization outside the "
+            "model), or give the model a keras.Input(dtype='string')."
+        )
+    if features is None:             # no keras.Input: floats to the loss's dtype, ints kept
+        features = loss_dtype(model) if x.dtype.kind == "f" else tf.as_dtype(x.dtype)
+    if x.dtype != features.as_numpy_dtype:
+        x = x.astype(features.as_numpy_dtype)
+    return x, _cast_targets(y, model)
+
+
+def _cast_targets(y, model):
+    if y.dtype.kind not in "biuf":
+        raise TypeError(
+            f"y holds {y.dtype} values, not numbers; encode the targets as numbers (class "
+            "labels as integers 0..C-1)."
+        )
+    if y.dtype.kind == "f":
+        target = loss_dtype(model).as_numpy_dtype
+        if y.dtype != target:
+            y = y.astype(target)
+    return y
 
 
 # ----------------------------------------------------------------------------
@@ -157,8 +280,8 @@ class Feed:
 
     ``host``: the device string of the host (the data stay there, each
     replica gathers its rows); ``features``/``targets``: the dtypes of
-    :func:`pargrad.training.input_dtype` (None: keep) and
-    :func:`pargrad.training.loss_dtype`; a global batch must split into
+    :func:`input_dtype` (None: keep) and
+    :func:`loss_dtype`; a global batch must split into
     ``replicas x accumulation_steps`` equal parts; ``finite_hint``: how to
     opt out of the finite-data check, named in its error (None: no check).
     """

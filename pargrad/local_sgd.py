@@ -64,7 +64,7 @@ from pargrad.strategies import (  # noqa: E402
     gather_from_replicas,
     host_device,
 )
-from pargrad.training import NonFiniteLossError, per_example_loss  # noqa: E402
+from pargrad.losses import NonFiniteLossError, per_example_loss  # noqa: E402
 
 DATA_HINT = "LocalSGDTrainer checks the data before the first round."
 

@@ -21,9 +21,9 @@ devices, backup workers) is a subclass in the book's layer,
 instruments around the same lines and sets its per-step plan in the one
 hook of a call, :meth:`SyncTrainer._before_step`.  What a reader's own
 model and data need before the first step (targets shaped as Keras shapes
-them, dtypes, the loss by name, clear errors) is in :mod:`pargrad.training`,
-shared with the asynchronous trainer; which batches come next, and where
-training stands, in :mod:`pargrad.data`; the callbacks, the records and the
+them, the loss by name, clear errors) is in :mod:`pargrad.losses`,
+shared with the other trainers; the casts of the data, which batches come
+next, and where training stands, in :mod:`pargrad.data`; the callbacks, the records and the
 progress bar in :mod:`pargrad.loop`; the strategy in
 :mod:`pargrad.strategies`.  This module never imports the book.
 
@@ -94,7 +94,7 @@ from pargrad.data import (  # noqa: E402
     validation_source,
 )
 from pargrad.loop import StoppedCall, fit_loop  # noqa: E402
-from pargrad.training import (  # noqa: E402
+from pargrad.losses import (  # noqa: E402
     NonFiniteLossError,
     keras_metrics,
     per_example_loss,
@@ -188,7 +188,7 @@ class SyncTrainer(tf.Module):
     * ``loss``: ``None`` (squared error summed over outputs, the y = x²
       question's loss), a Keras loss name (``"mse"``), a ``keras.losses.Loss``
       instance, or ``loss(y, prediction)`` returning one loss per example; see
-      :func:`pargrad.training.per_example_loss` for how targets are shaped
+      :func:`pargrad.losses.per_example_loss` for how targets are shaped
       (as Keras does: ``y`` of shape ``(N,)`` fits a one-output model).
     * ``optimizer``: a Keras optimizer created inside ``strategy.scope()``;
       default plain gradient descent (``keras.optimizers.SGD``) with
@@ -629,7 +629,7 @@ class SyncTrainer(tf.Module):
           shards, one a replica (and ``accumulation_steps`` micro-batches
           within a shard).  Features are cast to the model's input dtype,
           float targets to its output dtype
-          (:func:`pargrad.training.prepare_arrays`).
+          (:func:`pargrad.data.prepare_arrays`).
         * a ``tf.data.Dataset`` of ``(features, targets)`` global batches as
           ``x`` (no ``y``, no ``batch_size``): every batch is read on this
           process's host by a plain iterator and cut into shards the same

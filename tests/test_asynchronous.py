@@ -20,7 +20,7 @@ from pargrad.book.lost_updates import lost_updates
 from pargrad.book.parabola import parabola_data, parabola_model, squared_error
 from pargrad.numerics import rounding_tolerance
 from pargrad.scenario import SCHEDULE_KEYS, Scenario, virtual_schedule
-from pargrad.training import NonFiniteDataError, NonFiniteLossError
+from pargrad.losses import NonFiniteDataError, NonFiniteLossError
 
 from linear_problem import linear_data, linear_model, mse, numpy_gradient
 

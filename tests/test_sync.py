@@ -19,7 +19,7 @@ from pargrad.cluster import LocalCluster
 from pargrad.scenario import Scenario
 from pargrad.strategies import sync_strategy
 from pargrad.sync import SyncTrainer
-from pargrad.training import NonFiniteDataError, NonFiniteLossError
+from pargrad.losses import NonFiniteDataError, NonFiniteLossError
 from pargrad.book.instruments import InstrumentedSyncTrainer
 from pargrad.book.parabola import fit_one_device, parabola_data, parabola_model, train_parabola
 
@@ -1023,18 +1023,6 @@ def test_no_iterator_survives_a_failing_fit():
     gc.collect()
     assert not [o for o in gc.get_objects() if isinstance(o, tf.data.Iterator)]
     assert t.position.numbers()["epoch_step"] == 2
-
-
-@pytest.mark.usefixtures("deterministic_ops")
-def test_what_a_loss_function_returns_is_read_as_keras_reads_it():
-    """a scalar is the batch's mean; extra axes are averaged per example."""
-    y, prediction = tf.constant([[1.0], [3.0]]), tf.constant([[0.0], [0.0]])
-    scalar = pargrad.per_example_loss(lambda t, p: tf.reduce_mean(tf.square(t - p)))
-    np.testing.assert_allclose(scalar(y, prediction).numpy(), [5.0, 5.0])
-    per_output = pargrad.per_example_loss(lambda t, p: tf.square(t - p))    # shape (2, 1)
-    np.testing.assert_allclose(per_output(y, prediction).numpy(), [1.0, 9.0])
-    flat = pargrad.per_example_loss("mse")(tf.constant([1.0, 3.0]), prediction)  # y of (N,)
-    np.testing.assert_allclose(flat.numpy(), [1.0, 9.0])
 
 
 @pytest.mark.usefixtures("deterministic_ops")

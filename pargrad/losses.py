@@ -1,68 +1,24 @@
-"""What every trainer needs before its first step: checked input, a per-example loss, finite losses.
+"""Losses and their checks: one loss per example, the batch's mean, metrics, finite values.
 
-Taught in the chapter "Your own model".  The book's trainers
-(:class:`pargrad.sync.SyncTrainer`, :class:`pargrad.asynchronous.AsyncTrainer`)
-compute exactly what they claim on the book's inputs; this module makes a
-reader's own model and data reach them in the form they expect, as Keras's
-``fit`` would, or stops with an error that says what to pass instead.  It is
-part of the library and never imports the book.
+Taught in the chapter "Your own model".  Every trainer
+(:class:`pargrad.SyncTrainer`, :class:`pargrad.AsyncTrainer`,
+:class:`pargrad.LocalSGDTrainer`) resolves its ``loss=`` here, checks its
+``metrics=`` here, and stops here on a NaN or an infinity, in the data or
+in a loss, with an error that says what to do.  How data are read and cast
+before they reach a loss is in :mod:`pargrad.data`.
 
-The interface (stable; both trainers use it):
+* :func:`per_example_loss`: a trainer's ``loss=`` (None, a Keras loss name
+  or object, a function) as ``f(y, prediction)`` with one value per
+  example, targets aligned by Keras's rule (:func:`align_targets`);
+  :func:`mean_loss`: the batch's mean, from the same forms;
+  :func:`squared_error_per_example`: the y = x² question's loss.
+* :func:`keras_metrics`: the one check of a ``metrics=`` argument.
+* :class:`NonFiniteLossError` (a ``FloatingPointError`` naming the
+  ``step``, ``who`` and ``loss``) and :func:`check_finite_loss`;
+  :class:`NonFiniteDataError` (a ``ValueError`` naming ``where``),
+  :func:`check_finite_data` and :func:`first_non_finite_row`.
 
-``NonFiniteLossError(step, who, loss, hint="")``
-    A ``FloatingPointError`` raised when a loss is NaN or infinite.  Its
-    attributes ``step`` (the update that produced it, counted from 0),
-    ``who`` (for example ``"replica 1"`` or ``"worker 0"``) and ``loss`` (the
-    value) name the culprit; its message says what to check (learning
-    rate, data) and ``hint`` how to opt out of the check in that trainer.
-
-``check_finite_loss(loss, step, who, hint="")``
-    Raise :class:`NonFiniteLossError` unless the number ``loss`` is finite.
-
-``per_example_loss(loss)``
-    Resolve a trainer's ``loss=`` argument into a function
-    ``f(y, prediction)`` that returns one loss per example, shape ``(batch,)``.
-    Accepted: ``None`` (the book's squared error summed over outputs), a
-    string that ``keras.losses.get`` knows (``"mse"``,
-    ``"sparse_categorical_crossentropy"``, ...), a ``keras.losses.Loss``
-    instance (its unreduced values, from its ``call``), or any callable
-    ``loss(y, prediction)``.  See its docstring for the shape rules.
-
-``align_targets(y, prediction)``
-    Keras's rank rule: when ``y`` and ``prediction`` differ in rank by one
-    and the larger has a trailing axis of size 1, expand (a rank-1 ``y``)
-    or squeeze it, so ``y`` of shape ``(N,)`` and a one-output model train as
-    Keras ``fit(loss="mse")`` does.
-
-``prepare_arrays(x, y, model)`` -> ``(x, y)``
-    NumPy arrays checked and cast: features to the model's input dtype,
-    floating-point targets to the dtype the loss is computed in (the
-    model's output dtype, float32 for float16/bfloat16 outputs), integer and
-    boolean targets kept (sparse losses want them).  Clear errors for empty
-    data, a length mismatch, non-numeric features (unless the model takes
-    strings), and structures it cannot read.
-
-``NonFiniteDataError(where, value, hint="")``, ``check_finite_data(x, y, hint="")``
-    A ``ValueError`` for a NaN or inf in the data themselves, raised before
-    any update uses them; ``where`` names the row (arrays) or the step (a
-    dataset's batch).  ``prepare_arrays(..., finite_hint=...)`` checks arrays.
-
-``input_dtype(model)``, ``loss_dtype(model)``
-    The dtypes :func:`prepare_arrays` casts to (``input_dtype`` is None for a
-    model without a ``keras.Input``: then float features go to ``loss_dtype``).
-
-``keras_metrics(metrics, advice="")`` -> ``list``
-    The one check of a ``metrics=`` argument: Keras metric objects (one
-    alone becomes a list), anything else a ``TypeError`` saying what to pass.
-
-``TrainingPosition(name)`` (in :mod:`pargrad.data`)
-    A ``tf.Module`` of int64 variables that say where training stands:
-    ``step`` (updates applied), ``epoch`` (epochs completed), ``epoch_step``
-    (updates into the current epoch), ``position`` (examples into the
-    current pass over in-memory arrays, or batches into a dataset read by
-    steps) and ``seed`` (the shuffling seed, -1 until one is drawn).  A trainer keeps one and tracks it,
-    so ``tf.train.Checkpoint(model=..., optimizer=..., trainer=trainer)``
-    saves where the next batch starts, and a resumed run continues exactly.
+Part of the library; it never imports the book.
 """
 
 import math
@@ -155,7 +111,10 @@ def first_non_finite_row(array):
 
 
 def check_finite_data(x, y, hint="", name=("x", "y")):
-    """Raise :class:`NonFiniteDataError` naming the first row of ``x`` or ``y`` with a NaN or inf."""
+    """Raise :class:`NonFiniteDataError` naming the first row of ``x`` or ``y`` with a NaN or inf.
+
+    Taught in the chapter "Your own model".
+    """
     for label, array in zip(name, (x, y)):
         found = first_non_finite_row(array)
         if found is not None:
@@ -163,7 +122,10 @@ def check_finite_data(x, y, hint="", name=("x", "y")):
 
 
 def check_finite_loss(loss, step, who, hint=""):
-    """Raise :class:`NonFiniteLossError` unless ``loss`` (a number) is finite."""
+    """Raise :class:`NonFiniteLossError` unless ``loss`` (a number) is finite.
+
+    Taught in the chapter "Your own model".
+    """
     if not math.isfinite(float(loss)):
         raise NonFiniteLossError(step, who, loss, hint)
 
@@ -173,7 +135,10 @@ def check_finite_loss(loss, step, who, hint=""):
 # ----------------------------------------------------------------------------
 
 def squared_error_per_example(y, prediction):
-    """The y = x² question's loss for each example: the squared error summed over outputs."""
+    """The y = x² question's loss for each example: the squared error summed over outputs.
+
+    Taught in the chapter "The training loop".
+    """
     return tf.reduce_sum(tf.square(y - prediction), axis=-1)
 
 
@@ -182,7 +147,8 @@ def align_targets(y, prediction):
 
     The same rule as Keras's losses (``squeeze_or_expand_to_same_rank``):
     a trailing axis of size 1 on the larger one is squeezed, or a rank-1
-    other side is expanded.  Anything else is returned unchanged.
+    other side is expanded.  Anything else is returned unchanged.  Taught in
+    the chapter "Your own model".
     """
     y_rank, p_rank = y.shape.rank, prediction.shape.rank
     if y_rank is None or p_rank is None or y_rank == p_rank:
@@ -316,111 +282,31 @@ def per_example_loss(loss):
     return loss_per_example
 
 
-# ----------------------------------------------------------------------------
-# The data
-# ----------------------------------------------------------------------------
+def mean_loss(loss):
+    """A function ``f(y, predictions)``: the batch's mean loss, from any ``loss=`` form.
 
-def _keras_dtype(dtype):
-    return tf.as_dtype(keras.backend.standardize_dtype(dtype))
-
-
-def input_dtype(model):
-    """The dtype of the model's (first) ``keras.Input``, or None if it has none (subclassed)."""
-    inputs = getattr(model, "inputs", None)
-    try:
-        return _keras_dtype(inputs[0].dtype) if inputs else None
-    except (AttributeError, ValueError, TypeError):
-        return None
-
-
-def loss_dtype(model):
-    """The dtype the loss is computed in: the model's output dtype, float32 for half types."""
-    outputs = getattr(model, "outputs", None)
-    dtype = None
-    try:
-        if outputs:
-            dtype = _keras_dtype(outputs[0].dtype)
-    except (AttributeError, ValueError):
-        dtype = None
-    if dtype is None or not dtype.is_floating:
-        dtype = _keras_dtype(model.compute_dtype)
-    return tf.float32 if dtype in (tf.float16, tf.bfloat16) else dtype
-
-
-def _as_array(data, name):
-    several = isinstance(data, (list, tuple)) and any(
-        isinstance(item, (np.ndarray, tf.Tensor)) for item in data)
-    if isinstance(data, dict) or several:
-        raise TypeError(
-            f"{name} must be one array (examples along the first axis), got a "
-            f"{type(data).__name__} of arrays; for a model with several inputs or outputs, "
-            "pass a tf.data.Dataset of (features, targets) batches."
-        )
-    if isinstance(data, tf.Tensor):
-        data = data.numpy()
-    try:
-        array = np.asarray(data)
-    except ValueError as error:
-        raise ValueError(
-            f"{name} could not be read as one array ({error}); pass a NumPy array whose "
-            "first axis is the examples, with the same shape for every example."
-        ) from None
-    if array.dtype == object:
-        raise TypeError(
-            f"{name} holds Python objects (rows of different lengths, or mixed types); pass a "
-            "NumPy array of numbers with the same shape for every example."
-        )
-    if array.ndim == 0:
-        raise ValueError(f"{name} is a single number; pass an array with one row per example.")
-    return array
-
-
-def prepare_arrays(x, y, model, finite_hint=None):
-    """``(x, y)`` as NumPy arrays the trainers can use, or a clear error.
-
-    Features are cast to the model's input dtype (:func:`input_dtype`);
-    floating-point targets to the dtype the loss is computed in
-    (:func:`loss_dtype`); integer and boolean targets are kept, because a
-    sparse loss wants integer labels (the default squared error casts them
-    to the prediction's dtype itself).  Unless ``finite_hint`` is None, a
-    NaN or inf in ``x`` or ``y`` raises :class:`NonFiniteDataError` naming
-    its row, with ``finite_hint`` (how to opt out) in the message.  Taught in
-    the chapter "Your own model".
+    The forms are :func:`per_example_loss`'s (None, a Keras
+    loss name or object, a function), with its rule for target shapes.  A
+    function that returns a scalar, the batch's mean already (the book's
+    ``pargrad.book.parabola.squared_error``), is used as it returned it: the mean of
+    ``batch`` copies of a float32 number is not always that number to the
+    last bit, and the chapters' runs repeat bit for bit.  Taught in the chapter
+    "Asynchronous training".
     """
-    x, y = _as_array(x, "x"), _as_array(y, "y")
-    if finite_hint is not None:
-        check_finite_data(x, y, finite_hint)
-    if len(x) == 0:
-        raise ValueError("x has no examples; pass at least one example (one row of x and y).")
-    if len(x) != len(y):
-        raise ValueError(
-            f"x has {len(x)} examples but y has {len(y)}; pass one target row per example.")
-    features = input_dtype(model)
-    if features == tf.string:
-        if x.dtype.kind not in "US":
-            raise TypeError(f"The model takes strings, but x holds {x.dtype}; pass text.")
-        return x, _cast_targets(y, model)
-    if x.dtype.kind not in "biuf":
-        raise TypeError(
-            f"x holds {x.dtype} values, not numbers; convert the features to numbers first "
-            "(for example with keras.layers.StringLookup or TextVectorization outside the "
-            "model), or give the model a keras.Input(dtype='string')."
-        )
-    if features is None:             # no keras.Input: floats to the loss's dtype, ints kept
-        features = loss_dtype(model) if x.dtype.kind == "f" else tf.as_dtype(x.dtype)
-    if x.dtype != features.as_numpy_dtype:
-        x = x.astype(features.as_numpy_dtype)
-    return x, _cast_targets(y, model)
+    per_example = per_example_loss(loss)  # refuses what is not a loss, saying what to pass
+    if loss is None or isinstance(loss, (str, keras.losses.Loss)):
+        return lambda y, predictions: tf.reduce_mean(per_example(y, predictions))
+    returned = []
 
+    def remembered(y, predictions):  # per_example_loss calls it after aligning y
+        returned.append(loss(y, predictions))
+        return returned[-1]
 
-def _cast_targets(y, model):
-    if y.dtype.kind not in "biuf":
-        raise TypeError(
-            f"y holds {y.dtype} values, not numbers; encode the targets as numbers (class "
-            "labels as integers 0..C-1)."
-        )
-    if y.dtype.kind == "f":
-        target = loss_dtype(model).as_numpy_dtype
-        if y.dtype != target:
-            y = y.astype(target)
-    return y
+    per_example = per_example_loss(remembered)
+
+    def mean(y, predictions):
+        values = per_example(y, predictions)
+        value = tf.convert_to_tensor(returned.pop())
+        return value if value.shape.rank == 0 else tf.reduce_mean(values)
+
+    return mean
