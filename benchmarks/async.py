@@ -112,7 +112,7 @@ class Async:
         self.history = self.trainer.fit(self.x, self.y, steps=10**9, batch_size=self.batch,
                                         mode="free-running", time_limit=seconds,
                                         scenario=Scenario(self.speeds or (1.0,) * self.workers))
-        return len(self.history["loss"]) * self.batch / (time.perf_counter() - started)
+        return len(self.history.loss) * self.batch / (time.perf_counter() - started)
 
 
 class Sync:
@@ -225,7 +225,7 @@ def main():
         print(f"    2 workers / 1 worker = {ratio:.2f}x"
               + (f" ({verdict(ratio, 1.9)})" if jit else " (for comparison)")
               + f"; best round {max(b / a for a, b in zip(rates[1], rates[2])):.2f}x; "
-              f"mean staleness with 2: {two.history['staleness'].mean():.2f}")
+              f"mean staleness with 2: {two.history.staleness.mean():.2f}")
         print(f"    the machine's ceiling now, bare gradient computations in 1 and 2 threads: "
               f"{np.median(bare[1]):.1f} and {np.median(bare[2]):.1f} a second = "
               f"{ceiling:.2f}x, the limit of 2 workers / 1 on this machine now (2.00x: a core each)")
@@ -263,11 +263,11 @@ def main():
         async_kept = median["async, 2 workers, one slow"] / median["async, 2 workers, equal"]
         sync_kept = median["SyncTrainer, one slow"] / median["SyncTrainer, equal"]
         history = slow_async.history
-        shares = np.bincount(history["worker"], minlength=2) / len(history["worker"])
+        shares = np.bincount(history.worker, minlength=2) / len(history.worker)
         print(f"  both {mode_name(jit)}:")
         show(rates)
         print(f"    async updates by device: {shares[0]:.0%} / {shares[1]:.0%}; mean staleness "
-              f"of the slow device {history['staleness'][history['worker'] == 1].mean():.2f}")
+              f"of the slow device {history.staleness[history.worker == 1].mean():.2f}")
         print(f"    of its equal-devices rate, async keeps {async_kept:.2f} (with a core a device: "
               f"{kept_async:.2f}), sync keeps {sync_kept:.2f} (with a core a device: {kept_sync:.2f})")
         flag = ("within the limit" if ratio <= limit else

@@ -137,10 +137,10 @@ trainer = AsyncTrainer(parabola_model(seed=0), squared_error, devices[:3],
                        learning_rate=0.01, progress=False)
 history = trainer.fit(x, y, steps=12, scenario=Scenario((1.0, 1.0, 0.5), jitter=0.2),
                       seed=1)
-print("worker   :", history["worker"])
-print("read v   :", history["read_version"])
-print("applied v:", history["applied_version"])
-print("staleness:", history["staleness"])
+print("worker   :", history.worker)
+print("read v   :", history.read_version)
+print("applied v:", history.applied_version)
+print("staleness:", history.staleness)
 print("version counter:", trainer.version)
 
 # %% tags=["remove-cell"]
@@ -211,7 +211,7 @@ stale_history = stale_run.fit(
     x, targets, steps=2, scenario=Scenario(SPEEDS),
     on_update=lambda record: async_path.append(float(stale_run.get_weights()[0][0, 0])))
 for key in ("worker", "read_version", "applied_version", "staleness", "time"):
-    print(f"{key:>15}: {stale_history[key]}")
+    print(f"{key:>15}: {getattr(stale_history, key)}")
 print("w at t0, t1, t2:", np.round(async_path, 4))
 
 # %% [markdown]
@@ -249,7 +249,7 @@ def three_runs(start, rate):
 by_hand, fresh_path, sync_path, sync_double_path = three_runs(START, learning_rate)
 loss_at = lambda w: float(mean_squared_error(targets, w * x))  # noqa: E731
 step_time = [1 / speed for speed in SPEEDS]  # the virtual clock: d1 takes longer a step
-walls = {"asynchronous (stale)": float(stale_history["time"][-1]),
+walls = {"asynchronous (stale)": float(stale_history.time[-1]),
          "the same two updates, fresh": step_time[0] + step_time[1],
          "synchronous, one step": max(step_time)}
 print(f"{'run':30s} {'updates':>7s} {'wall time':>9s} {'w at the end':>12s} {'loss':>7s}")
@@ -368,20 +368,20 @@ for workers in (1, 2, 4, 8):
     trainer = AsyncTrainer(parabola_model(seed=0), squared_error,
                            devices[:workers], learning_rate=0.01, progress=False)
     run = trainer.fit(x, y, steps=400, scenario=Scenario((1.0,) * workers, JITTER), seed=0)
-    stalenesses[f"{workers} worker{'s' * (workers > 1)}"] = run["staleness"]
-    print(f"{workers} workers: mean staleness {run['staleness'].mean():.3f}, "
-          f"max {run['staleness'].max()}")
+    stalenesses[f"{workers} worker{'s' * (workers > 1)}"] = run.staleness
+    print(f"{workers} workers: mean staleness {run.staleness.mean():.3f}, "
+          f"max {run.staleness.max()}")
 trainer = AsyncTrainer(parabola_model(seed=0), squared_error, devices[:4],
                        learning_rate=0.01, progress=False)
 run = trainer.fit(x, y, steps=400, scenario=Scenario((1, 1, 1, 0.25), jitter=JITTER), seed=0)
-slow = run["worker"] == 3
-stalenesses["4 workers, one 4x slower"] = run["staleness"]
+slow = run.worker == 3
+stalenesses["4 workers, one 4x slower"] = run.staleness
 print(f"one 4x slower: its {slow.mean():.1%} of the updates have mean staleness "
-      f"{run['staleness'][slow].mean():.2f}; the others' {run['staleness'][~slow].mean():.2f}")
+      f"{run.staleness[slow].mean():.2f}; the others' {run.staleness[~slow].mean():.2f}")
 
 # %% tags=["remove-cell"]
 glue("jitter-percent", 100 * JITTER)
-glue("mean-staleness-uneven", float(run["staleness"].mean()))
+glue("mean-staleness-uneven", float(run.staleness.mean()))
 figure = plots.staleness_histograms(stalenesses)
 glue("staleness-figure", figure, display=False)
 plt.close(figure)  # shown once, by the numbered figure below
@@ -428,12 +428,12 @@ runs, final = {}, {}
 for rate in (0.03, 0.1):
     for workers in (1, 4, 8):
         history, final[workers, rate] = train(workers, rate)
-        runs[workers, rate] = history["loss"]
+        runs[workers, rate] = history.loss
         print(f"learning rate {rate}, {workers} workers: final loss {final[workers, rate]:.3f}")
 aware, aware_final = {}, {}
 for workers in (4, 8):
     history, aware_final[workers] = train(workers, 0.1, staleness_aware=True)
-    aware[workers] = history["loss"]
+    aware[workers] = history.loss
     print(f"learning rate 0.1 / (staleness + 1), {workers} workers: final loss "
           f"{aware_final[workers]:.3f}")
 

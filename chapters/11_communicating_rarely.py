@@ -106,6 +106,12 @@ pargrad.book.show_lines(LocalSGDTrainer.run_call, "begin = time.perf_counter()",
                         "self._average_function")
 
 # %% [markdown]
+# A fit of `LocalSGDTrainer` is counted in rounds, `fit(x, y, rounds=...)`,
+# where `SyncTrainer` and `AsyncTrainer` count `steps=`: a round is one
+# update of the shared parameters, and "steps" would read as either the
+# updates or the local steps, which differ by the factor `H` that this
+# chapter turns.
+#
 # The outer optimizer decides the method:
 #
 # - `keras.optimizers.SGD(1.0)` gives $w - \Delta = \frac{1}{R}\sum_r w_r$,
@@ -177,7 +183,7 @@ def trainer_run(steps, setting, outer=replay.NESTEROV, seed=0):
         model = parabola_model(seed=seed, hidden=rc.HIDDEN, dtype="float64")
         outer_step = rc.outer_optimizer(outer, outer_rate, momentum)
     trainer = LocalSGDTrainer(model, strategy, steps, learning_rate=rate,
-                              outer_optimizer=outer_step)
+                              outer_optimizer=outer_step, progress=False)
     history = trainer.fit(x, y, rounds=UPDATES // steps, batch_size=len(x))
     return trainer, history
 

@@ -93,10 +93,10 @@ show_source(AsyncTrainer._apply)
 trainer = AsyncTrainer(parabola_model(seed=0), squared_error, devices[:2],
                        learning_rate=0.01, progress=False)
 free = trainer.fit(x, y, steps=300, mode="free-running")
-print("staleness histogram with 2 threads:", np.bincount(free["staleness"]))
-print(f"{len(free['loss'])} updates applied, version counter {trainer.version}")
-assert trainer.version == len(free["loss"]) == 300
-assert free["staleness"].max() >= 1
+print("staleness histogram with 2 threads:", np.bincount(free.staleness))
+print(f"{len(free.loss)} updates applied, version counter {trainer.version}")
+assert trainer.version == len(free.loss) == 300
+assert free.staleness.max() >= 1
 
 # %% [markdown]
 # For speed with real threads on a CPU, `benchmarks/async.py` sets one

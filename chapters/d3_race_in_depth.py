@@ -130,7 +130,7 @@ ssp = AsyncTrainer(digits.digits_model(seed=0), digits.cross_entropy, devices[:2
                    learning_rate=0.2, staleness_bound=1, progress=False)
 waits = ssp.fit(x_train, y_train, steps=8, batch_size=32, scenario=Scenario((1.0, 1 / 3)))
 for key in ("worker", "read_time", "time", "staleness"):
-    print(f"{key:>10}: {np.round(waits[key], 2)}")
+    print(f"{key:>10}: {np.round(getattr(waits, key), 2)}")
 
 
 # %% [markdown]

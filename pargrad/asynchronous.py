@@ -33,7 +33,6 @@ import time
 from typing import Callable, NamedTuple
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from pargrad._quiet import import_tensorflow_quietly
 
@@ -41,17 +40,57 @@ tf = import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
 
 from pargrad.checks import (  # noqa: E402
-    check_choice, check_flag, check_positive, check_whole_number,
+    ArgumentTypeError, check_choice, check_flag, check_instance, check_positive, check_whole_number,
 )
 from pargrad.data import prepare_arrays, validation_arrays  # noqa: E402
+from pargrad.loop import keras_history, progress_bar, show_progress  # noqa: E402
 from pargrad.losses import check_finite_loss, keras_metrics, mean_loss  # noqa: E402
 from pargrad.scenario import Scenario, check_scenario, virtual_clock  # noqa: E402
+from pargrad.strategies import check_rate_or_optimizer  # noqa: E402
 
 MODES = ("scheduled", "free-running")
 HISTORY_KEYS = (
     "worker", "read_version", "applied_version", "staleness",
     "learning_rate", "loss", "read_time", "time",
 )
+
+
+@dataclasses.dataclass
+class AsyncHistory:
+    """What :meth:`AsyncTrainer.fit` recorded: per update, in the order applied, and as Keras does.
+
+    Per update (one entry an applied update): ``worker``, ``read_version``
+    and ``applied_version`` (the updates applied when it read and when it
+    applied), ``staleness`` (their difference), ``learning_rate``, ``loss``
+    (of the worker's batch, at the parameters it read), ``read_time`` and
+    ``time`` (seconds since the start, or virtual time units when
+    scheduled).
+
+    Per evaluation, with ``validation_data``: ``validation`` holds arrays
+    ``val_version`` (the updates applied by then), ``val_loss`` and
+    ``val_<metric name>``, one entry an evaluation.
+
+    Per fit, as Keras's ``History`` (a fit is one epoch, as
+    :class:`pargrad.SyncHistory`'s by steps): ``history`` (``loss``, the
+    mean of the updates' losses; the last ``val_*``), ``epoch``, ``params``.
+    Taught in the chapter "Asynchronous training".
+    """
+
+    worker: np.ndarray
+    read_version: np.ndarray
+    applied_version: np.ndarray
+    staleness: np.ndarray
+    learning_rate: np.ndarray
+    loss: np.ndarray
+    read_time: np.ndarray
+    time: np.ndarray
+    validation: dict = dataclasses.field(default_factory=dict)
+    history: dict = dataclasses.field(default_factory=dict)
+    epoch: list = dataclasses.field(default_factory=list)
+    params: dict = dataclasses.field(default_factory=dict)
+
+    def __len__(self):
+        return len(self.loss)
 
 
 class _Read(NamedTuple):
@@ -87,12 +126,13 @@ class _Run:
 
     def __post_init__(self):
         check_choice("mode", self.mode, MODES)
-        if self.virtual_time_limit is not None and (
-                self.mode != "scheduled" or not self.virtual_time_limit > 0):
-            raise ValueError(
-                "virtual_time_limit must be a positive number of virtual time units, and "
-                f"works only with mode='scheduled'; got {self.virtual_time_limit!r} with "
-                f"mode={self.mode!r}. For free-running runs pass time_limit (seconds) instead.")
+        if self.virtual_time_limit is not None:
+            if self.mode != "scheduled":
+                raise ValueError(
+                    "virtual_time_limit works only with mode='scheduled', got mode="
+                    f"{self.mode!r}. For free-running runs pass time_limit (seconds) instead.")
+            self.virtual_time_limit = check_positive("virtual_time_limit", self.virtual_time_limit,
+                                                     unit="virtual time units")
         if self.step_seconds is not None:
             self.step_seconds = check_positive("step_seconds (None: stretch the measured step)",
                                                self.step_seconds)
@@ -106,15 +146,21 @@ class _Run:
         self.finished = set()               # workers whose fit is over
         self.batch_rngs = [np.random.default_rng([self.seed, w]) for w in range(self.workers)]
 
-    def history(self, metrics):
-        """The records as a dict of arrays (HISTORY_KEYS, and val_* with validation data)."""
+    def history(self, model, metrics):
+        """The records as an :class:`AsyncHistory` (``validation`` with validation data)."""
         columns = list(zip(*self.records)) or [[] for _ in HISTORY_KEYS]
-        history = {key: np.array(column) for key, column in zip(HISTORY_KEYS, columns)}
+        updates = {key: np.array(column) for key, column in zip(HISTORY_KEYS, columns)}
+        validation = {}
         if self.validation_data is not None:
             names = ["val_version", "val_loss"] + [f"val_{m.name}" for m in metrics]
             columns = list(zip(*self.validations)) or [[] for _ in names]
-            history.update({name: np.array(c) for name, c in zip(names, columns)})
-        return history
+            validation = {name: np.array(c) for name, c in zip(names, columns)}
+        logs = {"loss": float(np.mean(updates["loss"])) if self.records else float("nan")}
+        logs.update({name: float(values[-1]) for name, values in validation.items()
+                     if name != "val_version" and len(values)})
+        per_fit = keras_history(model, logs, self.steps)
+        return AsyncHistory(**updates, validation=validation, history=per_fit.history,
+                            epoch=per_fit.epoch, params=per_fit.params)
 
 
 class AsyncTrainer:
@@ -126,7 +172,8 @@ class AsyncTrainer:
         trainer = AsyncTrainer(parabola_model(), "mse", devices,  # pargrad.book.parabola
                                learning_rate=0.01)
         history = trainer.fit(x, y, steps=400)    # scheduled: repeatable
-        history["staleness"]                      # one entry per update
+        history.staleness                         # one entry per update (an AsyncHistory)
+        trainer.evaluate(x, y)                    # {"loss": ...}, as SyncTrainer's
 
     ``model`` is a built Keras model; its trainable weights are copied into
     ``tf.Variable`` objects on ``parameter_device`` (default: the first of
@@ -159,7 +206,12 @@ class AsyncTrainer:
     :meth:`fit` with :class:`pargrad.NonFiniteLossError` (naming the update
     and the worker) before it is applied, unless ``stop_on_non_finite=False``.
     ``metrics`` (Keras metric objects) are computed with the loss on
-    ``fit``'s ``validation_data``.
+    ``fit``'s ``validation_data`` and by :meth:`evaluate`.  ``progress``
+    shows a progress bar during :meth:`fit` (in the constructor, as for
+    the other two trainers).  ``scenario`` and ``step_seconds`` are
+    arguments of :meth:`fit`, not of the constructor: here they decide the
+    order and the timing of one fit's updates, and one trainer, its
+    workers compiled once, runs under many scenarios (the book's races).
 
     ``staleness_bound=s`` bounds how far the workers drift apart (stale
     synchronous parallel, Ho et al. 2013): a worker that has applied more
@@ -212,7 +264,7 @@ class AsyncTrainer:
         self._state = [self._worker_state(worker, device)
                        for worker, device in enumerate(self.devices)]
         self.version = 0  # number of updates applied so far
-        self.history = {key: np.array([]) for key in HISTORY_KEYS}
+        self.history = None  # the last fit's AsyncHistory (kept also when a worker failed)
         self._lock = threading.Lock()
         self._caught_up = threading.Condition(self._lock)  # for staleness_bound
         self._run = None  # the fit under way (or the last one): a _Run
@@ -224,17 +276,14 @@ class AsyncTrainer:
     def _check_options(self):
         """Check the constructor's options, all here, and keep them in the form used."""
         devices, optimizer = self.devices, self.optimizer
-        if isinstance(devices, str) or not devices or not all(isinstance(d, str) for d in devices):
-            raise ValueError(f"devices must be a non-empty list of device names, got {devices!r}; "
-                             "pass for example pargrad.logical_devices(2).")
-        if optimizer is not None and not isinstance(optimizer, keras.optimizers.Optimizer):
-            raise TypeError(
-                f"optimizer must be None (plain SGD at learning_rate) or a Keras optimizer "
-                f"object, got {optimizer!r}; pass for example keras.optimizers.Adagrad(0.1).")
-        if optimizer is not None and self._learning_rate is not None:
-            raise ValueError(
-                "pass the learning rate to the optimizer, not to AsyncTrainer: keras.optimizers."
-                f"{type(optimizer).__name__}(learning_rate={self._learning_rate!r}).")
+        advice = "Pass for example pargrad.logical_devices(2)."
+        check_instance("devices", devices, (list, tuple), "a list of device names", advice=advice)
+        for device in devices:
+            check_instance("each of devices", device, str, "a device name", advice=advice)
+        if not devices:
+            raise ValueError(f"devices must hold at least one device name, got {devices!r}. {advice}")
+        check_rate_or_optimizer("AsyncTrainer", optimizer, self._learning_rate,
+                                example="keras.optimizers.Adagrad(0.1)", in_scope=False)
         self.staleness_aware = check_flag("staleness_aware", self.staleness_aware)
         if self.staleness_aware and optimizer is not None and not _fixed_rate(optimizer):
             raise ValueError(
@@ -253,6 +302,7 @@ class AsyncTrainer:
                 self.delay_compensation)
         self.devices = list(devices)
         self.parameter_device = self.parameter_device or self.devices[0]
+        self.progress = check_flag("progress", self.progress)
         self.jit_compile = check_flag("jit_compile", self.jit_compile)
         self.stop_on_non_finite = check_flag("stop_on_non_finite", self.stop_on_non_finite)
         self.metrics = keras_metrics(self.metrics, " (they are computed on fit's validation_data)")
@@ -434,20 +484,17 @@ class AsyncTrainer:
         ``validation_every=n``, after every n-th update (under the lock, so
         the workers wait for it).
 
-        Returns a dict of arrays, one entry per applied update, in the order
-        they were applied: ``worker``, ``read_version``, ``applied_version``,
-        ``staleness`` (= applied - read), ``learning_rate``, ``loss`` (of the
-        worker's batch, at the parameters it read), ``read_time`` and
-        ``time`` (seconds since the start, or virtual time units when
-        scheduled).  With ``validation_data`` it also holds, one entry per
-        evaluation, ``val_version`` (the updates applied by then),
-        ``val_loss`` and ``val_<metric name>``.  The model's weights are set
-        to the trained parameters, also when a worker fails.
+        Returns an :class:`AsyncHistory`: one entry per applied update, in
+        the order they were applied (``history.staleness``, ``history.loss``,
+        ...), the evaluations of ``validation_data`` in
+        ``history.validation``, and Keras's per-fit ``history.history``; it
+        is also kept as ``trainer.history``.  The model's weights are set to
+        the trained parameters, and ``trainer.history`` to the updates
+        applied, also when a worker fails.
         """
         workers = len(self.devices)
         steps = check_whole_number("steps", steps)
-        scenario = Scenario.equal(workers) if scenario is None else check_scenario(scenario,
-                                                                                   workers)
+        scenario = check_scenario(scenario, workers)
         x, y, validation_data = self._checked_data(x, y, batch_size, validation_data)
         run = _Run(workers=workers, steps=steps, scenario=scenario, batch_size=batch_size,
                    mode=mode, seed=seed, time_limit=time_limit,
@@ -456,22 +503,23 @@ class AsyncTrainer:
         run.shards = [self._shard(x, y, worker) for worker in range(workers)]
         run.on_update = self._after_each_update(on_update, run.validation_every)
         self._run = run
+        bar = progress_bar(steps, self.progress, f"async, {workers} worker{'s' * (workers > 1)}")
         try:
-            with tqdm(total=steps, unit="update", disable=not self.progress, mininterval=0.5,
-                      desc=f"async, {workers} worker{'s' * (workers > 1)}") as bar:
-                (self._run_scheduled if mode == "scheduled" else self._run_free)(bar)
+            (self._run_scheduled if mode == "scheduled" else self._run_free)(bar)
             if validation_data is not None and (
                     not run.validations or run.validations[-1][0] != self.version):
                 self._validate()
         finally:  # also when a worker failed: the model holds the parameters applied so far
+            if bar is not None:
+                bar.close()
             self._copy_to_model()
-            self.history = run.history(self.metrics)
+            self.history = run.history(self.model, self.metrics)
         return self.history
 
     def _checked_data(self, x, y, batch_size, validation_data):
         """``x``, ``y`` and ``validation_data`` checked and cast; ``batch_size`` checked against the shards."""
         if isinstance(x, tf.data.Dataset) or isinstance(y, tf.data.Dataset):
-            raise ValueError(
+            raise ArgumentTypeError(
                 "AsyncTrainer.fit takes arrays x and y, not a tf.data.Dataset: it deals the "
                 "examples out to the workers and draws each worker's batches from its own seeded "
                 "generator, so that a scheduled run repeats exactly.  Pass arrays, for example "
@@ -519,8 +567,23 @@ class AsyncTrainer:
         for variable, value in zip(self.model.non_trainable_variables, self._shared_state()):
             variable.assign(value)
 
-    def _validate(self):
-        """Loss and metrics on the validation data at the current parameters, in inference mode."""
+    def evaluate(self, x, y=None, *, batch_size=None):
+        """The loss and metrics of the shared parameters on arrays ``(x, y)``, as a dict.
+
+        The contract of :meth:`pargrad.SyncTrainer.evaluate`: ``{"loss": ...,
+        "<metric name>": ...}`` in inference mode, the loss the mean over
+        every example plus the model's regularization losses, with the
+        workers' non-trainable state averaged.  Arrays are evaluated in
+        batches of ``batch_size`` (default: all at once, as ``fit``'s
+        validation).  Taught in the chapter "Your own model".
+        """
+        x, y = validation_arrays((x, y), self.model)
+        if batch_size is not None:
+            batch_size = check_whole_number("batch_size (None: all at once)", batch_size)
+        return self._evaluate_arrays(x, y, batch_size)
+
+    def _evaluate_arrays(self, x, y, batch_size=None):
+        """``{"loss": ..., metric: ...}`` of checked arrays at the current parameters."""
         if self._evaluate_fn is None:
             loss_fn = mean_loss(self.loss)
 
@@ -529,16 +592,25 @@ class AsyncTrainer:
                     loss_fn, parameters, state, x, y, False)
                 return loss, predictions
             self._evaluate_fn = tf.function(evaluate)
-        x, y = self._run.validation_data
-        with tf.device(self.parameter_device):
-            loss, predictions = self._evaluate_fn(
-                [p.read_value() for p in self.parameters], self._shared_state(), x, y)
-        results = []
         for metric in self.metrics:
             metric.reset_state()
-            metric.update_state(y, predictions)
-            results.append(float(metric.result()))
-        self._run.validations.append((self.version, float(loss), *results))
+        parameters = [p.read_value() for p in self.parameters]
+        state, total, size = self._shared_state(), 0.0, batch_size or len(x)
+        for first in range(0, len(x), size):
+            xb, yb = x[first:first + size], y[first:first + size]
+            with tf.device(self.parameter_device):
+                loss, predictions = self._evaluate_fn(parameters, state, xb, yb)
+            total += float(loss) * len(xb)
+            for metric in self.metrics:
+                metric.update_state(yb, predictions)
+        logs = {"loss": total / len(x)}
+        logs.update({metric.name: float(metric.result()) for metric in self.metrics})
+        return logs
+
+    def _validate(self):
+        """Loss and metrics on the validation data at the current parameters, in inference mode."""
+        logs = self._evaluate_arrays(*self._run.validation_data)
+        self._run.validations.append((self.version, *logs.values()))
 
     def _after_each_update(self, on_update, validation_every):
         """The hook :meth:`_apply` calls after each update, under the lock, or None.
@@ -571,7 +643,7 @@ class AsyncTrainer:
             read = reads.pop(worker)
             loss, gradients = self._gradients(worker, read.parameters)
             self._apply(worker, read, loss, gradients, now)
-            bar.update(1)
+            _advance(bar, run.records)
 
     def _scheduled_fit_over(self, now, started):
         """Whether a scheduled fit stops before the update due at virtual time ``now``."""
@@ -601,7 +673,7 @@ class AsyncTrainer:
                 thread.start()
             while any(thread.is_alive() for thread in threads):
                 run.stop.wait(0.02)
-                bar.update(len(run.records) - bar.n)
+                _advance(bar, run.records)
                 if run.errors:
                     break
                 if run.time_limit is not None and time.perf_counter() - started > run.time_limit:
@@ -610,7 +682,7 @@ class AsyncTrainer:
             run.stop.set()
             for thread in threads:
                 thread.join()
-        bar.update(len(run.records) - bar.n)
+        _advance(bar, run.records)
         if run.errors:
             worker, error = run.errors[0]
             error.add_note(f"(raised by async worker {worker} on {self.devices[worker]})")
@@ -706,12 +778,23 @@ class AsyncTrainer:
                 parameter.assign(np.asarray(weight, parameter.dtype.as_numpy_dtype))
 
 
+def _advance(bar, records):
+    """Move the progress ``bar`` (if any) to the updates recorded, showing the last loss."""
+    if bar is not None and len(records) > bar.n:
+        show_progress(bar, len(records) - bar.n, records[-1][HISTORY_KEYS.index("loss")])
+
+
 def check_model(model):
-    """Refuse a model AsyncTrainer cannot train, saying what to pass instead."""
-    if not isinstance(model, keras.Model) or not model.built:
-        raise ValueError(
-            f"AsyncTrainer needs a built keras.Model, got {type(model).__name__}; "
-            "build it first, for example keras.Sequential([keras.Input(shape=(1,)), ...]).")
+    """Refuse a model AsyncTrainer cannot train, saying what to pass instead.
+
+    A wrong type raises :class:`pargrad.checks.ArgumentTypeError`; a model
+    that is not built, has no trainable weights or computes in float16
+    raises ``ValueError``.
+    """
+    build = "for example keras.Sequential([keras.Input(shape=(1,)), ...])."
+    check_instance("model", model, keras.Model, "a built keras.Model", advice=f"Pass {build}")
+    if not model.built:
+        raise ValueError(f"AsyncTrainer needs a built keras.Model; build it first, {build}")
     if not model.trainable_variables:
         raise ValueError("AsyncTrainer needs a model with trainable weights; this one has none.")
     # Private, as Keras 3 lists nested layers publicly only one level deep (Model.layers).

@@ -23,8 +23,8 @@ import numbers
 
 import numpy as np
 
-__all__ = ["ArgumentTypeError", "check_choice", "check_flag", "check_positive",
-           "check_share", "check_whole_number"]
+__all__ = ["ArgumentTypeError", "check_choice", "check_flag", "check_instance", "check_positive",
+           "check_seeds", "check_share", "check_whole_number"]
 
 
 class ArgumentTypeError(TypeError):
@@ -41,20 +41,21 @@ def _is_bool(value):
     return isinstance(value, (bool, np.bool_))
 
 
-def check_whole_number(name, value, minimum=1, *, advice=""):
-    """``value`` as an int if it is a whole number >= ``minimum``.
+def check_whole_number(name, value, minimum=1, *, maximum=None, advice=""):
+    """``value`` as an int if it is a whole number >= ``minimum`` (and <= ``maximum``, if given).
 
     A float that holds a whole number (``16.0``) is refused too, saying
     "got the float 16.0; pass 16": quietly taking it would hide a computation that went wrong
     upstream.  A bool, a float, a string or None raises
-    :class:`ArgumentTypeError`; an int below ``minimum`` raises
-    ``ValueError``.
+    :class:`ArgumentTypeError`; an int below ``minimum`` or above
+    ``maximum`` raises ``ValueError``.
     """
-    wanted = f"a whole number >= {minimum}"
+    wanted = (f"a whole number >= {minimum}" if maximum is None
+              else f"a whole number from {minimum} to {maximum}")
     if _is_bool(value):
         raise ArgumentTypeError(_message(name, f"{wanted}, not the bool", value, advice))
     if isinstance(value, numbers.Integral):
-        if value < minimum:
+        if value < minimum or (maximum is not None and value > maximum):
             raise ValueError(_message(name, wanted, value, advice))
         return int(value)
     if isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer():
@@ -111,3 +112,39 @@ def check_choice(name, value, choices, *, advice=""):
         listed = ", ".join(repr(choice) for choice in choices)
         raise ValueError(_message(name, f"one of {listed}", value, advice))
     return value
+
+
+def check_instance(name, value, kind, wanted, *, optional=False, advice=""):
+    """``value`` if it is an instance of ``kind`` (or None, with ``optional``).
+
+    ``wanted`` names what to pass in the message (``"a Keras optimizer
+    object"``); anything else raises :class:`ArgumentTypeError`.
+    """
+    if (optional and value is None) or (isinstance(value, kind) and not _is_bool(value)):
+        return value
+    raise ArgumentTypeError(_message(name, wanted + (" or None" if optional else ""), value,
+                                     advice))
+
+
+def check_seeds(seeds, *, name="seeds", distinct=False):
+    """``seeds`` as a 1-D NumPy array of whole numbers >= 0: the one check of a list of seeds.
+
+    A value that is not a list (a single number) raises
+    :class:`ArgumentTypeError`, as does a seed that is not a whole number;
+    an empty list, a negative seed or, with ``distinct``, a repeated one
+    (it would count one run twice) raises ``ValueError``.  Used by the
+    book's experiments (chapter "Sync vs async in the same time").
+    """
+    array = np.asarray(seeds)
+    if array.ndim != 1:
+        raise ArgumentTypeError(_message(name, "a non-empty list of whole numbers", seeds,
+                                         "Pass for example numpy.arange(20)."))
+    if len(array) == 0:
+        raise ValueError(_message(name, "a non-empty list of whole numbers", seeds,
+                                  "Pass for example numpy.arange(20)."))
+    for seed in array.tolist():  # Python numbers: the message shows -1, not np.int64(-1)
+        check_whole_number(f"each of {name}", seed, minimum=0)
+    if distinct and len(np.unique(array)) != len(array):
+        raise ValueError(f"{name} must differ from each other: a repeated seed counts one run "
+                         "twice.")
+    return array

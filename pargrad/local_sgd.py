@@ -32,8 +32,8 @@ of the library and never imports the book.
 """
 
 import dataclasses
-import numbers
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -44,7 +44,9 @@ import keras  # noqa: E402  (after the quiet TensorFlow import)
 
 from pargrad import cost  # noqa: E402
 from pargrad.allreduce import ring_bytes  # noqa: E402
-from pargrad.checks import check_whole_number  # noqa: E402
+from pargrad.checks import (  # noqa: E402
+    check_flag, check_instance, check_positive, check_whole_number,
+)
 from pargrad.data import (  # noqa: E402
     EpochReader,
     Feed,
@@ -55,7 +57,7 @@ from pargrad.data import (  # noqa: E402
     validation_source,
 )
 from pargrad.loop import StoppedCall, fit_loop  # noqa: E402
-from pargrad.scenario import Scenario  # noqa: E402
+from pargrad.scenario import check_scenario  # noqa: E402
 from pargrad.strategies import (  # noqa: E402
     ReplicaEvaluation,
     check_model_and_strategy,
@@ -67,6 +69,51 @@ from pargrad.strategies import (  # noqa: E402
 from pargrad.losses import NonFiniteLossError, per_example_loss  # noqa: E402
 
 DATA_HINT = "LocalSGDTrainer checks the data before the first round."
+LINK_EXAMPLE = "Pass for example pargrad.cost.Link(latency=5e-6, bandwidth=25e9)."
+
+
+# ----------------------------------------------------------------------------
+# A round on the virtual clock
+# ----------------------------------------------------------------------------
+
+class RoundSeconds(NamedTuple):
+    """A round's modelled seconds: ``compute`` and ``communication`` (NaN: not modelled)."""
+
+    compute: float
+    communication: float
+
+    @property
+    def total(self):
+        """Compute plus communication, what is not modelled counting 0 (NaN when neither is)."""
+        if np.isnan(self.compute) and np.isnan(self.communication):
+            return float("nan")
+        return float(np.nansum([self.compute, self.communication]))
+
+
+def round_seconds(local_steps, parameter_bytes, replicas, *, link=None, step_seconds=None,
+                  scenario=None):
+    """One round's time on the virtual clock: H steps of the slowest replica, then one all-reduce.
+
+    ``compute`` is ``local_steps x step_seconds /`` the slowest speed of
+    ``scenario`` (a :class:`pargrad.Scenario`, one speed a replica, no
+    jitter; None: all 1), NaN without ``step_seconds``; ``communication`` is
+    a ring all-reduce of ``parameter_bytes`` over ``replicas`` on ``link``
+    (:func:`pargrad.cost.ring_all_reduce_time`), NaN without a link.  The
+    one formula of a round's time: :class:`LocalSGDTrainer`'s history,
+    :meth:`LocalSGDHistory.clock_on` and the book's curves use it.  Returns
+    a :class:`RoundSeconds`.  Taught in the chapter "Communicating rarely".
+    """
+    check_instance("link", link, cost.Link, "a pargrad.cost.Link", optional=True,
+                   advice=LINK_EXAMPLE)
+    if step_seconds is not None:
+        step_seconds = check_positive("step_seconds (the virtual time of one local step)",
+                                      step_seconds, unit="seconds", advice="Or None: no compute.")
+    speeds = check_scenario(scenario, replicas, jitter=False,
+                            advice="the virtual clock of a round has no random delays").speeds
+    compute = float("nan") if step_seconds is None else local_steps * step_seconds / min(speeds)
+    communication = (float("nan") if link is None
+                     else cost.ring_all_reduce_time(parameter_bytes, replicas, link))
+    return RoundSeconds(compute, communication)
 
 
 # ----------------------------------------------------------------------------
@@ -130,22 +177,19 @@ class LocalSGDHistory:
         """The virtual clock at the end of each round: the running sum of ``round_seconds``."""
         return np.cumsum(self.round_seconds)
 
-    def clock_on(self, link, step_seconds=0.0, scenario=None):
+    def clock_on(self, link, step_seconds=None, scenario=None):
         """The virtual clock of this run charged on another ``link``, without running it again.
 
-        Each round costs ``H x step_seconds /`` the slowest speed of
-        ``scenario`` (a :class:`pargrad.scenario.Scenario`, one speed a
-        replica; None: all 1) plus a ring all-reduce of the parameters on
-        ``link``; returns the running sum at the end of each round, so one
-        run can be drawn against a fast and a slow network.
+        Each round costs :func:`round_seconds`: ``H x step_seconds /`` the
+        slowest speed of ``scenario`` (None: all 1; ``step_seconds`` None:
+        no compute) plus a ring all-reduce of the parameters on ``link``;
+        returns the running sum at the end of each round, so one run can be
+        drawn against a fast and a slow network.
         """
-        if not isinstance(link, cost.Link):
-            raise TypeError(f"link must be a pargrad.cost.Link, got {link!r}.")
-        step_seconds = _checked_step_seconds(step_seconds, zero=True) or 0.0   # None: no compute
-        speeds = _checked_scenario(scenario, self.replicas).speeds
-        compute = self.local_steps * step_seconds / min(speeds)
-        communication = cost.ring_all_reduce_time(self.parameter_bytes, self.replicas, link)
-        return (compute + communication) * np.arange(1, len(self.loss) + 1)
+        check_instance("link", link, cost.Link, "a pargrad.cost.Link", advice=LINK_EXAMPLE)
+        one_round = round_seconds(self.local_steps, self.parameter_bytes, self.replicas,
+                                  link=link, step_seconds=step_seconds, scenario=scenario)
+        return one_round.total * np.arange(1, len(self.loss) + 1)
 
 
 # ----------------------------------------------------------------------------
@@ -188,6 +232,18 @@ class LocalSGDTrainer(tf.Module):
     slow steps.  Only the virtual clock: no replica is slowed down on the
     wall clock (nothing sleeps and no core is held), so ``wall_seconds`` is
     the same with or without a straggler, and the results do not depend on it.
+    These three are constructor arguments (as in the book's
+    ``InstrumentedSyncTrainer``), because they price every round of this
+    trainer and never change what it computes; :class:`pargrad.AsyncTrainer`
+    takes its ``scenario`` in ``fit``, where it orders one fit's updates.
+
+    A run's length is ``fit(rounds=...)``, not ``steps=`` as in the other two
+    trainers, on purpose: a round (``H`` local steps on every replica, then
+    one average) is one update of the shared parameters, and ``steps`` would
+    read as either the updates or the local steps, which differ by the
+    factor ``H`` that the chapter varies.  The history has one entry a
+    round.  ``progress`` shows a progress bar during ``fit`` (a constructor
+    argument, as in the other two trainers).
 
     Where training stands (the next batch, the local steps taken) is
     ``trainer.position``, a :class:`pargrad.data.TrainingPosition`;
@@ -205,16 +261,24 @@ class LocalSGDTrainer(tf.Module):
     """
 
     def __init__(self, model, strategy, local_steps, *, inner_optimizer=None, outer_optimizer=None,
-                 learning_rate=None, loss=None, link=None, step_seconds=None, scenario=None):
+                 learning_rate=None, loss=None, link=None, step_seconds=None, scenario=None,
+                 progress=True):
         super().__init__(name="local_sgd_trainer")
         _check_model_and_strategy(model, strategy)
-        check_rate_or_optimizer("LocalSGDTrainer", inner_optimizer, learning_rate)
+        check_rate_or_optimizer("LocalSGDTrainer", inner_optimizer, learning_rate,
+                                name="inner_optimizer", example="keras.optimizers.AdamW(1e-3)",
+                                in_scope=False)
         self.local_steps = check_whole_number("local_steps", local_steps)
         self.model, self.strategy = model, strategy
         self.loss = per_example_loss(loss)
-        self.link = _checked_link(link)
-        self.step_seconds = _checked_step_seconds(step_seconds)
-        self.scenario = _checked_scenario(scenario, self.replicas)
+        self.progress = check_flag("progress", progress)
+        self.parameter_bytes = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize
+                                   for v in model.trainable_variables)
+        # Checks link, step_seconds and scenario; the history's compute/communication split.
+        self.round_seconds = round_seconds(self.local_steps, self.parameter_bytes, self.replicas,
+                                           link=link, step_seconds=step_seconds, scenario=scenario)
+        self.link, self.step_seconds = link, step_seconds
+        self.scenario = check_scenario(scenario, self.replicas, jitter=False)
         self.outer_optimizer = _outer_optimizer(outer_optimizer, strategy, model)
         self.metrics = []       # the loop's protocol: no training metrics (each replica's differ)
         self.position = TrainingPosition()
@@ -226,8 +290,6 @@ class LocalSGDTrainer(tf.Module):
         rate = 0.01 if learning_rate is None else learning_rate
         self._copies = [_replica_copy(model, inner_optimizer, rate, device)
                         for device in self._devices]
-        self.parameter_bytes = sum(int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize
-                                   for v in model.trainable_variables)
         self._evaluation = ReplicaEvaluation(strategy, model, self.loss, [], self._feed)
         self._local_function = tf.function(self._local_phase, autograph=False)
         self._loss_function = tf.function(self._gather_losses, autograph=False)
@@ -333,7 +395,7 @@ class LocalSGDTrainer(tf.Module):
     # -- the loop --------------------------------------------------------------
 
     def fit(self, x, y, *, rounds, batch_size=None, validation_data=None,
-            validation_batch_size=None, callbacks=None, progress=False):
+            validation_batch_size=None, callbacks=None):
         """Train ``rounds`` rounds on arrays ``(x, y)``; return a :class:`LocalSGDHistory`.
 
         Each round reads ``H`` global batches of ``batch_size`` rows (default:
@@ -358,7 +420,7 @@ class LocalSGDTrainer(tf.Module):
                              steps=rounds * self.local_steps)
         records, keras_history = fit_loop(
             self, reader, epochs=1, callbacks=callbacks, validation=validation,
-            progress=f"local SGD x{self.replicas}" if progress else None)
+            progress=f"local SGD x{self.replicas}" if self.progress else None)
         return self._history(records, source.batch_size, keras_history)
 
     def run_call(self, call, done):
@@ -400,10 +462,9 @@ class LocalSGDTrainer(tf.Module):
         losses = steps.reshape(-1, self.local_steps, self.replicas).transpose(0, 2, 1)
         rounds = len(losses)
         sent = np.full(rounds, ring_bytes(self.parameter_bytes, self.replicas))
-        communication = np.full(rounds, self.communication_seconds())
-        compute = np.full(rounds, self.compute_seconds())
-        both = np.stack([communication, compute])
-        total = np.where(np.isnan(both).all(axis=0), np.nan, np.nansum(both, axis=0))
+        communication = np.full(rounds, self.round_seconds.communication)
+        compute = np.full(rounds, self.round_seconds.compute)
+        total = np.full(rounds, self.round_seconds.total)
         wall = records.stacked("step_time").reshape(rounds, self.local_steps).sum(axis=1)
         return LocalSGDHistory(
             loss=losses.mean(axis=(1, 2)), replica_loss=losses, bytes_sent=sent,
@@ -429,25 +490,6 @@ class LocalSGDTrainer(tf.Module):
     def evaluate_source(self, source, prefix=""):
         """``{prefix + "loss": ...}`` of a checked source (the loop's validation)."""
         return self._evaluation(source, prefix)
-
-    def communication_seconds(self):
-        """Modelled seconds of one round's all-reduce on ``link`` (NaN without a link).
-
-        :func:`pargrad.cost.ring_all_reduce_time` of the parameters' bytes over
-        the replicas.
-        """
-        if self.link is None:
-            return float("nan")
-        return cost.ring_all_reduce_time(self.parameter_bytes, self.replicas, self.link)
-
-    def compute_seconds(self):
-        """Modelled seconds of one round's local steps: H x step_seconds / the slowest speed.
-
-        NaN without ``step_seconds``.
-        """
-        if self.step_seconds is None:
-            return float("nan")
-        return self.local_steps * self.step_seconds / min(self.scenario.speeds)
 
 
 # ----------------------------------------------------------------------------
@@ -482,12 +524,7 @@ def _outer_optimizer(optimizer, strategy, model):
 
 
 def _replica_copy(model, inner_optimizer, learning_rate, device):
-    """A replica's own model and inner optimizer, on ``device``, outside any strategy."""
-    if inner_optimizer is not None and not isinstance(inner_optimizer, keras.optimizers.Optimizer):
-        raise TypeError(
-            f"inner_optimizer must be a Keras optimizer, got {inner_optimizer!r}; pass for "
-            "example keras.optimizers.AdamW(1e-3) (each replica gets a copy of it), or None "
-            "for SGD(learning_rate).")
+    """A replica's own model and inner optimizer (checked before), on ``device``, outside any strategy."""
     with tf.device(device):
         try:
             copy = keras.models.clone_model(model)
@@ -520,34 +557,3 @@ def _first_replica_of_this_process(strategy, local_replicas):
     if resolver is None or not getattr(resolver, "task_type", None):
         return 0
     return int(resolver.task_id or 0) * local_replicas
-
-
-def _checked_link(link):
-    if link is not None and not isinstance(link, cost.Link):
-        raise TypeError(f"link must be a pargrad.cost.Link or None, got {link!r}; pass for "
-                        "example pargrad.cost.Link(latency=5e-6, bandwidth=25e9).")
-    return link
-
-
-def _checked_step_seconds(seconds, zero=False):
-    if seconds is None:
-        return None
-    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) \
-            or not (seconds >= 0 if zero else seconds > 0) or not np.isfinite(seconds):
-        raise ValueError(f"step_seconds must be a positive number of seconds (the virtual time "
-                         f"of one local step) or None, got {seconds!r}.")
-    return float(seconds)
-
-
-def _checked_scenario(scenario, replicas):
-    """The devices' speeds (all 1 without a scenario): one a replica, no jitter."""
-    if scenario is None:
-        return Scenario.equal(replicas)
-    if not isinstance(scenario, Scenario):
-        raise TypeError(f"scenario must be a pargrad.scenario.Scenario or None, got {scenario!r}; "
-                        f"pass for example Scenario((1.0,) * {replicas - 1} + (1 / 3,)): the last "
-                        "replica three times slower.")
-    if len(scenario.speeds) != replicas or scenario.jitter:
-        raise ValueError(f"scenario needs one speed for each of the {replicas} replicas and no "
-                         f"jitter (the virtual clock of a round is deterministic), got {scenario!r}.")
-    return scenario

@@ -14,7 +14,10 @@ rest as Keras's ``fit`` does (``keras/src/backend/tensorflow/trainer.py``):
 * :class:`StepRecords`: what every step left behind (its loss, when it
   started, how long it took, and whatever else the step returns),
   collected as rows and stacked into arrays at the end;
-* :func:`progress_bar`: a tqdm bar (notebook-aware) or nothing.
+* :func:`progress_bar`: a tqdm bar (notebook-aware) or nothing, for every
+  trainer's fit (:class:`pargrad.AsyncTrainer`'s too);
+* :func:`keras_history`: Keras's ``History`` of a fit run by a loop of its
+  own (:class:`pargrad.AsyncTrainer`'s workers).
 
 What the loop asks of a trainer (composition, not a base class):
 ``model`` (its ``stop_training`` flag), ``metrics`` (Keras metrics its
@@ -118,6 +121,22 @@ def train_epoch(trainer, reader, hooks, records, bar=None):
             if trainer.model.stop_training:
                 break
     return epoch_logs(trainer, losses)
+
+
+def keras_history(model, logs, steps):
+    """Keras's ``History`` of a fit that was one epoch of ``steps`` steps ending with ``logs``.
+
+    For a trainer with a loop of its own (:class:`pargrad.AsyncTrainer`'s
+    workers): the history is made by the callback protocol :func:`fit_loop`
+    runs, so its ``history``, ``epoch`` and ``params`` read as Keras's do.
+    """
+    hooks = keras.callbacks.CallbackList(None, add_history=True, model=model, epochs=1,
+                                         steps=steps, verbose=0)
+    hooks.on_train_begin()
+    hooks.on_epoch_begin(0)
+    hooks.on_epoch_end(0, logs)
+    hooks.on_train_end(logs)
+    return next(c for c in hooks.callbacks if isinstance(c, keras.callbacks.History))
 
 
 def epoch_logs(trainer, losses):

@@ -19,7 +19,7 @@ import heapq
 import numpy as np
 
 from pargrad.checks import (
-    ArgumentTypeError, check_choice, check_positive, check_whole_number,
+    ArgumentTypeError, check_choice, check_instance, check_positive, check_whole_number,
 )
 
 DELAY_DISTRIBUTIONS = ("exponential", "pareto")
@@ -75,16 +75,30 @@ class Scenario:
                          for _ in range(steps)], dtype=float).reshape(steps, devices)
 
 
-def check_scenario(scenario, devices=None):
-    """``scenario`` if it is a :class:`Scenario` (with one speed for each of ``devices`` devices)."""
-    if not isinstance(scenario, Scenario):
-        raise ArgumentTypeError(
-            f"scenario must be a pargrad.Scenario, got {scenario!r}; pass for example "
-            f"Scenario(speeds=(1.0, 0.5), jitter=0.2).")
+def check_scenario(scenario, devices=None, *, jitter=True, advice=""):
+    """The one check of a device-speed value: ``scenario`` as a :class:`Scenario`.
+
+    With ``devices`` (a count), None means that many equal devices
+    (:meth:`Scenario.equal`) and a scenario needs one speed for each.  With
+    ``jitter=False`` (a clock that has no random delays) a scenario with
+    ``jitter`` is refused; ``advice`` says why in the message.  A wrong type
+    raises :class:`pargrad.checks.ArgumentTypeError`, a wrong value
+    ``ValueError``.  Taught in the chapter "Asynchronous training".
+    """
+    if scenario is None and devices is not None:
+        return Scenario.equal(devices)
+    example = "Scenario(speeds=(1.0, 0.5), jitter=0.2)" if jitter else "Scenario(speeds=(1.0, 0.5))"
+    check_instance("scenario", scenario, Scenario,
+                   "a pargrad.Scenario" + (" or None (equal devices)" if devices is not None else ""),
+                   advice=f"Pass for example {example}.")
     if devices is not None and len(scenario.speeds) != devices:
         raise ValueError(
             f"scenario.speeds must hold one positive number per device ({devices}), got "
             f"{scenario.speeds!r}; for example (1.0, 0.5) makes device 1 twice as slow.")
+    if not jitter and scenario.jitter:
+        raise ValueError(
+            f"scenario.jitter must be 0 here, got {scenario.jitter!r}"
+            + (f" ({advice})" if advice else "") + "; pass Scenario(speeds) without jitter.")
     return scenario
 
 

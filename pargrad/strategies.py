@@ -26,7 +26,7 @@ from pargrad._quiet import import_tensorflow_quietly
 tf = import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
 
-from pargrad.checks import check_choice, check_whole_number  # noqa: E402
+from pargrad.checks import check_choice, check_instance, check_whole_number  # noqa: E402
 from pargrad.data import evaluation_batches  # noqa: E402
 
 
@@ -187,26 +187,34 @@ def check_optimizer_in_scope(name, optimizer, strategy, *, example="keras.optimi
     its public ``iterations`` variable, which Keras creates with the
     optimizer: a mirrored variable only inside the scope.
     """
-    if not isinstance(optimizer, keras.optimizers.Optimizer):
-        raise TypeError(f"{name} must be a Keras optimizer instance, got {optimizer!r}; pass "
-                        f"for example {example}, created inside strategy.scope().")
+    check_instance(name, optimizer, keras.optimizers.Optimizer, "a Keras optimizer instance",
+                   advice=f"Pass for example {example}, created inside strategy.scope().")
     inner = getattr(optimizer, "inner_optimizer", optimizer)     # a LossScaleOptimizer's
     if variables_outside_scope(strategy, [inner.iterations]):
         raise ValueError(f"The {name} was created outside this strategy's scope; create it "
                          f"inside `with strategy.scope():` or leave {default}.")
 
 
-def check_rate_or_optimizer(trainer, optimizer, learning_rate):
-    """Raise ``ValueError`` when both an optimizer and a ``learning_rate`` are given.
+def check_rate_or_optimizer(trainer, optimizer, learning_rate, *, name="optimizer",
+                            example="keras.optimizers.Adam(1e-3)", in_scope=True):
+    """Check a trainer's optimizer argument: its type first, then no ``learning_rate`` beside it.
 
-    An optimizer carries its own rate; a rate beside it would be silently
-    ignored.  The one sentence every trainer says (``trainer`` names it).
+    ``optimizer`` (the argument ``name``) must be None or a Keras optimizer
+    object (:class:`pargrad.checks.ArgumentTypeError` otherwise, naming
+    ``example``); an optimizer carries its own rate, so a ``learning_rate``
+    beside it, which would be silently ignored, raises ``ValueError``.  The
+    one sentence every trainer says (``trainer`` names it; ``in_scope``:
+    the optimizer belongs in ``strategy.scope()``).  Taught in the chapter
+    "Your own model".
     """
+    scope = ", created inside strategy.scope()" if in_scope else ""
+    check_instance(name, optimizer, keras.optimizers.Optimizer, "a Keras optimizer instance",
+                   optional=True, advice=f"Pass for example {example}{scope}, or None for "
+                   "plain gradient descent at learning_rate.")
     if optimizer is not None and learning_rate is not None:
         raise ValueError(
             f"pass the learning rate to the optimizer, not to {trainer}: keras.optimizers."
-            f"{type(optimizer).__name__}(learning_rate={learning_rate!r}), created inside "
-            "strategy.scope().")
+            f"{type(optimizer).__name__}(learning_rate={learning_rate!r}){scope}.")
 
 
 def host_device(strategy):

@@ -215,7 +215,8 @@ class SyncTrainer(tf.Module):
       gradients.  So an update equals the big batch's weighted mean (its
       mean over real tokens), not the mean of the micro-batches' means.
       Taught in the chapter "Accumulating sequences".
-    * ``progress``: show a progress bar (tqdm, notebook-aware) during fit.
+    * ``progress``: show a progress bar (tqdm, notebook-aware) during fit;
+      a constructor argument in all three trainers.
     * ``jit_compile``: compile each replica's forward and backward pass
       (all its ``accumulation_steps`` micro-batches) with XLA into one
       computation on the replica's device, traced once per replica.  The
@@ -292,7 +293,7 @@ class SyncTrainer(tf.Module):
         self.loss = per_example_loss(loss)
         self.sample_weight = sample_weight
         self._loss_values = self.loss.values if sample_weight is not None else None
-        self.progress = progress
+        self.progress = check_flag("progress", progress)
         self.jit_compile = bool(jit_compile)
         self.optimizer = self._make_optimizer(optimizer, learning_rate)
         # Where training stands, saved by tf.train.Checkpoint(..., trainer=self).
@@ -594,7 +595,7 @@ class SyncTrainer(tf.Module):
 
     def fit(self, x, y=None, *, batch_size=None, epochs=None, steps=None, shuffle=None,
             seed=None, validation_data=None, validation_batch_size=None, callbacks=None,
-            steps_per_call=1, progress=None):
+            steps_per_call=1):
         """Train in global batches of ``batch_size`` (across all replicas); return a SyncHistory.
 
         ``batch_size`` is the *global* batch of one update, over all replicas
@@ -661,8 +662,8 @@ class SyncTrainer(tf.Module):
         Keras does).  With 1, ``step_time`` is measured in Python around each
         step (launch and fetching included); with more, each step of a call
         gets the call's mean (the instrumented trainer of the book times
-        each step on the replicas).  ``progress`` overrides the trainer's
-        progress bar for this call.
+        each step on the replicas).  The progress bar is the constructor's
+        ``progress``, as for every trainer of the package.
         """
         steps, epochs = _fit_length(steps, epochs)
         by_epoch = epochs is not None
@@ -673,10 +674,9 @@ class SyncTrainer(tf.Module):
         validation = validation_source(validation_data, validation_batch_size, self.model)
         reader = EpochReader(source, self.position, self._feed, steps_per_call=steps_per_call,
                              steps=steps, shuffle=shuffle, seed=seed)
-        show = self.progress if progress is None else progress
         records, keras_history = fit_loop(self, reader, epochs=epochs or 1, callbacks=callbacks,
                                           validation=validation,
-                                          progress=f"sync x{self.replicas}" if show else None)
+                                          progress=f"sync x{self.replicas}" if self.progress else None)
         return self._history(records, keras_history, source)
 
     def run_call(self, call, done):

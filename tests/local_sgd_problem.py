@@ -46,7 +46,7 @@ def local_sgd_trainer(strategy, local_steps, outer="nesterov", inner_momentum=0.
         outer_step = outer_optimizer(outer)
     inner = keras.optimizers.SGD(0.0625, momentum=inner_momentum)
     return LocalSGDTrainer(model, strategy, local_steps, inner_optimizer=inner,
-                           outer_optimizer=outer_step, **options)
+                           outer_optimizer=outer_step, **{"progress": False, **options})
 
 
 def train_in_worker(local_steps, rounds, batch_size, outer="nesterov", poison_row=None):

@@ -14,7 +14,9 @@ import pytest
 
 import pargrad  # noqa: F401  (first: TensorFlow quietly)
 import tensorflow as tf
-from pargrad.asynchronous import AsyncTrainer, delay_compensated, hold_core
+from pargrad.asynchronous import (
+    HISTORY_KEYS, AsyncHistory, AsyncTrainer, delay_compensated, hold_core,
+)
 from pargrad.book import replay
 from pargrad.book.lost_updates import lost_updates
 from pargrad.book.parabola import parabola_data, parabola_model, squared_error
@@ -57,7 +59,7 @@ def keras_fit(model, x, y, steps, optimizer=None):
 def counts_at_each_apply(history, workers):
     """Updates applied by each worker, just after each update."""
     counts, rows = np.zeros(workers, int), []
-    for worker in history["worker"]:
+    for worker in history.worker:
         counts[worker] += 1
         rows.append(counts.copy())
     return np.array(rows)
@@ -78,7 +80,7 @@ def test_one_worker_is_plain_sgd_with_staleness_zero(devices):
         w, b = w - LEARNING_RATE * dw, b - LEARNING_RATE * db
     np.testing.assert_allclose(trainer.get_weights()[0], w, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(trainer.get_weights()[1], b, rtol=1e-5, atol=1e-6)
-    assert history["staleness"].tolist() == [0] * 15
+    assert history.staleness.tolist() == [0] * 15
 
 
 @pytest.mark.claim
@@ -101,9 +103,9 @@ def test_two_scheduled_workers_apply_the_stale_updates_computed_by_hand(devices,
         versions.append((w - LEARNING_RATE * dw, b - LEARNING_RATE * db))
     np.testing.assert_allclose(trainer.get_weights()[0], versions[-1][0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(trainer.get_weights()[1], versions[-1][1], rtol=1e-5, atol=1e-6)
-    assert history["worker"].tolist() == [0, 1] * 4
-    assert history["read_version"].tolist() == reads
-    assert history["staleness"].tolist() == [0, 1, 1, 1, 1, 1, 1, 1]
+    assert history.worker.tolist() == [0, 1] * 4
+    assert history.read_version.tolist() == reads
+    assert history.staleness.tolist() == [0, 1, 1, 1, 1, 1, 1, 1]
     # The stale sequence really differs from one worker's plain SGD.
     plain = AsyncTrainer(linear_model(), mse, devices[:1], learning_rate=LEARNING_RATE,
                          progress=False)
@@ -119,12 +121,12 @@ def test_every_requested_update_is_applied_and_counted(devices, mode):
     history = trainer.fit(x, y, steps=37, batch_size=4, mode=mode,
                           scenario=Scenario((1.0,) * len(devices), jitter=0.5))
     assert trainer.version == 37
-    assert len(history["staleness"]) == 37
-    assert np.bincount(history["staleness"]).sum() == 37
-    assert history["applied_version"].tolist() == list(range(37))
-    np.testing.assert_array_equal(history["staleness"],
-                                  history["applied_version"] - history["read_version"])
-    assert history["staleness"].min() >= 0
+    assert len(history.staleness) == 37
+    assert np.bincount(history.staleness).sum() == 37
+    assert history.applied_version.tolist() == list(range(37))
+    np.testing.assert_array_equal(history.staleness,
+                                  history.applied_version - history.read_version)
+    assert history.staleness.min() >= 0
     # fit continues from where it stopped, and the Keras model holds the result.
     trainer.fit(x, y, steps=5, mode=mode)
     assert trainer.version == 42
@@ -137,13 +139,13 @@ def test_equal_speeds_give_staleness_workers_minus_one_and_a_slow_worker_more(de
     trainer = AsyncTrainer(parabola_model(), squared_error, devices,
                            learning_rate=0.01, progress=False)
     history = trainer.fit(x, y, steps=40)
-    assert history["staleness"][4:].tolist() == [3] * 36
+    assert history.staleness[4:].tolist() == [3] * 36
     history = trainer.fit(x, y, steps=60, scenario=Scenario((1, 1, 1, 0.25)))
-    slow = history["worker"] == 3
-    assert history["staleness"][slow][1:].min() >= 12  # 3 others x 4 steps each
-    assert history["staleness"][~slow].mean() < 3
+    slow = history.worker == 3
+    assert history.staleness[slow][1:].min() >= 12  # 3 others x 4 steps each
+    assert history.staleness[~slow].mean() < 3
     # Each update lands inside the 3 other workers' computations, whatever the speeds.
-    assert 2.7 < history["staleness"].mean() <= 3
+    assert 2.7 < history.staleness.mean() <= 3
 
 
 def test_staleness_aware_learning_rate_divides_by_staleness_plus_one(devices):
@@ -151,8 +153,8 @@ def test_staleness_aware_learning_rate_divides_by_staleness_plus_one(devices):
     trainer = AsyncTrainer(parabola_model(), squared_error, devices,
                            learning_rate=0.1, staleness_aware=True, progress=False)
     history = trainer.fit(x, y, steps=20, scenario=Scenario((1.0,) * len(devices), jitter=1.0))
-    np.testing.assert_allclose(history["learning_rate"], 0.1 / (history["staleness"] + 1))
-    assert history["staleness"].max() > 0
+    np.testing.assert_allclose(history.learning_rate, 0.1 / (history.staleness + 1))
+    assert history.staleness.max() > 0
 
 
 @pytest.mark.claim
@@ -170,8 +172,8 @@ def test_staleness_aware_updates_take_the_rate_divided_by_staleness_plus_one(dev
         dw, db = numpy_gradient(*versions[read], *shards[k % 2])
         w, b = versions[-1]
         versions.append((w - rate * dw, b - rate * db))
-    assert history["staleness"].tolist() == [0, 1, 1, 1, 1, 1]
-    np.testing.assert_allclose(history["learning_rate"], [0.05] + [0.025] * 5)
+    assert history.staleness.tolist() == [0, 1, 1, 1, 1, 1]
+    np.testing.assert_allclose(history.learning_rate, [0.05] + [0.025] * 5)
     for got, expected in zip(trainer.get_weights(), versions[-1]):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
@@ -192,14 +194,14 @@ def test_scheduled_runs_repeat_exactly(devices):
     # repeat exactly on a CPU and up to float32 rounding on a GPU, whose
     # kernels may add in a different order each run.
     rounding = rounding_tolerance("float32", 30)
-    for key in first:
+    for key in HISTORY_KEYS:
         if key == "loss":
-            np.testing.assert_allclose(first[key], second[key], rtol=rounding)
+            np.testing.assert_allclose(first.loss, second.loss, rtol=rounding)
         else:
-            np.testing.assert_array_equal(first[key], second[key])
+            np.testing.assert_array_equal(getattr(first, key), getattr(second, key))
     for a, b in zip(weights1, weights2):
         np.testing.assert_allclose(a, b, rtol=0, atol=rounding)
-    assert len(set(first["staleness"].tolist())) > 1  # the jitter did reorder the workers
+    assert len(set(first.staleness.tolist())) > 1  # the jitter did reorder the workers
 
 
 # -- the virtual clock: the scheduled mode runs on pargrad.scenario's --------------------------
@@ -217,11 +219,11 @@ def test_a_scheduled_fit_applies_the_virtual_schedule_of_its_scenario_and_seed(d
     history = trainer.fit(x, y, steps=150, batch_size=4, scenario=scenario, seed=11)
     schedule = virtual_schedule(scenario, 150, seed=11)
     for key in SCHEDULE_KEYS:
-        np.testing.assert_array_equal(history[key], schedule[key], err_msg=key)
+        np.testing.assert_array_equal(getattr(history, key), schedule[key], err_msg=key)
     # A second fit starts a new clock: the same schedule, versions counted on.
     again = trainer.fit(x, y, steps=150, batch_size=4, scenario=scenario, seed=11)
-    np.testing.assert_array_equal(again["time"], schedule["time"])
-    np.testing.assert_array_equal(again["read_version"], schedule["read_version"] + 150)
+    np.testing.assert_array_equal(again.time, schedule["time"])
+    np.testing.assert_array_equal(again.read_version, schedule["read_version"] + 150)
 
 def test_a_virtual_time_limit_stops_before_the_first_late_update(devices):
     x, y = linear_data(16)
@@ -229,8 +231,8 @@ def test_a_virtual_time_limit_stops_before_the_first_late_update(devices):
                            progress=False)
     history = trainer.fit(x, y, steps=10**6, scenario=Scenario((1, 1, 1, 0.5)),
                           virtual_time_limit=10)
-    assert history["time"].max() <= 10
-    assert len(history["time"]) == 3 * 10 + 5
+    assert history.time.max() <= 10
+    assert len(history.time) == 3 * 10 + 5
     with pytest.raises(ValueError, match="time_limit"):
         trainer.fit(x, y, steps=5, mode="free-running", virtual_time_limit=10)
 
@@ -246,16 +248,16 @@ def test_a_worker_more_than_s_updates_ahead_waits_for_the_slowest(devices):
     # Worked out by hand: worker 0 takes 1 time unit, worker 1 takes 3.  After
     # its 2nd update (t=2) worker 0 is 2 ahead of worker 1, more than s = 1,
     # so it waits until worker 1's update at t=3, then reads; and so on.
-    assert history["worker"].tolist() == [0, 0, 1, 0, 1, 0, 1, 0]
-    assert history["time"].tolist() == [1, 2, 3, 4, 6, 7, 9, 10]
-    assert history["read_time"].tolist() == [0, 1, 0, 3, 3, 6, 6, 9]
-    assert history["staleness"].tolist() == [0, 0, 2, 0, 1, 0, 1, 0]
+    assert history.worker.tolist() == [0, 0, 1, 0, 1, 0, 1, 0]
+    assert history.time.tolist() == [1, 2, 3, 4, 6, 7, 9, 10]
+    assert history.read_time.tolist() == [0, 1, 0, 3, 3, 6, 6, 9]
+    assert history.staleness.tolist() == [0, 0, 2, 0, 1, 0, 1, 0]
     # Without the bound, worker 0 never waits and worker 1's updates go staler.
     free = AsyncTrainer(linear_model(), mse, devices[:2], learning_rate=LEARNING_RATE,
                         progress=False)
     unbounded = free.fit(x, y, steps=8, scenario=Scenario((1.0, 1.0 / 3.0)))
-    assert unbounded["worker"].tolist() == [0, 0, 0, 1, 0, 0, 0, 1]
-    assert unbounded["staleness"][unbounded["worker"] == 1].tolist() == [3, 3]
+    assert unbounded.worker.tolist() == [0, 0, 0, 1, 0, 0, 0, 1]
+    assert unbounded.staleness[unbounded.worker == 1].tolist() == [3, 3]
 
 
 @pytest.mark.parametrize("bound", [0, 2])
@@ -267,7 +269,7 @@ def test_bounded_workers_never_drift_more_than_s_plus_one_apart(devices, bound):
     counts = counts_at_each_apply(history, 4)
     # A worker reads only when at most s ahead, so after its apply at most s + 1.
     assert (counts.max(axis=1) - counts.min(axis=1)).max() == bound + 1
-    assert history["staleness"].max() <= (bound + 1) * 3 + 3
+    assert history.staleness.max() <= (bound + 1) * 3 + 3
 
 
 def test_free_running_bounded_workers_wait_really_and_finish(devices):
@@ -364,10 +366,10 @@ def test_lambda_zero_is_plain_asynchronous_sgd_bit_for_bit(devices, optimizer):
         runs.append((history, trainer.get_weights()))
         assert trainer.delay_compensation == strength
     (plain, plain_weights), *zeros = runs
-    assert plain["staleness"].max() > 0
+    assert plain.staleness.max() > 0
     for history, weights in zeros:
-        for key in plain:
-            np.testing.assert_array_equal(history[key], plain[key], err_msg=key)
+        for key in HISTORY_KEYS:
+            np.testing.assert_array_equal(getattr(history, key), getattr(plain, key), err_msg=key)
         for a, b in zip(weights, plain_weights):
             np.testing.assert_array_equal(a, b)
 
@@ -416,7 +418,7 @@ def test_a_failing_worker_ends_fit_promptly_and_leaves_no_thread(devices):
     assert time.perf_counter() - failed_at[0] < 1.0
     assert "worker 1" in " ".join(getattr(caught.value, "__notes__", []))
     assert async_threads() == []
-    assert trainer.version == len(trainer.history["loss"]) > 3
+    assert trainer.version == len(trainer.history.loss) > 3
 
 
 def test_a_time_limit_stops_a_free_running_fit(devices):
@@ -427,7 +429,7 @@ def test_a_time_limit_stops_a_free_running_fit(devices):
     started = time.perf_counter()
     history = trainer.fit(x, y, steps=10**7, mode="free-running", time_limit=0.3)
     assert time.perf_counter() - started < 1.3
-    assert 0 < len(history["loss"]) == trainer.version - 2 < 10**7
+    assert 0 < len(history.loss) == trainer.version - 2 < 10**7
     assert async_threads() == []
 
 
@@ -465,7 +467,7 @@ def test_targets_of_shape_n_train_as_keras_fit_with_mse(devices):
                            learning_rate=LEARNING_RATE, progress=False)
     history = trainer.fit(x, y, steps=40)
     expected = keras_fit(regression_model(), x, y, 40)
-    assert np.all(np.isfinite(history["loss"]))
+    assert np.all(np.isfinite(history.loss))
     for got, want in zip(trainer.get_weights(), expected):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     column = AsyncTrainer(regression_model(), squared_error, devices[:1],
@@ -519,7 +521,7 @@ def test_regularization_is_in_each_workers_loss_at_the_parameters_it_read(device
         versions.append((w - LEARNING_RATE * dw, b - LEARNING_RATE * db))
     np.testing.assert_allclose(trainer.get_weights()[0], versions[-1][0], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(trainer.get_weights()[1], versions[-1][1], rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(history["loss"], losses, rtol=1e-5)
+    np.testing.assert_allclose(history.loss, losses, rtol=1e-5)
 
 
 def test_dropout_is_active_and_each_worker_drops_its_own_units(devices):
@@ -538,14 +540,14 @@ def test_dropout_is_active_and_each_worker_drops_its_own_units(devices):
     at_start = float(keras.losses.mean_squared_error(y[:, None], dropout_model()(x)).numpy().mean())
     # Both updates were computed at version 0, on the same examples: without
     # dropout their losses would both equal the inference-mode loss.
-    assert history["read_version"].tolist() == [0, 0]
-    assert history["loss"][0] != pytest.approx(at_start, rel=1e-4)
-    assert history["loss"][0] != pytest.approx(history["loss"][1], rel=1e-4)
+    assert history.read_version.tolist() == [0, 0]
+    assert history.loss[0] != pytest.approx(at_start, rel=1e-4)
+    assert history.loss[0] != pytest.approx(history.loss[1], rel=1e-4)
     # Scheduled runs repeat exactly, dropout masks included; a later fit draws new masks.
     again = AsyncTrainer(dropout_model(), "mse", devices[:2], learning_rate=LEARNING_RATE,
                          progress=False)
-    np.testing.assert_array_equal(again.fit(x, y, steps=2)["loss"], history["loss"])
-    assert not np.array_equal(again.fit(x, y, steps=2)["loss"][:1], history["loss"][:1])
+    np.testing.assert_array_equal(again.fit(x, y, steps=2).loss, history.loss)
+    assert not np.array_equal(again.fit(x, y, steps=2).loss[:1], history.loss[:1])
     # The trained model still predicts in inference mode: no dropout there.
     np.testing.assert_array_equal(trainer.model(x[:4]), trainer.model(x[:4]))
 
@@ -614,7 +616,7 @@ def test_the_caller_can_opt_out_and_train_on(devices):
                            progress=False, stop_on_non_finite=False)
     history = trainer.fit(x, y, steps=200)
     assert trainer.version == 200
-    assert not np.all(np.isfinite(history["loss"]))
+    assert not np.all(np.isfinite(history.loss))
 
 
 def test_a_keras_optimizer_trains_as_keras_does_with_slots_on_the_parameter_device(devices):
@@ -633,7 +635,7 @@ def test_a_keras_optimizer_trains_as_keras_does_with_slots_on_the_parameter_devi
     for variable in slots:
         assert tf.DeviceSpec.from_string(variable.value.device).device_index == where.device_index
     assert int(optimizer.iterations) == trainer.version == 25
-    np.testing.assert_allclose(history["learning_rate"], 0.1)
+    np.testing.assert_allclose(history.learning_rate, 0.1)
 
 
 @pytest.mark.parametrize("mode", ["scheduled", "free-running"])
@@ -646,10 +648,10 @@ def test_optimizer_updates_are_atomic_and_staleness_is_recorded(devices, mode):
     history = trainer.fit(x, y, steps=40, batch_size=4, mode=mode,
                           scenario=Scenario((1.0,) * 4, jitter=0.5))
     assert trainer.version == int(optimizer.iterations) == 40
-    assert history["applied_version"].tolist() == list(range(40))
-    np.testing.assert_array_equal(history["staleness"],
-                                  history["applied_version"] - history["read_version"])
-    assert history["staleness"].max() > 0
+    assert history.applied_version.tolist() == list(range(40))
+    np.testing.assert_array_equal(history.staleness,
+                                  history.applied_version - history.read_version)
+    assert history.staleness.max() > 0
     assert async_threads() == []
 
 
@@ -663,9 +665,9 @@ def test_staleness_aware_keras_sgd_is_the_plain_rule(devices):
     keras_sgd = AsyncTrainer(regression_model(), "mse", devices[:4], staleness_aware=True,
                              optimizer=keras.optimizers.SGD(0.1), progress=False)
     history = keras_sgd.fit(x, y, **options)
-    assert plain_history["staleness"].max() > 0
-    np.testing.assert_array_equal(history["staleness"], plain_history["staleness"])
-    np.testing.assert_allclose(history["learning_rate"], 0.1 / (history["staleness"] + 1))
+    assert plain_history.staleness.max() > 0
+    np.testing.assert_array_equal(history.staleness, plain_history.staleness)
+    np.testing.assert_allclose(history.learning_rate, 0.1 / (history.staleness + 1))
     for got, want in zip(keras_sgd.get_weights(), plain.get_weights()):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
@@ -683,28 +685,67 @@ def test_validation_data_and_keras_metrics(devices, mode):
                            metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
     history = trainer.fit(x[:80], labels[:80], steps=12, batch_size=8,
                           validation_data=(x[80:], labels[80:]), validation_every=5, mode=mode)
-    assert history["val_version"].tolist() == [5, 10, 12]
-    assert len(history["loss"]) == 12
+    assert history.validation["val_version"].tolist() == [5, 10, 12]
+    assert len(history.loss) == 12
     logits = model(x[80:])
-    np.testing.assert_allclose(history["val_loss"][-1], float(loss(labels[80:], logits)), rtol=1e-5)
+    np.testing.assert_allclose(history.validation["val_loss"][-1], float(loss(labels[80:], logits)),
+                               rtol=1e-5)
     accuracy = np.mean(np.argmax(logits, axis=1) == labels[80:])
-    assert history["val_accuracy"][-1] == pytest.approx(accuracy)
-    assert history["val_accuracy"][-1] > 0.8
+    assert history.validation["val_accuracy"][-1] == pytest.approx(accuracy)
+    assert history.validation["val_accuracy"][-1] > 0.8
     assert async_threads() == []
 
 
 # -- the API: keyword-only, one name a thing, errors that say what to pass ---------------------
 
 
-@pytest.mark.parametrize("bad, message", [
-    (dict(devices="/device:CPU:0"), "logical_devices"),
-    (dict(devices=[]), "logical_devices"),
-    (dict(learning_rate=0), "learning_rate"),
+@pytest.mark.parametrize("bad, error, message", [
+    (dict(devices="/device:CPU:0"), TypeError, "devices must be a list of device names.*logical_"),
+    (dict(devices=[0, 1]), TypeError, "each of devices must be a device name.*logical_devices"),
+    (dict(devices=[]), ValueError, "logical_devices"),
+    (dict(learning_rate=0), ValueError, "learning_rate"),
+    (dict(model="a model"), TypeError, "model must be a built keras.Model, got 'a model'. Pass"),
+    (dict(model=keras.Sequential([keras.layers.Dense(1)])), ValueError, "build it first"),
+    (dict(optimizer="adam", learning_rate=0.1), TypeError,
+     "optimizer must be a Keras optimizer instance or None, got 'adam'. Pass for example"),
+    (dict(progress="yes"), TypeError, "progress must be True or False"),
 ])
-def test_bad_constructor_arguments_say_what_to_pass(devices, bad, message):
+def test_bad_constructor_arguments_say_what_to_pass(devices, bad, error, message):
+    """A wrong type is a TypeError, a wrong value a ValueError, as in pargrad.checks."""
     arguments = dict(model=linear_model(), loss=mse, devices=devices[:2], learning_rate=0.1)
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(error, match=message) as caught:
         AsyncTrainer(**{**arguments, **bad})
+    assert isinstance(caught.value, TypeError) != isinstance(caught.value, ValueError)
+
+
+def test_the_history_is_keras_shaped_beside_the_updates(devices):
+    """fit returns an AsyncHistory: per-update arrays, and Keras's per-fit history dict."""
+    x, y = linear_data(12)
+    trainer = AsyncTrainer(linear_model(), mse, devices[:2], learning_rate=0.1, progress=False)
+    history = trainer.fit(x, y, steps=6, validation_data=(x, y), validation_every=3)
+    assert isinstance(history, AsyncHistory) and history is trainer.history and len(history) == 6
+    assert history.epoch == [0] and history.params["steps"] == 6
+    assert history.history["loss"] == [pytest.approx(float(np.mean(history.loss)))]
+    assert history.history["val_loss"] == [pytest.approx(history.validation["val_loss"][-1])]
+    assert history.validation["val_version"].tolist() == [3, 6]
+
+
+def test_evaluate_is_the_mean_loss_of_the_shared_parameters_as_sync_trainers(devices):
+    """evaluate(x, y) -> {"loss": ...}: the mean over every example, in batches or at once."""
+    x, y = regression_data(32)
+    trainer = AsyncTrainer(regression_model(), "mse", devices[:2], progress=False,
+                           metrics=[keras.metrics.MeanAbsoluteError(name="mae")])
+    trainer.fit(x, y, steps=4, batch_size=4, validation_data=(x, y))
+    trainer.model.compile(loss="mse", metrics=[keras.metrics.MeanAbsoluteError(name="mae")])
+    expected = trainer.model.evaluate(x, y, batch_size=32, verbose=0, return_dict=True)
+    whole, batched = trainer.evaluate(x, y), trainer.evaluate(x, y, batch_size=5)
+    assert set(whole) == {"loss", "mae"}
+    assert whole["loss"] == pytest.approx(expected["loss"], rel=1e-5)
+    assert whole["mae"] == pytest.approx(expected["mae"], rel=1e-5)
+    assert batched["loss"] == pytest.approx(whole["loss"], rel=1e-5)
+    assert whole["loss"] == pytest.approx(trainer.history.validation["val_loss"][-1], rel=1e-6)
+    with pytest.raises(TypeError, match="batch_size .* must be a whole number"):
+        trainer.evaluate(x, y, batch_size=2.5)
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -843,7 +884,7 @@ def test_async_refuses_non_finite_arrays_naming_the_row(devices):
         np.testing.assert_array_equal(old, new)
     history = small_async_trainer(devices, stop_on_non_finite=False).fit(
         np.nan_to_num(x, neginf=0.0), y.astype(np.float32), steps=4)
-    assert len(history["loss"]) == 4
+    assert len(history.loss) == 4
 
 
 @pytest.mark.usefixtures("deterministic_ops")
@@ -852,7 +893,7 @@ def test_async_trains_on_integer_targets_as_on_floats(devices, loss):
     x, y = small_data()
     as_int = small_async_trainer(devices, loss).fit(x, y.astype(np.int64), steps=6, batch_size=8)
     as_float = small_async_trainer(devices, loss).fit(x, y.astype(np.float32), steps=6, batch_size=8)
-    np.testing.assert_array_equal(as_int["loss"], as_float["loss"])
+    np.testing.assert_array_equal(as_int.loss, as_float.loss)
 
 
 @pytest.mark.usefixtures("deterministic_ops")
@@ -862,4 +903,4 @@ def test_class_indices_stay_integers_for_a_sparse_loss(devices):
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(4)])
     history = AsyncTrainer(model, "sparse_categorical_crossentropy", devices[:2],
                            learning_rate=0.05, progress=False).fit(x, y, steps=3)
-    assert np.isfinite(history["loss"]).all()
+    assert np.isfinite(history.loss).all()

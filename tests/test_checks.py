@@ -9,7 +9,9 @@ from pargrad.checks import (
     ArgumentTypeError,
     check_choice,
     check_flag,
+    check_instance,
     check_positive,
+    check_seeds,
     check_share,
     check_whole_number,
 )
@@ -99,6 +101,39 @@ def test_choices():
         check_choice("kind", np.zeros(2), ("CPU", "GPU"))
 
 
+def test_a_maximum_bounds_a_whole_number():
+    assert check_whole_number("backup_workers", 3, 0, maximum=3) == 3
+    with pytest.raises(ValueError, match=r"^backup_workers must be a whole number from 0 to 3, "
+                                         r"got 4\. A step needs one\.$"):
+        check_whole_number("backup_workers", 4, 0, maximum=3, advice="A step needs one.")
+
+
+def test_an_instance_of_the_wrong_kind_is_a_type_error_saying_what_to_pass():
+    assert check_instance("link", None, float, "a float", optional=True) is None
+    assert check_instance("link", 1.5, float, "a float") == 1.5
+    with pytest.raises(ArgumentTypeError, match=r"^link must be a float or None, got 'x'\. "
+                                                r"pass for example 1\.5\.$"):
+        check_instance("link", "x", float, "a float", optional=True, advice="pass for example 1.5.")
+    with pytest.raises(ArgumentTypeError, match="flag must be an int, got True"):
+        check_instance("flag", True, int, "an int")            # a bool is no int here
+
+
+def test_seeds_are_a_list_of_distinct_whole_numbers():
+    assert check_seeds([0, 3]).tolist() == [0, 3]
+    with pytest.raises(ArgumentTypeError, match="seeds must be a non-empty list of whole numbers, "
+                                                "got 3. Pass for example numpy.arange"):
+        check_seeds(3)
+    with pytest.raises(ValueError, match="seeds must be a non-empty list"):
+        check_seeds([])
+    with pytest.raises(ArgumentTypeError, match="each of seeds must be a whole number >= 0 .*pass 1"):
+        check_seeds([1.0])
+    with pytest.raises(ValueError, match="each of seeds must be a whole number >= 0, got -1"):
+        check_seeds([-1])
+    assert check_seeds([1, 1]).tolist() == [1, 1]
+    with pytest.raises(ValueError, match="seeds must differ from each other"):
+        check_seeds([1, 1], distinct=True)
+
+
 def test_the_checks_are_defined_once():
     """No module of pargrad keeps its own copy of a check this module holds."""
     import ast
@@ -113,4 +148,4 @@ def test_the_checks_are_defined_once():
               for node in ast.walk(ast.parse(path.read_text()))
               if isinstance(node, (ast.FunctionDef, ast.ClassDef))
               and (node.name in names or node.name == "ArgumentTypeError")]
-    assert len(names) == 5 and not copies, copies
+    assert len(names) == 7 and not copies, copies

@@ -19,6 +19,7 @@ from pargrad._quiet import import_tensorflow_quietly
 from pargrad.book.instruments import InstrumentedSyncTrainer, backup_worker_mask, sync_step_times
 from pargrad.scenario import Scenario
 from pargrad.strategies import sync_strategy
+from pargrad.sync import SyncTrainer
 
 from linear_problem import linear_data, linear_model, numpy_gradient
 
@@ -213,3 +214,31 @@ def test_backup_options_are_validated():
         trainer.fit(x, y, steps=1)
     with pytest.raises(ValueError, match="replica_times"):
         trainer.fit(x, y, steps=2, replica_times=np.ones((1, 4)))
+    with pytest.raises(ValueError, match="pass steps=N .*not epochs="):
+        trainer.fit(x, y, epochs=1, batch_size=16)
+    with pytest.raises(TypeError, match=r"backup_workers must be a whole number from 0 to 3 "
+                                        r"\(an int\), got the float 1.0; pass 1"):
+        sync_linear_trainer(backup_workers=1.0)
+    with pytest.raises(TypeError, match="step_seconds .* must be a positive number of seconds"):
+        sync_linear_trainer(backup_workers=0, step_seconds="1")
+    with pytest.raises(ValueError, match=r"scenario.jitter must be 0 here, got 0.5 \(a straggler"):
+        sync_linear_trainer(backup_workers=0, scenario=Scenario((1, 1, 1, 1), jitter=0.5))
+
+
+def test_fit_takes_every_option_of_sync_trainers_fit():
+    """epochs, shuffle, seed, validation and callbacks: the instrumented trainer stands in."""
+    x, y = linear_data(16)
+    strategy = sync_strategy(4)
+    with strategy.scope():
+        model = linear_model()
+    plain = SyncTrainer(model, strategy, learning_rate=LEARNING_RATE, progress=False)
+    plain.fit(x, y, epochs=2, batch_size=8, shuffle=True, seed=3, validation_data=(x, y))
+    instrumented = sync_linear_trainer(0)
+    seen = []
+    history = instrumented.fit(x, y, epochs=2, batch_size=8, shuffle=True, seed=3,
+                               validation_data=(x, y),
+                               callbacks=[keras.callbacks.LambdaCallback(
+                                   on_epoch_end=lambda epoch, logs: seen.append(epoch))])
+    assert seen == [0, 1] and history.epoch == [0, 1] and "val_loss" in history.history
+    for a, b in zip(plain.model.get_weights(), instrumented.model.get_weights()):
+        np.testing.assert_array_equal(a, b)

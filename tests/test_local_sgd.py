@@ -332,6 +332,9 @@ def test_bad_optimizers_say_what_to_pass():
         model = linear_model()
     with pytest.raises(TypeError, match="inner_optimizer must be a Keras optimizer"):
         LocalSGDTrainer(model, strategy, 2, inner_optimizer="adam")
+    with pytest.raises(TypeError, match=r"inner_optimizer must be a Keras optimizer instance or "
+                                        r"None, got 'adam'. Pass for example"):   # not the rate
+        LocalSGDTrainer(model, strategy, 2, inner_optimizer="adam", learning_rate=0.01)
     with pytest.raises(TypeError, match="outer_optimizer must be a Keras optimizer"):
         LocalSGDTrainer(model, strategy, 2, outer_optimizer=0.7)
     with pytest.raises(ValueError, match="created outside this strategy's scope"):
@@ -360,11 +363,13 @@ def test_a_model_with_non_trainable_state_is_refused():
 
 
 @pytest.mark.parametrize("options, error, says", [
-    ({"link": "fast"}, TypeError, "pargrad.cost.Link"),
+    ({"link": "fast"}, TypeError, r"link must be a pargrad.cost.Link or None.*Pass for example"),
     ({"step_seconds": -1.0}, ValueError, "positive number of seconds"),
-    ({"scenario": Scenario((1, 2, 3))}, ValueError, "each of the 2 replicas"),
-    ({"scenario": Scenario((1, 0.5), jitter=0.1)}, ValueError, "no jitter"),
-    ({"scenario": [1, 2]}, TypeError, "pargrad.scenario.Scenario"),
+    ({"step_seconds": "1"}, TypeError, "step_seconds .* must be a positive number of seconds"),
+    ({"scenario": Scenario((1, 2, 3))}, ValueError, r"one positive number per device \(2\)"),
+    ({"scenario": Scenario((1, 0.5), jitter=0.1)}, ValueError,
+     r"jitter must be 0 here.*no random delays.*pass Scenario\(speeds\) without jitter"),
+    ({"scenario": [1, 2]}, TypeError, r"scenario must be a pargrad.Scenario or None.*Pass for"),
 ])
 def test_bad_cost_settings(options, error, says):
     with pytest.raises(error, match=says):

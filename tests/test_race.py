@@ -85,7 +85,7 @@ def test_the_zero_staleness_control_is_one_device_as_fast_as_all(devices, data):
     assert control["updates"][-1] == 40
     trainer = next(t for k, t in race._TRAINERS.items()
                    if k[0] == "async" and len(k[1]) == 1 and ("learning_rate", 0.2) in k[3])
-    assert (trainer.history["staleness"] == 0).all()
+    assert (trainer.history.staleness == 0).all()
 
 
 def result(scenario, method, seed, reached_at):

@@ -44,7 +44,7 @@ def test_the_replay_is_what_the_trainer_computes(outer, outer_rate, momentum, lo
         model = parabola_model(seed=3, hidden=rc.HIDDEN, dtype="float64")
         outer_step = rc.outer_optimizer(outer, outer_rate, momentum)
     trainer = LocalSGDTrainer(model, strategy, local_steps, learning_rate=rate,
-                              outer_optimizer=outer_step)
+                              outer_optimizer=outer_step, progress=False)
     trainer.fit(x, y, rounds=updates // local_steps, batch_size=len(x))
     _, kept_rate, kept_momentum = rc.outer_knobs({"rate": rate, "outer_rate": outer_rate,
                                                   "momentum": momentum})
@@ -74,7 +74,7 @@ def test_the_race_scores_the_mean_over_the_last_quarter_of_its_time():
     sync = next(m for m in rc.uneven_methods(rc.SLOW) if m.name == "sync")
     seeds = np.arange(3)
     times, losses = rc.curve_in_time(2.0**-3, seeds, 1, rc.race_budget(rc.SLOW), rc.SLOW,
-                                      rc.STEP_SECONDS, 1 / min(rc.SPEEDS))
+                                      rc.STEP_SECONDS, pargrad.Scenario(rc.SPEEDS))
     assert len(times) == rc.SYNC_STEPS_IN_BUDGET + 1
     assert sync.run.single(2.0**-3, seeds) == pytest.approx(np.mean(losses[192:256], axis=0),
                                                             rel=1e-12)

@@ -77,6 +77,15 @@ def test_a_rate_beside_an_optimizer_is_one_sentence_for_every_trainer():
             check_rate_or_optimizer(trainer, keras.optimizers.Adam(0.1), 0.5)
 
 
+
+def test_an_optimizer_of_the_wrong_type_is_named_before_any_rate_advice():
+    """a string beside a rate: the type is wrong (TypeError), not the rate advice."""
+    with pytest.raises(TypeError, match=r"inner_optimizer must be a Keras optimizer instance or "
+                                        r"None, got 'adam'.*AdamW"):
+        check_rate_or_optimizer("LocalSGDTrainer", "adam", 0.01, name="inner_optimizer",
+                                example="keras.optimizers.AdamW(1e-3)", in_scope=False)
+
+
 def test_every_replica_gathers_every_replicas_value_even_an_infinite_one():
     strategy = sync_strategy(2)
     values = strategy.experimental_distribute_values_from_function(

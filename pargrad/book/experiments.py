@@ -213,7 +213,7 @@ def sweep(method, seeds):
     """
     if method.rates is None and method.grid is None:
         raise ValueError(f"Method {method.name!r} has no rates to sweep; give it rates=[...].")
-    seeds = _seeds(seeds)
+    seeds = checks.check_seeds(seeds, distinct=True)
     settings = method.settings()
     scores = np.array([scores_as_array(method.run(setting, seeds), seeds)
                        for setting in settings])
@@ -288,10 +288,10 @@ def run_experiment(methods, seeds, tuning_seeds=None):
     seeds again, following ``seeds``), then run on ``seeds``.  Taught in
     the chapters "Asynchronous training" and "Sync vs async in the same time".
     """
-    seeds = _seeds(seeds)
+    seeds = checks.check_seeds(seeds, distinct=True)
     if tuning_seeds is None:
         tuning_seeds = np.arange(seeds.max() + 1, seeds.max() + 1 + len(seeds))
-    tuning_seeds = _seeds(tuning_seeds)
+    tuning_seeds = checks.check_seeds(tuning_seeds, distinct=True)
     names = [method.name for method in methods]
     if len(set(names)) != len(names):
         raise ValueError(f"method names must differ, got {names}.")
@@ -434,7 +434,8 @@ def replicate(methods, seeds, tuning_seeds, held_out_seeds, held_out_tuning_seed
     replicate.  The four seed sets must not share a seed.  Taught on the
     page "How the book decides".
     """
-    sets = [_seeds(s) for s in (seeds, tuning_seeds, held_out_seeds, held_out_tuning_seeds)]
+    sets = [checks.check_seeds(s, distinct=True)
+            for s in (seeds, tuning_seeds, held_out_seeds, held_out_tuning_seeds)]
     for (i, a), (j, b) in itertools.combinations(enumerate(sets), 2):
         if np.intersect1d(a, b).size:
             names = ["seeds", "tuning_seeds", "held_out_seeds", "held_out_tuning_seeds"]
@@ -562,14 +563,3 @@ def _paired(first_scores, second_scores):
         raise ValueError(f"paired scores need two 1-d arrays of the same length, got shapes "
                          f"{a.shape} and {b.shape}.")
     return np.where(np.isnan(a), np.inf, a), np.where(np.isnan(b), np.inf, b)
-
-
-def _seeds(seeds):
-    seeds = np.asarray(seeds)
-    if seeds.ndim != 1 or len(seeds) == 0:
-        raise ValueError(f"seeds must be a non-empty list of whole numbers, got {seeds!r}.")
-    for seed in seeds.tolist():  # Python numbers: the message shows -1, not np.int64(-1)
-        checks.check_whole_number("each of seeds", seed, minimum=0)
-    if len(np.unique(seeds)) != len(seeds):
-        raise ValueError("seeds must differ from each other: a repeated seed counts one run twice.")
-    return seeds

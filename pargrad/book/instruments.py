@@ -31,14 +31,13 @@ trainer, bit for bit.
 
 import dataclasses
 import functools
-import numbers
 import time
 
 import numpy as np
 
 from pargrad._quiet import import_tensorflow_quietly
-from pargrad.checks import check_whole_number
-from pargrad.scenario import Scenario
+from pargrad.checks import check_flag, check_positive, check_whole_number
+from pargrad.scenario import Scenario, check_scenario
 from pargrad.strategies import sync_strategy, tf_variable as _tf_variable
 from pargrad.sync import SyncHistory, SyncTrainer
 
@@ -61,10 +60,9 @@ def backup_worker_mask(replica_times, backup_workers):
     if times.ndim != 2:
         raise ValueError(f"replica_times needs one row a step and one column a replica, "
                          f"got shape {times.shape}.")
-    if (isinstance(backup_workers, bool) or not isinstance(backup_workers, numbers.Integral)
-            or not 0 <= backup_workers < times.shape[1]):
-        raise ValueError(f"backup_workers must be a whole number from 0 to {times.shape[1] - 1} "
-                         f"(fewer than the replicas), got {backup_workers!r}.")
+    backup_workers = check_whole_number("backup_workers", backup_workers, 0,
+                                        maximum=times.shape[1] - 1,
+                                        advice="A step needs at least one replica.")
     order = np.argsort(times, axis=1, kind="stable")
     used = np.zeros(times.shape, bool)
     np.put_along_axis(used, order[:, :times.shape[1] - backup_workers], True, axis=1)
@@ -182,6 +180,13 @@ class InstrumentedSyncTrainer(SyncTrainer):
       ``step_seconds`` times its ``replica_times`` entry (in units of such a
       step; default 1), and a dropped backup replica is cut off (no sleep).
 
+    ``scenario`` and ``step_seconds`` are constructor arguments, as in
+    :class:`pargrad.LocalSGDTrainer`: they build this trainer's step (a
+    straggler's extra passes, an emulated device's sleep);
+    :class:`pargrad.AsyncTrainer` takes them in ``fit``, where they order
+    one fit's updates.  ``fit`` takes every option of
+    :meth:`pargrad.sync.SyncTrainer.fit`, and ``replica_times``.
+
     How the times are measured: the step is one ``tf.function``; inside each
     replica's part, ``tf.timestamp()`` ops tied by control dependencies run
     when the replica's input is ready, when its gradients exist and when
@@ -203,25 +208,21 @@ class InstrumentedSyncTrainer(SyncTrainer):
         stragglers = _stragglers(scenario, replicas)
         if record_times is None:
             record_times = step_seconds is not None
-        if (isinstance(backup_workers, bool) or not isinstance(backup_workers, numbers.Integral)
-                or not 0 <= backup_workers < replicas):
-            raise ValueError(
-                f"backup_workers must be a whole number from 0 to {replicas - 1} (a step "
-                f"needs at least one of the {replicas} replicas), got {backup_workers!r}."
-            )
-        if step_seconds is not None and (not isinstance(step_seconds, numbers.Real)
-                                         or not step_seconds > 0 or stragglers
-                                         or not record_times):
-            raise ValueError(
-                "step_seconds (emulated devices: the seconds of one step of a device of "
-                "speed 1) must be a positive number of seconds, with record_times=True and "
-                "without a scenario of stragglers (give slow replicas larger replica_times "
-                f"instead); got {step_seconds!r}."
-            )
-        self.record_times = bool(record_times)
+        self.backup_workers = check_whole_number(
+            "backup_workers", backup_workers, 0, maximum=replicas - 1,
+            advice=f"A step needs at least one of the {replicas} replicas.")
+        if step_seconds is not None:
+            step_seconds = check_positive(
+                "step_seconds (emulated devices: the seconds of one step of a device of speed 1)",
+                step_seconds, unit="seconds")
+            if stragglers or not record_times:
+                raise ValueError(
+                    "step_seconds needs record_times=True and no scenario of stragglers (give "
+                    f"slow replicas larger replica_times instead); got record_times={record_times!r}"
+                    f" and scenario={scenario!r}.")
+        self.record_times = check_flag("record_times", record_times)
         self.stragglers = stragglers
-        self.backup_workers = int(backup_workers)
-        self.step_seconds = None if step_seconds is None else float(step_seconds)
+        self.step_seconds = step_seconds
         self._plan = None
         # A straggler's extra passes, compiled like the gradients they repeat.
         self._straggler_passes = (
@@ -360,9 +361,8 @@ class InstrumentedSyncTrainer(SyncTrainer):
 
     # -- the loop ------------------------------------------------------------------
 
-    def fit(self, x, y, *, steps, batch_size=None, steps_per_call=1, progress=None,
-            replica_times=None):
-        """:meth:`pargrad.sync.SyncTrainer.fit`, on a virtual clock when given ``replica_times``.
+    def fit(self, x, y=None, *, replica_times=None, **options):
+        """SyncTrainer's ``fit`` (every option), on a virtual clock when given ``replica_times``.
 
         ``replica_times`` (shape ``(steps, replicas)``) says how long each
         replica takes in each step, in units of a normal step: the virtual
@@ -379,42 +379,54 @@ class InstrumentedSyncTrainer(SyncTrainer):
         waits for every replica.  With ``step_seconds`` the used replicas
         also sleep until ``step_seconds`` times their time is up and the
         dropped ones are cut off (no sleep), so the measured step lasts
-        about as long as the (N - b)-th fastest.  Needs ``steps_per_call=1``
-        when the plan changes the graph (backup workers or
-        ``step_seconds``); the reported loss is the whole batch's.
+        about as long as the (N - b)-th fastest.  A plan (``replica_times``,
+        backup workers, ``step_seconds``) has one row a step, so it needs
+        ``steps=`` (not ``epochs=``), and ``steps_per_call=1`` when it
+        changes the graph (backup workers or ``step_seconds``); the reported
+        loss is the whole batch's.  Every other option (``epochs``,
+        ``shuffle``, ``seed``, ``validation_data``, ``callbacks``, ...) is
+        :meth:`pargrad.sync.SyncTrainer.fit`'s.
         """
+        used = virtual_step_time = None
+        if replica_times is not None or self.backup_workers or self.step_seconds is not None:
+            used, virtual_step_time = self._plan_steps(replica_times, options.get("steps"),
+                                                       options.get("steps_per_call", 1))
+        try:
+            history = super().fit(x, y, **options)
+        finally:
+            self._plan = None
+        history.used, history.virtual_step_time = used, virtual_step_time
+        return history
+
+    def _plan_steps(self, replica_times, steps, steps_per_call):
+        """Check ``replica_times`` for ``steps`` steps, set the plan; ``(used, virtual_step_time)``."""
+        if steps is None:
+            raise ValueError(
+                "replica_times, backup workers and step_seconds plan each step: pass steps=N "
+                "(a number of updates), not epochs=, to this fit.")
         steps = check_whole_number("steps", steps)
         steps_per_call = check_whole_number("steps_per_call", steps_per_call)
-        used = virtual_step_time = None
         if replica_times is None and self.step_seconds is not None:
             replica_times = np.ones((steps, self.replicas))
-        if replica_times is None and self.backup_workers:
+        if replica_times is None:   # backup workers
             raise ValueError(
                 "Backup workers need to know who finishes first: pass replica_times, "
                 f"shape (steps, replicas) = ({steps}, {self.replicas}), how long each "
                 "replica takes in each step (for example pargrad.book.race.replica_times)."
             )
-        if replica_times is not None:
-            replica_times = np.asarray(replica_times, float)
-            if replica_times.shape != (steps, self.replicas) or not (replica_times > 0).all():
-                raise ValueError(
-                    f"replica_times needs shape (steps, replicas) = ({steps}, {self.replicas}) "
-                    f"and positive times, got shape {replica_times.shape}."
-                )
-            if (self.backup_workers or self.step_seconds) and steps_per_call != 1:
-                raise ValueError("With backup workers or step_seconds, pass steps_per_call=1: "
-                                 "the plan is set before every step.")
-            used = backup_worker_mask(replica_times, self.backup_workers)
-            virtual_step_time = sync_step_times(replica_times, self.backup_workers)
-            if self.backup_workers or self.step_seconds:
-                self._plan = (used, replica_times)
-        try:
-            history = super().fit(x, y, steps=steps, batch_size=batch_size,
-                                  steps_per_call=steps_per_call, progress=progress)
-        finally:
-            self._plan = None
-        history.used, history.virtual_step_time = used, virtual_step_time
-        return history
+        replica_times = np.asarray(replica_times, float)
+        if replica_times.shape != (steps, self.replicas) or not (replica_times > 0).all():
+            raise ValueError(
+                f"replica_times needs shape (steps, replicas) = ({steps}, {self.replicas}) "
+                f"and positive times, got shape {replica_times.shape}."
+            )
+        if (self.backup_workers or self.step_seconds) and steps_per_call != 1:
+            raise ValueError("With backup workers or step_seconds, pass steps_per_call=1: "
+                             "the plan is set before every step.")
+        used = backup_worker_mask(replica_times, self.backup_workers)
+        if self.backup_workers or self.step_seconds:
+            self._plan = (used, replica_times)
+        return used, sync_step_times(replica_times, self.backup_workers)
 
     def _history(self, records, keras_history, source):
         """The core's history with each replica's times: an :class:`InstrumentedSyncHistory`."""
@@ -436,12 +448,8 @@ def _stragglers(scenario, replicas):
     """
     if scenario is None:
         return {}
-    if not isinstance(scenario, Scenario):
-        raise TypeError(f"scenario must be a pargrad.scenario.Scenario or None, got {scenario!r}; "
-                        "pass for example Scenario((1.0, 1 / 3)): replica 1 three times slower.")
-    if len(scenario.speeds) != replicas or scenario.jitter:
-        raise ValueError(f"scenario needs one speed for each of the {replicas} replicas and no "
-                         f"jitter (the replicas are 0..{replicas - 1}), got {scenario!r}.")
+    scenario = check_scenario(scenario, replicas, jitter=False,
+                              advice="a straggler's speed says how many passes it repeats")
     factors = {r: 1.0 / speed for r, speed in enumerate(scenario.speeds)}
     for replica, factor in factors.items():
         if factor < 1 - 1e-9 or abs(factor - round(factor)) > 1e-9:

@@ -245,15 +245,16 @@ def paired_scores(panels, title="One dot a seed: the same initial weights, two m
 def async_timeline(history, ax=None, title="Who read and applied when"):
     """Each update as a bar from its read to its apply, one row a worker.
 
-    ``history`` is what :meth:`pargrad.AsyncTrainer.fit` returned; the number
+    ``history`` is what :meth:`pargrad.AsyncTrainer.fit` returned (an
+    :class:`pargrad.asynchronous.AsyncHistory`); the number
     in a bar is that update's staleness.  Drawn in the chapter
     "Asynchronous training".
     """
     if ax is None:
-        _, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * (int(np.max(history["worker"])) + 1)))
-    workers = np.asarray(history["worker"])
-    for worker, start, end, staleness in zip(workers, history["read_time"], history["time"],
-                                             history["staleness"]):
+        _, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * (int(np.max(history.worker)) + 1)))
+    workers = np.asarray(history.worker)
+    for worker, start, end, staleness in zip(workers, history.read_time, history.time,
+                                             history.staleness):
         ax.barh(worker, end - start, left=start, height=0.6, color=f"C{worker % 10}",
                 alpha=0.75, edgecolor="black")
         ax.text((start + end) / 2, worker, str(staleness), ha="center", va="center", fontsize=9)

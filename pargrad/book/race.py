@@ -205,7 +205,7 @@ def _race_async(options, scenario, seed, budget, every, mode, step_seconds, devi
                     step_seconds=step_seconds, **common)
         elapsed = time.perf_counter() - clock[0]  # the whole run, bookkeeping included
     if applied[0] > checkpoints[-1][1]:  # the updates after the last checkpoint
-        last = (elapsed if mode == "free-running" else float(np.max(trainer.history["time"])))
+        last = (elapsed if mode == "free-running" else float(np.max(trainer.history.time)))
         checkpoints.append((max(last, checkpoints[-1][0]), applied[0], applied[0] * BATCH_SIZE,
                             trainer.get_weights()))
     return checkpoints

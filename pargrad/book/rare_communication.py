@@ -29,10 +29,10 @@ Its figures are in :mod:`pargrad.book.plots` (``dial_figure``, ``seeds_figure``)
 
 import numpy as np
 
-from pargrad import cost
+from pargrad import cost, local_sgd
 from pargrad.book import parabola_async, replay
 from pargrad.book.parabola import parabola_data, parabola_model
-from pargrad.checks import check_choice, check_whole_number
+from pargrad.checks import check_choice, check_seeds, check_whole_number
 from pargrad.scenario import Scenario, virtual_schedule
 
 POINTS = 48          # divides evenly over 1, 2, 3, 4, 6 and 8 replicas
@@ -169,7 +169,7 @@ class GridRunner:
         self._scores = {}
 
     def __call__(self, setting, seeds):
-        seeds = replay.checked_seeds(seeds)
+        seeds = check_seeds(seeds)
         rate, others = _split(setting)
         key = (tuple(int(s) for s in seeds), tuple(sorted(others.items())))
         if key not in self._scores:
@@ -182,7 +182,7 @@ class GridRunner:
 
     def single(self, setting, seeds):
         """The scores of one setting on ``seeds``, without running the rest of the grid."""
-        seeds = replay.checked_seeds(seeds)
+        seeds = check_seeds(seeds)
         rate, others = _split(setting)
         return self.score(np.full(len(seeds), float(rate)), seeds, **others)
 
@@ -198,30 +198,33 @@ def _split(setting):
 # The same virtual time
 # ----------------------------------------------------------------------------
 
-def round_seconds(local_steps, link, step_seconds, slowest=1.0, replicas=REPLICAS,
+def round_seconds(local_steps, link, step_seconds, scenario=None, replicas=REPLICAS,
                   parameter_bytes=PARAMETER_BYTES):
-    """A round's virtual time: H slow steps, then a ring all-reduce of the parameters on ``link``.
+    """A round's virtual time for the book's network: :func:`pargrad.local_sgd.round_seconds`.
 
-    What :meth:`pargrad.LocalSGDHistory.clock_on` charges a round.
+    H steps of the slowest replica of ``scenario`` (None: all of speed 1),
+    then a ring all-reduce of the parameters on ``link``: what
+    :meth:`pargrad.LocalSGDHistory.clock_on` charges a round.
     """
-    return (local_steps * step_seconds * slowest
-            + cost.ring_all_reduce_time(parameter_bytes, replicas, link))
+    return local_sgd.round_seconds(local_steps, parameter_bytes, replicas, link=link,
+                                   step_seconds=step_seconds, scenario=scenario).total
 
 
-def curve_in_time(rate, seeds, local_steps, budget, link, step_seconds, slowest=1.0,
+def curve_in_time(rate, seeds, local_steps, budget, link, step_seconds, scenario=None,
                   outer=replay.AVERAGE, replicas=REPLICAS, outer_rate=replay.OUTER_RATE,
                   momentum=replay.OUTER_MOMENTUM):
     """Loss on all points at the start and after every round that ends within ``budget`` seconds.
 
     Returns ``(times, losses)``: the virtual time of each point (0, then the
     end of each round) and the losses, ``(rounds + 1, seeds)``.  Every round
-    waits for the slowest replica (``slowest`` times ``step_seconds`` a
-    step) and pays one all-reduce on ``link`` (:func:`round_seconds`);
+    waits for the slowest replica of ``scenario`` (a :class:`pargrad.Scenario`
+    of the replicas' speeds; None: all 1) and pays one all-reduce on
+    ``link`` (:func:`round_seconds`);
     ``local_steps = 1`` with :data:`pargrad.book.replay.AVERAGE` is
     synchronous SGD; ``outer_rate`` and ``momentum`` set DiLoCo's outer
     step.  Taught in the chapter "Communicating rarely".
     """
-    one_round = round_seconds(local_steps, link, step_seconds, slowest, replicas)
+    one_round = round_seconds(local_steps, link, step_seconds, scenario, replicas)
     rounds = int(budget // one_round)
     if rounds < 1:
         raise ValueError(f"budget must fit one round of {one_round:.3g} s, got {budget!r} s; "
@@ -309,7 +312,7 @@ def dial_methods():
 
 def race_budget(link):
     """The uneven race's virtual time on ``link``: what synchronous SGD needs for 256 steps."""
-    return SYNC_STEPS_IN_BUDGET * round_seconds(1, link, STEP_SECONDS, 1 / min(SPEEDS))
+    return SYNC_STEPS_IN_BUDGET * round_seconds(1, link, STEP_SECONDS, Scenario(SPEEDS))
 
 
 def uneven_methods(link, score="last quarter"):
@@ -331,7 +334,7 @@ def uneven_methods(link, score="last quarter"):
     from pargrad.book.experiments import Method, last_quarter_mean
 
     check_choice("score", score, RACE_SCORES)
-    budget, slowest = race_budget(link), 1 / min(SPEEDS)
+    budget, uneven = race_budget(link), Scenario(SPEEDS)
     side = "fast" if link == FAST else "slow"
 
     def scored(curve):
@@ -344,7 +347,7 @@ def uneven_methods(link, score="last quarter"):
         def run(rates, seeds, H=steps, outer_rate=1.0, momentum=0.0):
             if int(H) == 1 and outer_rate != 1.0:      # the same runs as outer rate 1
                 return np.full(len(seeds), np.inf)
-            return scored(curve_in_time(rates, seeds, int(H), budget, link, STEP_SECONDS, slowest,
+            return scored(curve_in_time(rates, seeds, int(H), budget, link, STEP_SECONDS, uneven,
                                         outer, outer_rate=as_kept(outer_rate, momentum)[0],
                                         momentum=as_kept(outer_rate, momentum)[1]))
         return run
@@ -438,7 +441,7 @@ def experiment_at_stored_rates(set_name, seeds=None, stored=None, seed_set="page
     check_choice("seed_set", seed_set, SEED_SETS)
     sweeps = stored["sweeps"][seed_set]
     check_choice("set_name", set_name, sweeps)
-    seeds = replay.checked_seeds(SEED_SETS[seed_set][0] if seeds is None else seeds)
+    seeds = check_seeds(SEED_SETS[seed_set][0] if seeds is None else seeds)
     grid = np.asarray(stored["grid"])
     scores, rates = {}, {}
     for method in experiment_sets(race_score)[set_name]:
@@ -543,7 +546,7 @@ def train_phase(rounds, local_steps, learning_rate, weights=None, velocity=None,
             model.set_weights([np.asarray(w, np.float64) for w in weights])
         outer_step = outer_optimizer(outer, outer_rate, momentum)
     trainer = LocalSGDTrainer(model, strategy, local_steps, learning_rate=learning_rate,
-                              outer_optimizer=outer_step)
+                              outer_optimizer=outer_step, progress=False)
     momentums = list(getattr(trainer.outer_optimizer, "momentums", []) or [])
     if velocity is not None:
         if len(momentums) != len(velocity):

@@ -29,7 +29,7 @@ import dataclasses
 
 import numpy as np
 
-from pargrad.checks import check_choice, check_whole_number
+from pargrad.checks import check_choice, check_seeds, check_whole_number
 
 AVERAGE = "average"       # outer SGD of rate 1: local SGD, model averaging
 NESTEROV = "nesterov"     # DiLoCo's outer SGD with Nesterov momentum
@@ -43,17 +43,6 @@ OUTER_MOMENTUM = float(np.float32(0.9))
 # The network, forward and backward
 # ----------------------------------------------------------------------------
 
-def checked_seeds(seeds):
-    """``seeds`` as a 1-D array of whole numbers, or ``ValueError`` saying what to pass."""
-    array = np.asarray(seeds)
-    if array.ndim != 1 or len(array) == 0:
-        raise ValueError(f"seeds must be a non-empty list of whole numbers, got {seeds!r}; "
-                         "pass for example numpy.arange(20).")
-    for seed in array:
-        check_whole_number("seeds", seed.item(), minimum=0)
-    return array
-
-
 def stacked_weights(seeds, hidden=5):
     """The initial weights of every seed, float64, stacked: ``(W1, b1, W2, b2)`` with a seed axis first.
 
@@ -62,7 +51,7 @@ def stacked_weights(seeds, hidden=5):
     """
     from pargrad.book.parabola import initial_weights
 
-    weights = [initial_weights(int(seed), hidden, dtype="float64") for seed in checked_seeds(seeds)]
+    weights = [initial_weights(int(seed), hidden, dtype="float64") for seed in check_seeds(seeds)]
     return tuple(np.stack([w[i] for w in weights]) for i in range(4))
 
 
@@ -76,7 +65,7 @@ def stacked_glorot_weights(seeds, hidden=5):
     """
     limit = np.sqrt(6.0 / (1 + hidden))  # both layers: fan_in + fan_out = 1 + hidden
     weights = []
-    for seed in checked_seeds(seeds):
+    for seed in check_seeds(seeds):
         rng = np.random.default_rng(int(seed))
         weights.append((rng.uniform(-limit, limit, (1, hidden)), np.zeros(hidden),
                         rng.uniform(-limit, limit, (hidden, 1)), np.zeros(1)))
