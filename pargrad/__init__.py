@@ -17,7 +17,7 @@ _quiet.import_tensorflow_quietly()
 from pargrad import cost, tf1  # noqa: E402
 from pargrad.accumulate import GradientAccumulator  # noqa: E402
 from pargrad.allreduce import ring_all_reduce, ring_bytes  # noqa: E402
-from pargrad.asynchronous import AsyncTrainer  # noqa: E402
+from pargrad.asynchronous import AsyncHistory, AsyncTrainer  # noqa: E402
 from pargrad.cluster import (  # noqa: E402
     ClusterError,
     ClusterTimeoutError,
@@ -39,6 +39,7 @@ from pargrad.losses import (  # noqa: E402
 )
 
 __all__ = [
+    "AsyncHistory",
     "AsyncTrainer",
     "ClusterError",
     "ClusterTimeoutError",

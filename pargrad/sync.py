@@ -254,7 +254,10 @@ class SyncTrainer(tf.Module):
     The book's instruments (each replica's timestamps, stragglers, emulated
     devices, backup workers) are not here: they are a subclass,
     :class:`pargrad.book.instruments.InstrumentedSyncTrainer`, that wraps
-    them around the same lines of :meth:`_replica_step`.
+    them around the same lines of :meth:`_replica_step`; its ``scenario``
+    and ``step_seconds`` are constructor arguments there, as in
+    :class:`pargrad.LocalSGDTrainer` (:class:`pargrad.AsyncTrainer` takes
+    them in ``fit``).
 
     Bad input: a global batch that the replicas (times ``accumulation_steps``)
     cannot split evenly raises ``ValueError`` and names the nearest sizes
