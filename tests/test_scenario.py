@@ -34,6 +34,18 @@ def test_check_scenario_wants_a_scenario_with_one_speed_a_device():
         check_scenario(scenario, 3)
 
 
+def test_check_scenario_is_the_one_check_of_devices_speeds_jitter_included():
+    """None means equal devices; a clock without delays refuses jitter, saying why."""
+    assert check_scenario(None, 3) == Scenario.equal(3)
+    with pytest.raises(TypeError, match="scenario must be a pargrad.Scenario, got None"):
+        check_scenario(None)                      # no count of devices: no default
+    jittery = Scenario((1.0, 0.5), jitter=0.2)
+    assert check_scenario(jittery, 2) is jittery
+    with pytest.raises(ValueError, match=r"^scenario.jitter must be 0 here, got 0.2 \(a round "
+                                         r"has none\); pass Scenario\(speeds\) without jitter"):
+        check_scenario(jittery, 2, jitter=False, advice="a round has none")
+
+
 def test_a_step_takes_one_plus_the_delay_over_the_speed():
     scenario = Scenario((1.0, 0.25), jitter=0.5)
     rng, same = np.random.default_rng(4), np.random.default_rng(4)
