@@ -280,10 +280,10 @@ def test_an_optimizer_created_outside_the_scope_is_refused():
 
 @pytest.mark.parametrize("options, message", [
     (dict(accumulation_steps=0), "accumulation_steps"),
-    (dict(scenario=Scenario((1, 1, 0.5))), "each of the 2 replicas"),
+    (dict(scenario=Scenario((1, 1, 0.5))), r"one positive number per device \(2\)"),
     (dict(scenario=Scenario((2, 1))), "factor must be a whole number >= 1"),
     (dict(scenario=Scenario((1 / 2.5, 1))), "factor must be a whole number >= 1"),
-    (dict(scenario=Scenario((1, 0.5), jitter=0.5)), "no jitter"),
+    (dict(scenario=Scenario((1, 0.5), jitter=0.5)), "jitter must be 0 here"),
 ])
 def test_bad_options_are_refused(options, message):
     with pytest.raises(ValueError, match=message):
