@@ -415,6 +415,7 @@ def serve():
 
     Shown in the chapter "Beyond one machine".
     """
+    # In a child process (a task of the cluster): the parent never loads TensorFlow for it.
     from pargrad._quiet import import_tensorflow_quietly
 
     tf = import_tensorflow_quietly()

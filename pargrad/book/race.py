@@ -40,10 +40,14 @@ import numpy as np
 
 from pargrad._quiet import import_tensorflow_quietly
 from pargrad.asynchronous import MODES, AsyncTrainer
-from pargrad.book.digits import digits_data, digits_model
+from pargrad.book import experiments
+from pargrad.book.digits import digits_data, digits_model, time_to_target
+from pargrad.book.experiments import Method
+from pargrad.book.instruments import InstrumentedSyncTrainer, sync_step_times
 from pargrad.checks import check_choice, check_positive
 from pargrad.devices import logical_device_names
 from pargrad.scenario import Scenario, check_scenario
+from pargrad.strategies import sync_strategy
 
 tf = import_tensorflow_quietly()
 
@@ -216,9 +220,6 @@ _TRAINERS = {}
 
 
 def _race_sync(options, scenario, seed, budget, every, mode, step_seconds, devices, data, hidden):
-    from pargrad.book.instruments import InstrumentedSyncTrainer, sync_step_times
-    from pargrad.strategies import sync_strategy
-
     replicas = len(devices)
     if replicas not in _STRATEGIES:  # one strategy per size, reused by every race
         _STRATEGIES[replicas] = sync_strategy(replicas)
@@ -273,8 +274,6 @@ def _race_sync(options, scenario, seed, budget, every, mode, step_seconds, devic
 
 def digits_time_to_target(result, target=TARGET):
     """The first checkpoint time at which a :func:`race` result reached ``target``, or ``inf``."""
-    from pargrad.book.digits import time_to_target
-
     return time_to_target(result["time"], result["accuracy"], target)
 
 
@@ -287,8 +286,6 @@ def time_to_target_table(results, target=TARGET):
     ``median``, ``low`` and ``high``, ``reached`` (seeds that got there) and
     ``seeds``.  Taught in the chapter "Sync vs async in the same time".
     """
-    from pargrad.book.digits import time_to_target
-
     rows = {}
     for result in results:
         key = (result["scenario"], result["method"])
@@ -309,8 +306,6 @@ def times_by_seed(results, scenario, method, target=TARGET):
 
     Returns ``(seeds, times)``; ``inf`` where a seed never got there.
     """
-    from pargrad.book.digits import time_to_target
-
     runs = sorted((r for r in results if r["scenario"] == scenario and r["method"] == method),
                   key=lambda r: r["seed"])
     if not runs:
@@ -332,8 +327,6 @@ def paired_verdict(results, scenario, first, second, target=TARGET, resolution=0
     :class:`~pargrad.book.experiments.Replicated` verdict of both.  Taught in
     the chapter "Sync vs async in the same time".
     """
-    from pargrad.book import experiments
-
     if held_out is not None:
         return experiments.replicated(*(paired_verdict(runs, scenario, first, second, target,
                                                        resolution, min_seeds)
@@ -352,8 +345,6 @@ def paired_verdict(results, scenario, first, second, target=TARGET, resolution=0
 
 def _experiment(results, scenario, methods, target):
     """The times to ``target`` of ``methods`` in ``scenario`` as an :class:`Experiment`."""
-    from pargrad.book import experiments
-
     scores = {}
     for method in methods:
         seeds, scores[method] = times_by_seed(results, scenario, method, target)
@@ -375,8 +366,6 @@ def race_results_table(results, reference, methods, target=TARGET, held_out=None
     :class:`pargrad.book.experiments.ResultsTable` with a scenario column.
     Shown in the chapter "Sync vs async in the same time".
     """
-    from pargrad.book import experiments
-
     rows = []
     for scenario, names in methods.items():
         runs = [_experiment(r, scenario, [reference, *names], target)
@@ -479,8 +468,6 @@ def stored_sweep_method(stored, scenario, method, target=None):
     (:func:`pargrad.book.experiments.sweep`) can be applied to the file
     again.  Shown in the chapter "The race in depth".
     """
-    from pargrad.book.experiments import Method
-
     targets = stored["settings"]["targets"]
     target = stored["settings"]["sweep_target"] if target is None else target
     if target not in targets:
