@@ -178,7 +178,7 @@ $(OLDEST_STAMP): requirements-oldest.txt pyproject.toml
 	touch $(OLDEST_STAMP)
 
 test-oldest: $(OLDEST_STAMP)
-	$(OLDEST)/bin/python -m pytest -p no:cacheprovider -q tests/test_versions.py \
+	$(OLDEST)/bin/python -m pytest -p no:cacheprovider -q tests/repository/test_versions.py \
 	    tests/test_devices.py tests/test_sync.py tests/test_accumulate.py tests/test_tf1.py \
 	    tests/test_asynchronous.py
 

@@ -543,7 +543,7 @@ for index in range(3):
 # ### Solutions
 #
 # These exercises start clusters (many seconds each), so their solutions are
-# written out; `tests/test_multiworker.py`, `tests/test_parameter_server.py`
+# written out; `tests/book/test_multiworker.py`, `tests/book/test_parameter_server.py`
 # and `tests/test_cluster.py` run the same situations.
 #
 # ```{dropdown} Solution to exercise 1

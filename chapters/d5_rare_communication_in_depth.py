@@ -46,7 +46,7 @@ from pargrad.book import rare_communication as rc
 # `tools/measure_rare_communication.py` sweeps every method twice (minutes
 # of NumPy): on the page's tuning seeds and on held-out tuning seeds. The
 # sweeps ship in `pargrad/book/data/rare_communication_sweeps.json`
-# (`tests/test_rare_communication.py` measures part of them again); the
+# (`tests/book/test_rare_communication.py` measures part of them again); the
 # pages run the test seeds live, at the stored best settings:
 
 # %%

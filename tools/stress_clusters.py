@@ -41,12 +41,13 @@ def one_run(workers, quick):
 def one_kill(run_index):
     """One parameter-server run with worker 1 killed right after its k-th update.
 
-    k varies with the run (20 to 59), so that the kill lands at other
-    moments of the run.  Returns the records lost; raises ClusterError when
-    the run failed or an update is missing.
+    k varies with the run (10 to 39 of 160 updates: worker 1 applies at
+    least that many even when worker 0 takes most), so that the kill lands
+    at other moments of the run.  Returns the records lost; raises an error
+    when the run failed or an update is missing.
     """
-    count = 20 + (7 * run_index) % 40
-    run, killed = kill_worker_after_its_update(updates=120, count=count)
+    count = 10 + (7 * run_index) % 30
+    run, killed = kill_worker_after_its_update(updates=160, count=count)
     kept = len(run["loss"])
     if run["applied"] < run["scheduled"] or kept + run["records_lost"] != run["applied"]:
         raise ClusterError(f"updates missing: scheduled {run['scheduled']}, applied "

@@ -192,7 +192,7 @@ def _sleep_then(delay, value):
     return value
 
 
-def kill_worker_after_its_update(updates=120, count=40, worker=1, timeout=120):
+def kill_worker_after_its_update(updates=120, count=30, worker=1, timeout=180):
     """Kill ``worker`` with SIGKILL right after its ``count``-th update; return the run.
 
     Runs :func:`train_parameter_server` (``announce=True``) in a

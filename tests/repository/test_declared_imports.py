@@ -17,7 +17,7 @@ import tomllib
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHAPTERS = sorted((ROOT / "chapters").glob("*.py"))
 PACKAGE = sorted((ROOT / "pargrad").rglob("*.py"))
 
