@@ -10,13 +10,15 @@ export TF_CPP_MIN_LOG_LEVEL := 3
 
 CHAPTERS := $(sort $(wildcard chapters/*.py))
 
-.PHONY: book test test-other-numerics test-stress test-colab test-oldest outputs chapter \
+.PHONY: venv lint book test test-other-numerics test-stress test-colab test-oldest outputs chapter \
         setup-cells clean help book-static test-browser
 
 help:
 	@echo "make book         build the HTML book into _build/html (stored outputs, no execution)"
-	@echo "make test         unit tests, every chapter under nbval, checks of the built book,"
-	@echo "                  then test-other-numerics"
+	@echo "make venv         create .venv and install the pinned requirements and pargrad"
+	@echo "make lint         the linter (ruff: unused imports, undefined names)"
+	@echo "make test         lint, unit tests, every chapter under nbval, checks of the built"
+	@echo "                  book, then test-other-numerics"
 	@echo "make test-other-numerics  the claims again without oneDNN, one thread an op"
 	@echo "make test-stress  the multi-process measurements 10 times in a row (part of make test)"
 	@echo "make test-colab   every chapter executed as on Colab: another TensorFlow, pargrad from"
@@ -34,6 +36,9 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
+
+# Only the environment: .venv with the pinned requirements and pargrad (editable).
+venv: $(STAMP)
 
 book: $(STAMP) book-static
 	$(VENV)/bin/jupyter-book build . --quiet -W -n --keep-going
@@ -80,9 +85,13 @@ book-static:
 
 NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=180 --nbval-sanitize-with nbval_sanitize.cfg
 
-# Unit tests of pargrad, checks of the built book, every chapter under nbval;
-# then the book's claims under other numerics.
-test: book
+# pyflakes' checks through ruff (pyproject.toml's [tool.ruff]): a second or two.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check --no-cache .
+
+# The linter first; unit tests of pargrad, checks of the built book, every
+# chapter under nbval; then the book's claims under other numerics.
+test: lint book
 	PARGRAD_REQUIRE_HTML=1 $(PY) -m pytest -p no:cacheprovider --durations=25 tests chapters $(NBVAL)
 	$(MAKE) --no-print-directory test-stress
 	$(MAKE) --no-print-directory test-other-numerics

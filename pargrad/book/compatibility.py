@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from pargrad.cluster import ClusterError, LocalCluster
+from pargrad.cluster import LocalCluster
 
 APIS = ("Keras fit", "custom loop")
 STRATEGIES = ("MirroredStrategy", "MultiWorkerMirroredStrategy", "ParameterServerStrategy")

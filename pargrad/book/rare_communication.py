@@ -31,7 +31,7 @@ import numpy as np
 
 import pargrad
 from pargrad import cost
-from pargrad.book import parabola_async, replay
+from pargrad.book import replay
 from pargrad.book.experiments import (Experiment, Method, Replication, Sweep, last_quarter_mean,
                                       scores_as_array, sweep)
 from pargrad.book.parabola import parabola_data, parabola_model
