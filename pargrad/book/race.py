@@ -41,7 +41,8 @@ import numpy as np
 from pargrad._quiet import import_tensorflow_quietly
 from pargrad.asynchronous import MODES, AsyncTrainer
 from pargrad.book import experiments
-from pargrad.book.digits import digits_data, digits_model, time_to_target
+from pargrad.book.digits import (cross_entropy, cross_entropy_per_example, digits_data,
+                                 digits_model, time_to_target)
 from pargrad.book.experiments import Method
 from pargrad.book.instruments import InstrumentedSyncTrainer, sync_step_times
 from pargrad.checks import check_choice, check_positive
@@ -100,16 +101,6 @@ def replica_times(steps, scenario, seed):
     return scenario.step_times(steps, np.random.default_rng([seed, 2]))
 
 
-def cross_entropy_per_example(y, logits):
-    """Cross-entropy of each example (``SyncTrainer`` scales by the global batch itself)."""
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=tf.cast(tf.reshape(y, [-1]), tf.int32), logits=logits)
-
-
-def _mean_cross_entropy(y, logits):
-    return tf.reduce_mean(cross_entropy_per_example(y, logits))
-
-
 def evaluate(snapshots, x_test, y_test, hidden=64):
     """Test accuracy and test loss of each parameter snapshot of the digits MLP."""
     model = digits_model(hidden=hidden)
@@ -118,7 +109,7 @@ def evaluate(snapshots, x_test, y_test, hidden=64):
         model.set_weights(weights)
         logits = model(x_test)
         accuracies.append(float(np.mean(np.argmax(logits, axis=1) == y_test)))
-        losses.append(float(_mean_cross_entropy(y_test, logits)))
+        losses.append(float(cross_entropy(y_test, logits)))
     return np.array(accuracies), np.array(losses)
 
 
@@ -174,7 +165,7 @@ def _race_async(options, scenario, seed, budget, every, mode, step_seconds, devi
     key = ("async", tuple(devices), hidden, tuple(sorted(options.items())))
     if key not in _TRAINERS:  # one trainer per configuration: its functions compile once
         # A run that diverges is a result of the race (its accuracy drops), not an error.
-        _TRAINERS[key] = AsyncTrainer(digits_model(hidden=hidden), _mean_cross_entropy, devices,
+        _TRAINERS[key] = AsyncTrainer(digits_model(hidden=hidden), cross_entropy, devices,
                                       progress=False, stop_on_non_finite=False, **options)
     trainer = _TRAINERS[key]
     trainer.set_weights(digits_model(hidden=hidden, seed=seed).get_weights())
