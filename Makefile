@@ -145,7 +145,7 @@ test-colab:
 	$(PYTHON) -m venv $(COLAB)
 	$(COLAB)/bin/python -m pip install --quiet --upgrade pip
 	$(COLAB)/bin/python -m pip install --quiet "tensorflow==$(COLAB_TF)" ipykernel nbclient nbformat
-	$(COLAB)/bin/python -m pip install --quiet "pargrad @ git+file://$(CURDIR)@$$(git rev-parse HEAD)"
+	$(COLAB)/bin/python -m pip install --quiet "pargrad[book] @ git+file://$(CURDIR)@$$(git rev-parse HEAD)"
 	cd chapters && TF_CPP_MIN_LOG_LEVEL=3 ../$(COLAB)/bin/python ../tools/execute_chapters.py *.ipynb
 
 # The book's widgets in a real browser (tests/browser): headless Chromium,

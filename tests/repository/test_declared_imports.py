@@ -1,11 +1,14 @@
 """Every chapter runs with only what pargrad declares (a reader on Colab has no book tools).
 
-A chapter, and every module of pargrad it loads, may import the standard
-library, pargrad itself, pargrad's declared dependencies (pyproject.toml)
-and what Colab provides (COLAB_PROVIDES); anything else only inside a
-``try`` that catches ImportError (an optional extra, such as myst_nb's
-glue for the rendered book).  ``make test-colab`` runs the chapters for
-real in such an environment.
+The library (``pargrad/*.py``) may import the standard library, pargrad
+itself and pargrad's dependencies (pyproject.toml's ``dependencies``: what
+``pip install pargrad`` brings); the book's modules (``pargrad/book``) and
+the chapters also what the ``book`` extra declares (``pip install
+"pargrad[book]"``, the chapters' Colab setup cell) and what Colab provides
+(COLAB_PROVIDES); anything else only inside a ``try`` that catches
+ImportError (an optional extra, such as myst_nb's glue for the rendered
+book).  ``make test-colab`` runs the chapters for real in such an
+environment.
 """
 
 import ast
@@ -19,18 +22,23 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHAPTERS = sorted((ROOT / "chapters").glob("*.py"))
-PACKAGE = sorted((ROOT / "pargrad").rglob("*.py"))
+LIBRARY = sorted((ROOT / "pargrad").glob("*.py"))
+BOOK = sorted((ROOT / "pargrad" / "book").rglob("*.py"))
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 # Preinstalled on a Colab runtime beside TensorFlow: PyTorch (the TF1
 # accumulation chapter compares with it, and falls back without it).
 COLAB_PROVIDES = {"torch"}
 
 
-def declared_modules():
-    """Import names of the distributions pyproject.toml declares, plus pargrad."""
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = {_normal(re.split(r"[ <>=!~;\[]", requirement, maxsplit=1)[0])
-              for requirement in project["dependencies"]}
+def distribution_names(requirements):
+    return {_normal(re.split(r"[ <>=!~;\[]", requirement, maxsplit=1)[0])
+            for requirement in requirements}
+
+
+def declared_modules(requirements):
+    """Import names of the distributions ``requirements`` name, plus pargrad."""
+    wanted = distribution_names(requirements)
     names = {"pargrad"}
     for module, distributions in importlib.metadata.packages_distributions().items():
         if any(_normal(d) in wanted for d in distributions):
@@ -70,28 +78,52 @@ def _catches_import_error(handler):
                for k in kinds)
 
 
-ALLOWED = None
+BASE = PROJECT["dependencies"]
+BOOK_EXTRA = PROJECT["optional-dependencies"]["book"]
+_ALLOWED = {}
 
 
-def allowed():
-    global ALLOWED
-    if ALLOWED is None:
-        ALLOWED = set(sys.stdlib_module_names) | declared_modules() | COLAB_PROVIDES
-    return ALLOWED
+def allowed(layer):
+    """Module names a file of ``layer`` ("library" or "book") may import."""
+    if layer not in _ALLOWED:
+        requirements = BASE if layer == "library" else BASE + BOOK_EXTRA
+        extra = set() if layer == "library" else COLAB_PROVIDES
+        _ALLOWED[layer] = set(sys.stdlib_module_names) | declared_modules(requirements) | extra
+    return _ALLOWED[layer]
 
 
-@pytest.mark.parametrize("path", CHAPTERS + PACKAGE, ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", LIBRARY, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_library_imports_only_what_pip_install_pargrad_brings(path):
+    undeclared = sorted(required_imports(path) - allowed("library"))
+    assert not undeclared, (
+        f"{path.relative_to(ROOT)} imports {undeclared}, which `pip install pargrad` does not "
+        "bring: declare it in pyproject.toml's dependencies, or move the code into pargrad/book.")
+
+
+@pytest.mark.parametrize("path", CHAPTERS + BOOK, ids=lambda p: str(p.relative_to(ROOT)))
 def test_imports_are_declared_or_on_colab(path):
-    undeclared = sorted(required_imports(path) - allowed())
+    undeclared = sorted(required_imports(path) - allowed("book"))
     assert not undeclared, (
         f"{path.relative_to(ROOT)} imports {undeclared}, which neither the standard library, "
-        "pargrad's dependencies (pyproject.toml) nor Colab provide: a reader on Colab would "
-        "stop there. Declare it in pyproject.toml, import it inside try/except ImportError "
-        "with a fallback, or use pargrad.book.glue instead of myst_nb's glue.")
+        "pargrad's dependencies and its book extra (pyproject.toml) nor Colab provide: a reader "
+        "on Colab would stop there. Declare it in the book extra, import it inside "
+        "try/except ImportError with a fallback, or use pargrad.book.glue instead of myst_nb's glue.")
+
+
+def test_pip_install_pargrad_brings_only_what_the_library_imports():
+    """Every base dependency is imported by some library module: none rides along for the book."""
+    imported = set().union(*(required_imports(path) for path in LIBRARY))
+    unused = sorted(name for name in distribution_names(BASE)
+                    if not (declared_modules([name]) - {"pargrad"}) & imported)
+    assert not unused, f"no library module imports {unused}: move them to an extra"
+    assert not distribution_names(BASE) & distribution_names(BOOK_EXTRA)
 
 
 def test_the_check_sees_an_undeclared_import(tmp_path):
     page = tmp_path / "page.py"
     page.write_text("from myst_nb import glue\ntry:\n    import sphinx\nexcept ImportError:\n"
                     "    sphinx = None\nimport numpy\n")
-    assert required_imports(page) - allowed() == {"myst_nb"}
+    assert required_imports(page) - allowed("book") == {"myst_nb"}
+    page.write_text("import matplotlib\nimport tqdm\n")
+    assert required_imports(page) - allowed("library") == {"matplotlib"}
+    assert required_imports(page) - allowed("book") == set()
