@@ -10,13 +10,15 @@ export TF_CPP_MIN_LOG_LEVEL := 3
 
 CHAPTERS := $(sort $(wildcard chapters/*.py))
 
-.PHONY: book test test-other-numerics test-stress test-colab test-oldest outputs chapter \
+.PHONY: venv lint book test test-other-numerics test-stress test-colab test-oldest outputs chapter \
         setup-cells clean help book-static test-browser
 
 help:
 	@echo "make book         build the HTML book into _build/html (stored outputs, no execution)"
-	@echo "make test         unit tests, every chapter under nbval, checks of the built book,"
-	@echo "                  then test-other-numerics"
+	@echo "make venv         create .venv and install the pinned requirements and pargrad"
+	@echo "make lint         the linter (ruff: unused imports, undefined names)"
+	@echo "make test         lint, unit tests, every chapter under nbval, checks of the built"
+	@echo "                  book, then test-other-numerics"
 	@echo "make test-other-numerics  the claims again without oneDNN, one thread an op"
 	@echo "make test-stress  the multi-process measurements 10 times in a row (part of make test)"
 	@echo "make test-colab   every chapter executed as on Colab: another TensorFlow, pargrad from"
@@ -34,6 +36,9 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
+
+# Only the environment: .venv with the pinned requirements and pargrad (editable).
+venv: $(STAMP)
 
 book: $(STAMP) book-static
 	$(VENV)/bin/jupyter-book build . --quiet -W -n --keep-going
@@ -80,19 +85,25 @@ book-static:
 
 NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=180 --nbval-sanitize-with nbval_sanitize.cfg
 
-# Unit tests of pargrad, checks of the built book, every chapter under nbval;
-# then the book's claims under other numerics.
-test: book
+# pyflakes' checks through ruff (pyproject.toml's [tool.ruff]): a second or two.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check --no-cache .
+
+# The linter first; unit tests of pargrad, checks of the built book, every
+# chapter under nbval; then the book's claims under other numerics.
+test: lint book
 	PARGRAD_REQUIRE_HTML=1 $(PY) -m pytest -p no:cacheprovider --durations=25 tests chapters $(NBVAL)
 	$(MAKE) --no-print-directory test-stress
 	$(MAKE) --no-print-directory test-other-numerics
 
 # The chapter "What communication costs"'s two- and three-worker all-reduce
-# measurements, 10 runs each with small payloads, no retry: a race at a
-# cluster's end fails here before it fails on a reader's machine.
-# (tools/stress_clusters.py --runs 50 is the long form.)
+# measurements, 10 runs each with small payloads, no retry, and two runs of
+# "Beyond one machine"'s parameter servers with a worker killed right after
+# one of its updates: a race at a cluster's end fails here before it fails
+# on a reader's machine.  (tools/stress_clusters.py --runs 50 and
+# --runs 0 --kills 30 are the long forms.)
 test-stress: $(STAMP)
-	$(PY) tools/stress_clusters.py --runs 10 --quick
+	$(PY) tools/stress_clusters.py --runs 10 --quick --kills 2
 
 # The claims again under another order of additions, as on another CPU or a
 # GPU: no oneDNN kernels, one thread in each operation.  A number or an
@@ -134,7 +145,7 @@ test-colab:
 	$(PYTHON) -m venv $(COLAB)
 	$(COLAB)/bin/python -m pip install --quiet --upgrade pip
 	$(COLAB)/bin/python -m pip install --quiet "tensorflow==$(COLAB_TF)" ipykernel nbclient nbformat
-	$(COLAB)/bin/python -m pip install --quiet "pargrad @ git+file://$(CURDIR)@$$(git rev-parse HEAD)"
+	$(COLAB)/bin/python -m pip install --quiet "pargrad[book] @ git+file://$(CURDIR)@$$(git rev-parse HEAD)"
 	cd chapters && TF_CPP_MIN_LOG_LEVEL=3 ../$(COLAB)/bin/python ../tools/execute_chapters.py *.ipynb
 
 # The book's widgets in a real browser (tests/browser): headless Chromium,
@@ -176,7 +187,7 @@ $(OLDEST_STAMP): requirements-oldest.txt pyproject.toml
 	touch $(OLDEST_STAMP)
 
 test-oldest: $(OLDEST_STAMP)
-	$(OLDEST)/bin/python -m pytest -p no:cacheprovider -q tests/test_versions.py \
+	$(OLDEST)/bin/python -m pytest -p no:cacheprovider -q tests/repository/test_versions.py \
 	    tests/test_devices.py tests/test_sync.py tests/test_accumulate.py tests/test_tf1.py \
 	    tests/test_asynchronous.py
 

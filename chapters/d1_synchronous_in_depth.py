@@ -15,7 +15,7 @@
 # stands on its own.
 
 # %% tags=["colab", "hide-input"]
-# On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
+# On Colab: install pargrad and what its chapters need. Elsewhere: nothing to do.
 import sys
 
 if "google.colab" in sys.modules:
@@ -23,7 +23,7 @@ if "google.colab" in sys.modules:
 
     REPOSITORY = "https://github.com/pargrad/pargrad"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", f"pargrad @ git+{REPOSITORY}@main"],
+        [sys.executable, "-m", "pip", "install", "-q", f"pargrad[book] @ git+{REPOSITORY}@main"],
         check=True,
     )
 

@@ -20,7 +20,7 @@
 # seed sets, and see the same race on the wall clock.
 
 # %% tags=["colab", "hide-input"]
-# On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
+# On Colab: install pargrad and what its chapters need. Elsewhere: nothing to do.
 import sys
 
 if "google.colab" in sys.modules:
@@ -28,7 +28,7 @@ if "google.colab" in sys.modules:
 
     REPOSITORY = "https://github.com/pargrad/pargrad"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", f"pargrad @ git+{REPOSITORY}@main"],
+        [sys.executable, "-m", "pip", "install", "-q", f"pargrad[book] @ git+{REPOSITORY}@main"],
         check=True,
     )
 
@@ -99,7 +99,7 @@ show_source(InstrumentedSyncTrainer._set_plan)
 strategy = sync_strategy(4)
 with strategy.scope():
     sync_model = digits.digits_model(seed=0)
-trainer = InstrumentedSyncTrainer(sync_model, strategy, loss=race.cross_entropy_per_example,
+trainer = InstrumentedSyncTrainer(sync_model, strategy, loss=digits.cross_entropy_per_example,
                                   learning_rate=0.8, backup_workers=1, progress=False)
 history = trainer.fit(x_train, y_train, steps=2, batch_size=128,
                       replica_times=np.array([[1.0, 5.0, 1.2, 1.1], [2.0, 1.0, 1.0, 1.0]]))

@@ -23,7 +23,7 @@
 # - stop a training in mid-window and resume it bit for bit.
 
 # %% tags=["colab", "hide-input"]
-# On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
+# On Colab: install pargrad and what its chapters need. Elsewhere: nothing to do.
 import sys
 
 if "google.colab" in sys.modules:
@@ -31,7 +31,7 @@ if "google.colab" in sys.modules:
 
     REPOSITORY = "https://github.com/pargrad/pargrad"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", f"pargrad @ git+{REPOSITORY}@main"],
+        [sys.executable, "-m", "pip", "install", "-q", f"pargrad[book] @ git+{REPOSITORY}@main"],
         check=True,
     )
 
@@ -77,11 +77,6 @@ def micro_batch_stepper(model, accumulator):
 
     return train_micro_batch
 
-
-def per_example_cross_entropy(labels, logits):
-    """Cross-entropy of each example (SyncTrainer scales by the effective batch)."""
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=tf.cast(tf.reshape(labels, [-1]), tf.int32), logits=logits)
 
 # %% [markdown]
 # ## Noise: the accumulation thread's other reason
@@ -187,8 +182,8 @@ def throughput_trainer(accumulation_steps, micro_batch=8, steps=40):
     """A trainer on the four replicas with a fixed micro-batch, traced and warmed up."""
     with four_replicas.scope():
         model = digits.digits_model(seed=0)
-    trainer = SyncTrainer(model, four_replicas, loss=per_example_cross_entropy, learning_rate=0.1,
-                          accumulation_steps=accumulation_steps, progress=False)
+    trainer = SyncTrainer(model, four_replicas, loss=digits.cross_entropy_per_example,
+                          learning_rate=0.1, accumulation_steps=accumulation_steps, progress=False)
     batch = micro_batch * accumulation_steps * four_replicas.num_replicas_in_sync
     trainer.fit(x_digits, y_digits, steps=steps, batch_size=batch, steps_per_call=steps)  # trace
     return trainer, batch
@@ -199,12 +194,6 @@ def examples_per_second(trainer, batch, steps=40):
     start = time.perf_counter()
     trainer.fit(x_digits, y_digits, steps=steps, batch_size=batch, steps_per_call=steps)
     return steps * batch / (time.perf_counter() - start)
-
-
-def per_example_cross_entropy(labels, logits):
-    """Cross-entropy of each example (SyncTrainer scales by the effective batch)."""
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=tf.cast(tf.reshape(labels, [-1]), tf.int32), logits=logits)
 
 
 x_digits, y_digits, _, _ = digits.digits_data(seed=0)
@@ -250,7 +239,7 @@ def train_digits(accumulation_steps, learning_rate, micro_batch=8):
     strategy = four_replicas
     with strategy.scope():
         model = digits.digits_model(seed=0)
-    trainer = SyncTrainer(model, strategy, loss=per_example_cross_entropy,
+    trainer = SyncTrainer(model, strategy, loss=digits.cross_entropy_per_example,
                           learning_rate=learning_rate, accumulation_steps=accumulation_steps,
                           progress=False)
     batch = micro_batch * accumulation_steps * strategy.num_replicas_in_sync
@@ -307,7 +296,7 @@ def train_with_warm_up(accumulation_steps, peak_rate, warm_up_updates, evaluate_
     strategy = four_replicas
     with strategy.scope():
         model = digits.digits_model(seed=0)
-    trainer = SyncTrainer(model, strategy, loss=per_example_cross_entropy,
+    trainer = SyncTrainer(model, strategy, loss=digits.cross_entropy_per_example,
                           learning_rate=BASE_RATE, accumulation_steps=accumulation_steps,
                           progress=False)
     batch = micro_batch * accumulation_steps * strategy.num_replicas_in_sync

@@ -20,7 +20,7 @@
 # changes.
 
 # %% tags=["colab", "hide-input"]
-# On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
+# On Colab: install pargrad and what its chapters need. Elsewhere: nothing to do.
 import sys
 
 if "google.colab" in sys.modules:
@@ -28,7 +28,7 @@ if "google.colab" in sys.modules:
 
     REPOSITORY = "https://github.com/pargrad/pargrad"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", f"pargrad @ git+{REPOSITORY}@main"],
+        [sys.executable, "-m", "pip", "install", "-q", f"pargrad[book] @ git+{REPOSITORY}@main"],
         check=True,
     )
 
@@ -46,7 +46,7 @@ from pargrad.book import rare_communication as rc
 # `tools/measure_rare_communication.py` sweeps every method twice (minutes
 # of NumPy): on the page's tuning seeds and on held-out tuning seeds. The
 # sweeps ship in `pargrad/book/data/rare_communication_sweeps.json`
-# (`tests/test_rare_communication.py` measures part of them again); the
+# (`tests/book/test_rare_communication.py` measures part of them again); the
 # pages run the test seeds live, at the stored best settings:
 
 # %%

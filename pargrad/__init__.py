@@ -14,7 +14,7 @@ from pargrad import _quiet
 
 _quiet.import_tensorflow_quietly()
 
-from pargrad import cost, tf1  # noqa: E402
+from pargrad import cost, tf1  # noqa: E402, F401  (pargrad.cost, pargrad.tf1: modules a reader uses)
 from pargrad.accumulate import GradientAccumulator  # noqa: E402
 from pargrad.allreduce import ring_all_reduce, ring_bytes  # noqa: E402
 from pargrad.asynchronous import AsyncHistory, AsyncTrainer  # noqa: E402

@@ -167,7 +167,8 @@ class LocalCluster:
         try:
             for role, index in self.roles:
                 env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1",
-                       "TF_FORCE_GPU_ALLOW_GROWTH": "true", **self.env}
+                       "TF_FORCE_GPU_ALLOW_GROWTH": "true", **self.env,
+                       PARENT_VARIABLE: str(os.getpid())}
                 env.pop("TF_CONFIG", None)
                 if self.use_tf_config:
                     env["TF_CONFIG"] = tf_config(spec, role, index)
@@ -399,6 +400,7 @@ atexit.register(stop_all_clusters)
 # ----------------------------------------------------------------------------
 
 _WORKER_COMMAND = "from pargrad.cluster import _worker_main; _worker_main()"
+PARENT_VARIABLE = "PARGRAD_CLUSTER_PARENT"   # the pid of the process that started the task
 SERVE_TARGET = "pargrad.cluster:serve"
 
 
@@ -415,6 +417,7 @@ def serve():
 
     Shown in the chapter "Beyond one machine".
     """
+    # In a child process (a task of the cluster): the parent never loads TensorFlow for it.
     from pargrad._quiet import import_tensorflow_quietly
 
     tf = import_tensorflow_quietly()
@@ -485,8 +488,14 @@ def _worker_main():
 
 
 def _exit_when_orphaned():
-    """End this worker if its parent dies without stopping it (e.g. SIGKILL)."""
-    parent = os.getppid()
+    """End this worker if its parent dies without stopping it (e.g. SIGKILL).
+
+    The parent's pid comes from the environment, not from ``os.getppid()``
+    now: importing TensorFlow takes seconds before this runs, and a parent
+    that died meanwhile would otherwise go unnoticed (the orphan's parent is
+    already another process).
+    """
+    parent = int(os.environ.get(PARENT_VARIABLE) or os.getppid())
 
     def watch():
         while True:

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 
 from pargrad._quiet import import_tensorflow_quietly
-from pargrad.checks import check_choice, check_positive, check_whole_number
+from pargrad.checks import check_positive, check_whole_number
 
 tf = import_tensorflow_quietly()
 

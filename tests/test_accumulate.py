@@ -225,10 +225,10 @@ def test_under_mirrored_strategy_one_sum_per_update_equals_the_big_batch(devices
     assert max_difference(model.get_weights(), big) <= TOLERANCE * scale(big)
 
 
-# -- issue 14: what a reader's own loop needs ------------------------------------------
+# -- what a reader's own loop needs --------------------------------------------------
 
 def test_a_non_finite_gradient_is_refused_before_it_is_applied():
-    """Issue 14, item 5 for the accumulator, checked once per update (issue 25): a NaN or
+    """Checked once per update: a NaN or
     inf gradient in any micro-batch makes apply() fail, naming the variable, with the
     weights and the optimizer untouched; stop_on_non_finite=False applies it."""
     x, y = parabola_data()
@@ -270,7 +270,7 @@ def test_a_non_finite_gradient_is_refused_before_it_is_applied():
     (lambda v: GradientAccumulator(v, 2, stop_on_non_finite="no"), "True or False"),
 ])
 def test_whole_numbers_and_flags_say_what_to_pass(make, message):
-    """Issue 14, item 7 for the accumulator: a float count names the int to pass."""
+    """A float count names the int to pass."""
     variables = [tf.Variable(w) for w in initial_weights(seed=1)]
     with pytest.raises(TypeError, match=message) as caught:
         make(variables)

@@ -18,7 +18,6 @@ from pargrad.asynchronous import (
     HISTORY_KEYS, AsyncHistory, AsyncTrainer, delay_compensated, hold_core,
 )
 from pargrad.book import replay
-from pargrad.book.lost_updates import lost_updates
 from pargrad.book.parabola import parabola_data, parabola_model, squared_error
 from pargrad.numerics import rounding_tolerance
 from pargrad.scenario import SCHEDULE_KEYS, Scenario, virtual_schedule
@@ -448,13 +447,6 @@ def test_hold_core_stops_when_the_run_stops():
     threading.Timer(0.05, stop.set).start()
     assert hold_core(10.0, stop) < 2.0
     assert hold_core(0.0) < 0.1
-
-
-def test_keras_assign_add_loses_updates_under_threads_native_does_not(devices):
-    assert lost_updates(tf.Variable(0.0), threads=2, increments=1000) == 0
-    # Losing is a matter of luck; it has happened on every try so far, but allow three.
-    assert any(lost_updates(keras.Variable(0.0), threads=2, increments=1000) > 0
-               for _ in range(3))
 
 
 # -- a reader's own model and data: targets, losses, regularization, state, casts, optimizers ---

@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import pargrad
 from pargrad.strategies import (
     DevicesNotReadyError,
     check_model_and_strategy,

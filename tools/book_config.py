@@ -22,7 +22,7 @@ def setup_cell_source():
     """The first code cell of every chapter: install pargrad on Colab, nothing elsewhere."""
     url, branch = repository()
     return (
-        "# On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.\n"
+        "# On Colab: install pargrad and what its chapters need. Elsewhere: nothing to do.\n"
         "import sys\n"
         "\n"
         "if \"google.colab\" in sys.modules:\n"
@@ -30,7 +30,7 @@ def setup_cell_source():
         "\n"
         f"    REPOSITORY = \"{url}\"\n"
         "    subprocess.run(\n"
-        f"        [sys.executable, \"-m\", \"pip\", \"install\", \"-q\", f\"pargrad @ git+{{REPOSITORY}}@{branch}\"],\n"
+        f"        [sys.executable, \"-m\", \"pip\", \"install\", \"-q\", f\"pargrad[book] @ git+{{REPOSITORY}}@{branch}\"],\n"
         "        check=True,\n"
         "    )"
     )

@@ -2,7 +2,7 @@
 
 A chapter shows the package's code with ``show_source(obj)`` or
 ``show_lines(obj, ...)``; whoever edits ``obj`` should learn from its
-docstring that a page reads it.  ``tests/test_layout.py`` checks the mark;
+docstring that a page reads it.  ``tests/repository/test_layout.py`` checks the mark;
 this script adds the missing ones (run from the repository's root:
 ``PYTHONPATH=. .venv/bin/python tools/mark_shown_code.py``), then review the
 diff.  Code outside pargrad (Keras's) is left alone.

@@ -9,7 +9,7 @@ Each sweep keeps its grid, limits, per-seed scores, medians, best setting and
 tied plateau (and a message if the plateau touches a grid edge that is not a
 limit) in pargrad/book/data/rare_communication_sweeps.json, with the command,
 the machine and its load.  The chapter then runs only the test seeds, at these
-settings; tests/test_rare_communication.py checks that a sweep measured now
+settings; tests/book/test_rare_communication.py checks that a sweep measured now
 repeats the stored one and that no stored plateau touches an edge.
 
     cd tools && ../.venv/bin/python measure_rare_communication.py [SET | SET::METHOD ...]

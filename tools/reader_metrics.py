@@ -22,7 +22,7 @@ files) and measures each page from its sources, not from the built HTML:
 
 The *core path* is the root page and every page outside the parts whose
 caption names the appendix or deep dives. The budgets of issue 32 are
-below; ``tests/test_reader_metrics.py`` holds them.
+below; ``tests/repository/test_reader_metrics.py`` holds them.
 """
 
 import argparse

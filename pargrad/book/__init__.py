@@ -8,7 +8,7 @@ every chapter uses, :func:`show_source`, :func:`show_lines` and
 :func:`glue` (:mod:`pargrad.book.display`), are importable from here.
 
 The dependency points one way: the book imports the library, the library
-never imports the book (``tests/test_layout.py`` checks it).
+never imports the book (``tests/repository/test_layout.py`` checks it).
 """
 
 from pargrad.book.display import glue, show_lines, show_source

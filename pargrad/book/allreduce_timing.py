@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 from pargrad._quiet import import_tensorflow_quietly
+from pargrad.strategies import sync_strategy
 
 tf = import_tensorflow_quietly()
 
@@ -109,8 +110,6 @@ def time_all_reduce_in_worker(sizes=DEFAULT_SIZES, repeats=3, packing_tensors=0,
     ``{"seconds": [...], "replicas": R, "packing": {...} or None}``.
     Taught in the chapter "What communication costs".
     """
-    from pargrad.strategies import sync_strategy
-
     strategy = sync_strategy()  # TF_CONFIG names the workers: MultiWorkerMirroredStrategy
     seconds = time_all_reduce(strategy, sizes, repeats)
     packing = None

@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from pargrad.cluster import ClusterError, LocalCluster
+from pargrad.cluster import LocalCluster
 
 APIS = ("Keras fit", "custom loop")
 STRATEGIES = ("MirroredStrategy", "MultiWorkerMirroredStrategy", "ParameterServerStrategy")
@@ -160,6 +160,7 @@ def run_combinations(combinations):
 
     Shown in the chapter "Compatibility matrix".
     """
+    # In a child process (a cluster's task): the devices are split before TensorFlow starts.
     import pargrad
     from pargrad.book.parabola import fit_one_device, parabola_data
 
@@ -206,7 +207,7 @@ def _emit(event):
 
 def _make_strategy(tf, name):
     if name == "MirroredStrategy":
-        from pargrad.devices import logical_device_names
+        from pargrad.devices import logical_device_names  # in a child process, as run_combinations
 
         devices = logical_device_names()[:2]   # logical CPUs, or logical GPUs on a GPU
         return tf.distribute.MirroredStrategy(
@@ -231,7 +232,7 @@ def _keras_fit(strategy, x, y, k):
     """Shown in the chapter "Compatibility matrix"."""
     import keras
 
-    from pargrad.book.parabola import parabola_model
+    from pargrad.book.parabola import parabola_model  # in a child process, as run_combinations
 
     with strategy.scope():
         model = parabola_model(seed=0)
@@ -242,6 +243,7 @@ def _keras_fit(strategy, x, y, k):
 
 
 def _sync_loop(strategy, x, y, k):
+    # In a child process, as run_combinations.
     from pargrad.book.parabola import parabola_model
     from pargrad.sync import SyncTrainer
 
@@ -255,6 +257,7 @@ def _sync_loop(strategy, x, y, k):
 
 def _parameter_server_loop(tf, strategy, coordinator, x, y, k):
     """Shown in the chapter "Compatibility matrix"."""
+    # In a child process, as run_combinations.
     from pargrad.book.parabola import initial_weights, parabola_forward, squared_error
 
     with strategy.scope():

@@ -45,11 +45,20 @@ def digits_model(hidden=64, seed=0):
     ])
 
 
+def cross_entropy_per_example(y, logits):
+    """The digits task's loss: the cross-entropy of each example, integer labels ``y``.
+
+    ``SyncTrainer`` takes it as it is (it divides by the global batch
+    itself); :func:`cross_entropy` is its mean, for a trainer that takes a
+    mean loss.
+    """
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tf.cast(tf.reshape(y, [-1]), tf.int32), logits=logits)
+
+
 def cross_entropy(y, logits):
-    """Mean sparse categorical cross-entropy of integer labels ``y`` and ``logits``."""
-    return tf.reduce_mean(
-        tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(tf.reshape(y, [-1]), tf.int32),
-                                                       logits=logits))
+    """The mean of :func:`cross_entropy_per_example` over the batch."""
+    return tf.reduce_mean(cross_entropy_per_example(y, logits))
 
 
 def accuracy(model_or_logits, x, y):

@@ -184,6 +184,7 @@ def sync_update_peak_memory(accumulation_steps, micro_batch=8, width=WIDTH, time
 
 def _replica_probe(accumulation_steps, micro_batch, width):
     """Run in a child process: MB the peak rose during the first update, and the device."""
+    # In a child process: the devices are split before Keras and the trainer load.
     import pargrad
 
     pargrad.logical_devices(REPLICAS)

@@ -17,6 +17,9 @@ import time
 import numpy as np
 
 from pargrad._quiet import import_tensorflow_quietly
+from pargrad.book.parabola import parabola_data, parabola_model
+from pargrad.strategies import sync_strategy
+from pargrad.sync import SyncTrainer
 
 tf = import_tensorflow_quietly()
 
@@ -60,10 +63,6 @@ def train_parabola_multiworker(steps=600, points=48, checkpoint_dir=None, checkp
 
     Shown in the chapter "Beyond one machine".
     """
-    from pargrad.book.parabola import parabola_data, parabola_model
-    from pargrad.strategies import sync_strategy
-    from pargrad.sync import SyncTrainer
-
     _check_intervals(checkpoint_dir, checkpoint_every, report_every)
     if deterministic:
         tf.config.experimental.enable_op_determinism()

@@ -18,7 +18,7 @@ float64 NumPy, vectorised over seeds:
 * :func:`final_losses` and :func:`largest_stable_rate` are the chapter's
   measurements on them.
 
-The chapter and ``tests/test_parabola_async.py`` check it against the
+The chapter and ``tests/book/test_parabola_async.py`` check it against the
 trainer: same schedule, same losses up to float32 rounding.
 """
 
@@ -27,6 +27,7 @@ import numpy as np
 from pargrad.book import replay
 from pargrad.checks import check_positive, check_whole_number
 from pargrad.scenario import Scenario, virtual_schedule
+from pargrad.book.parabola import parabola_data
 
 
 def sequential_schedule(workers, updates):
@@ -86,8 +87,6 @@ def final_losses(workers, learning_rate, seeds, updates=400, speeds=None, stalen
     :func:`pargrad.book.parabola.initial_weights` of that seed.  Taught in
     the chapter "Asynchronous training".
     """
-    from pargrad.book.parabola import parabola_data
-
     x, y = parabola_data(dtype="float64")
     schedule = (sequential_schedule(workers, updates) if sequential else
                 virtual_schedule(Scenario(speeds or (1.0,) * workers), updates))

@@ -24,6 +24,8 @@ import time
 import numpy as np
 
 from pargrad._quiet import import_tensorflow_quietly
+from pargrad.book.parabola import initial_weights, parabola_data
+from pargrad.cluster import LocalCluster
 
 tf = import_tensorflow_quietly()
 
@@ -64,7 +66,8 @@ def _shards(variable):
 
 
 def train_parameter_server(updates=400, learning_rate=1e-2, seed=0, shards=None,
-                           report_every=50, slow_worker=None, slow_seconds=0.0):
+                           report_every=50, slow_worker=None, slow_seconds=0.0,
+                           announce=False):
     """Train the y = x² question's network asynchronously with parameter servers.
 
     Runs in the coordinator of a :class:`pargrad.LocalCluster` with
@@ -74,7 +77,19 @@ def train_parameter_server(updates=400, learning_rate=1e-2, seed=0, shards=None,
     ``shards`` pieces.  ``updates`` closures are scheduled; each runs on a
     free worker: read the parameters and a version counter, compute the
     full-batch gradient, ``w -= learning_rate * gradient`` on the parameter
-    servers, and increment the version counter.
+    servers, increment the version counter (one atomic step that returns
+    the value before: the update's *version*), and write the update's
+    *record* (its loss, worker, staleness proxy and time) into row
+    ``version`` of a table that also lives on the parameter servers.
+
+    The records stay on the parameter servers, not on the worker that made
+    them: a worker killed just after its closure finished takes nothing with
+    it.  (A closure's return values live on its worker until the
+    coordinator copies them; fetching them from a dead worker fails with
+    ``0 derived errors ignored. [Op:Identity]`` and ends the run.)  A worker
+    that dies between incrementing the counter and writing the record loses
+    that one record; the update still counts in ``applied`` and in
+    ``records_lost``.
 
     The *staleness proxy* of each update: the counter's value when the
     update was applied minus its value when the parameters were read, the
@@ -84,24 +99,30 @@ def train_parameter_server(updates=400, learning_rate=1e-2, seed=0, shards=None,
 
     ``slow_worker`` (an index) sleeps ``slow_seconds`` in every closure it
     runs, to make a straggler.  Every ``report_every`` updates the coordinator
-    prints ``updates N``.  Returns a JSON-friendly dict: ``loss`` per update
-    (in the order they finished), ``worker`` that ran each, ``staleness``,
-    ``finished`` (``time.time()`` when each was applied),
-    ``applied`` (the version counter at the end: updates applied, counting
-    re-runs), ``scheduled``, the final ``weights``, ``shard_shapes`` and
-    ``shard_devices`` of each variable, and ``seconds``.
+    prints ``updates N``; with ``announce=True`` every worker also prints
+    ``applied V`` when its closure has written update ``V`` (to stage a
+    failure right after one).  Returns a JSON-friendly dict: one entry per
+    surviving record, in the order the updates were applied: ``version``,
+    ``loss``, ``worker`` that ran it, ``staleness``, ``finished``
+    (``time.time()`` when it was applied); ``applied`` (the version counter
+    at the end: updates applied, counting re-runs), ``records_lost``
+    (``applied`` minus the records), ``scheduled``, the final ``weights``,
+    ``shard_shapes`` and ``shard_devices`` of each weight, and ``seconds``.
 
     Taught in the chapter "Beyond one machine".
 
     Shown in the chapter "Beyond one machine".
     """
-    from pargrad.book.parabola import initial_weights, parabola_data
-
     strategy = parameter_server_strategy(shards)
     coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    # Room for a re-run of every update (a closure re-runs only if its worker
+    # dies); the version counter stops there with an error.
+    capacity = 2 * int(updates) + 8
     with strategy.scope():
         variables = [tf.Variable(w, name=f"w{i}") for i, w in enumerate(initial_weights(seed))]
         version = tf.Variable(0, dtype=tf.int64, name="version")
+        # One row an update, indexed by its version: loss, worker, staleness, time, written.
+        records = tf.Variable(tf.zeros([capacity, 5], tf.float64), name="records")
     x, y = parabola_data()
     trainable = [s for v in variables for s in _shards(v)]
     rate = tf.constant(learning_rate, tf.float32)
@@ -125,26 +146,39 @@ def train_parameter_server(updates=400, learning_rate=1e-2, seed=0, shards=None,
                 gradients = [tf.ensure_shape(g, s.shape) for g, s in zip(gradients, trainable)]
         applied = [s.assign_sub(rate * g) for s, g in zip(trainable, gradients)]
         with tf.control_dependencies(applied):
-            after = version.assign_add(1)
-        with tf.control_dependencies([after]):
+            # Add one and return the value before, in one step: two workers'
+            # `assign_add(1)` then read could both read the same version.
+            this = tf.raw_ops.ResourceCountUpTo(resource=version.handle, limit=capacity,
+                                                T=tf.int64)
+        with tf.control_dependencies([this]):
             finished = tf.timestamp()
-        return loss, tf.cast(worker, tf.int64), after - 1 - read, finished
+        record = tf.stack([tf.cast(loss, tf.float64), tf.cast(worker, tf.float64),
+                           tf.cast(this - read, tf.float64), finished,
+                           tf.constant(1.0, tf.float64)])
+        written = records.scatter_update(tf.IndexedSlices(record[None], this[None]))
+        if announce:
+            with tf.control_dependencies([written]):
+                tf.print("applied", this)
 
     started = time.time()
-    results = []
     for done in range(0, updates, report_every):
-        chunk = [coordinator.schedule(update) for _ in range(min(report_every, updates - done))]
+        chunk = min(report_every, updates - done)
+        for _ in range(chunk):
+            coordinator.schedule(update)
         coordinator.join()
-        results.extend(r.fetch() for r in chunk)
-        print(f"updates {done + len(chunk)}", flush=True)
+        print(f"updates {done + chunk}", flush=True)
     seconds = time.time() - started
-    loss, worker, staleness, finished = (np.array(column) for column in zip(*results))
+    applied = int(version.numpy())
+    table = _whole(records).numpy()[:applied]
+    kept = table[:, 4] == 1.0
     return {
-        "loss": loss.astype(np.float32),
-        "worker": worker.astype(np.int64),
-        "staleness": staleness.astype(np.int64),
-        "finished": finished.astype(np.float64),
-        "applied": int(version.numpy()),
+        "version": np.flatnonzero(kept).astype(np.int64),
+        "loss": table[kept, 0].astype(np.float32),
+        "worker": table[kept, 1].astype(np.int64),
+        "staleness": table[kept, 2].astype(np.int64),
+        "finished": table[kept, 3],
+        "applied": applied,
+        "records_lost": int(applied - kept.sum()),
         "scheduled": int(updates),
         "weights": [np.asarray(_whole(v).numpy()) for v in variables],
         "shard_shapes": [[list(s.shape) for s in _shards(v)] for v in variables],
@@ -156,3 +190,24 @@ def train_parameter_server(updates=400, learning_rate=1e-2, seed=0, shards=None,
 def _sleep_then(delay, value):
     time.sleep(float(delay))
     return value
+
+
+def kill_worker_after_its_update(updates=120, count=30, worker=1, timeout=180):
+    """Kill ``worker`` with SIGKILL right after its ``count``-th update; return the run.
+
+    Runs :func:`train_parameter_server` (``announce=True``) in a
+    :class:`pargrad.LocalCluster` of 2 workers and 2 parameter servers on
+    127.0.0.1, waits for the ``count``-th ``applied`` line of ``worker`` (a
+    closure that has finished) and kills that worker at once: the race in
+    which a finished closure's worker dies before the coordinator has its
+    outputs.  The cluster is always stopped.  Returns ``(run, killed)``:
+    the coordinator's result and the ``time.time()`` of the kill.
+    ``tools/stress_clusters.py --parameter-server`` runs it many times.
+    """
+    with LocalCluster(train_parameter_server, workers=2, parameter_servers=2, timeout=timeout,
+                      kwargs={"updates": updates, "report_every": 20, "announce": True}) as cluster:
+        cluster.wait_for("applied", role="worker", index=worker, count=count, timeout=timeout)
+        killed = cluster.kill("worker", worker)
+        killed_wall = time.time() - (time.monotonic() - killed)
+        (run,) = cluster.wait()
+    return run, killed_wall

@@ -7,6 +7,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib import ticker
 
+from pargrad.book.replay import AVERAGE, NESTEROV
+
 
 def loss_curve(losses, ax=None, label=None, title="Training loss"):
     """Loss against steps on a log scale.
@@ -565,8 +567,6 @@ def dial_figure(curves, histories, fast, slow, step_seconds, shown=(1, 16, 256))
     SGD dashed, DiLoCo solid), so that every line can be told apart.
     Taught in the chapter "Communicating rarely".
     """
-    from pargrad.book.replay import AVERAGE, NESTEROV
-
     missing = [steps for steps in shown if steps not in curves or steps not in histories]
     if missing:
         raise ValueError(f"shown must name H values that curves and histories hold, got "

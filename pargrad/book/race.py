@@ -40,10 +40,15 @@ import numpy as np
 
 from pargrad._quiet import import_tensorflow_quietly
 from pargrad.asynchronous import MODES, AsyncTrainer
-from pargrad.book.digits import digits_data, digits_model
+from pargrad.book import experiments
+from pargrad.book.digits import (cross_entropy, cross_entropy_per_example, digits_data,
+                                 digits_model, time_to_target)
+from pargrad.book.experiments import Method
+from pargrad.book.instruments import InstrumentedSyncTrainer, sync_step_times
 from pargrad.checks import check_choice, check_positive
 from pargrad.devices import logical_device_names
 from pargrad.scenario import Scenario, check_scenario
+from pargrad.strategies import sync_strategy
 
 tf = import_tensorflow_quietly()
 
@@ -96,16 +101,6 @@ def replica_times(steps, scenario, seed):
     return scenario.step_times(steps, np.random.default_rng([seed, 2]))
 
 
-def cross_entropy_per_example(y, logits):
-    """Cross-entropy of each example (``SyncTrainer`` scales by the global batch itself)."""
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=tf.cast(tf.reshape(y, [-1]), tf.int32), logits=logits)
-
-
-def _mean_cross_entropy(y, logits):
-    return tf.reduce_mean(cross_entropy_per_example(y, logits))
-
-
 def evaluate(snapshots, x_test, y_test, hidden=64):
     """Test accuracy and test loss of each parameter snapshot of the digits MLP."""
     model = digits_model(hidden=hidden)
@@ -114,7 +109,7 @@ def evaluate(snapshots, x_test, y_test, hidden=64):
         model.set_weights(weights)
         logits = model(x_test)
         accuracies.append(float(np.mean(np.argmax(logits, axis=1) == y_test)))
-        losses.append(float(_mean_cross_entropy(y_test, logits)))
+        losses.append(float(cross_entropy(y_test, logits)))
     return np.array(accuracies), np.array(losses)
 
 
@@ -170,7 +165,7 @@ def _race_async(options, scenario, seed, budget, every, mode, step_seconds, devi
     key = ("async", tuple(devices), hidden, tuple(sorted(options.items())))
     if key not in _TRAINERS:  # one trainer per configuration: its functions compile once
         # A run that diverges is a result of the race (its accuracy drops), not an error.
-        _TRAINERS[key] = AsyncTrainer(digits_model(hidden=hidden), _mean_cross_entropy, devices,
+        _TRAINERS[key] = AsyncTrainer(digits_model(hidden=hidden), cross_entropy, devices,
                                       progress=False, stop_on_non_finite=False, **options)
     trainer = _TRAINERS[key]
     trainer.set_weights(digits_model(hidden=hidden, seed=seed).get_weights())
@@ -216,9 +211,6 @@ _TRAINERS = {}
 
 
 def _race_sync(options, scenario, seed, budget, every, mode, step_seconds, devices, data, hidden):
-    from pargrad.book.instruments import InstrumentedSyncTrainer, sync_step_times
-    from pargrad.strategies import sync_strategy
-
     replicas = len(devices)
     if replicas not in _STRATEGIES:  # one strategy per size, reused by every race
         _STRATEGIES[replicas] = sync_strategy(replicas)
@@ -273,8 +265,6 @@ def _race_sync(options, scenario, seed, budget, every, mode, step_seconds, devic
 
 def digits_time_to_target(result, target=TARGET):
     """The first checkpoint time at which a :func:`race` result reached ``target``, or ``inf``."""
-    from pargrad.book.digits import time_to_target
-
     return time_to_target(result["time"], result["accuracy"], target)
 
 
@@ -287,8 +277,6 @@ def time_to_target_table(results, target=TARGET):
     ``median``, ``low`` and ``high``, ``reached`` (seeds that got there) and
     ``seeds``.  Taught in the chapter "Sync vs async in the same time".
     """
-    from pargrad.book.digits import time_to_target
-
     rows = {}
     for result in results:
         key = (result["scenario"], result["method"])
@@ -309,8 +297,6 @@ def times_by_seed(results, scenario, method, target=TARGET):
 
     Returns ``(seeds, times)``; ``inf`` where a seed never got there.
     """
-    from pargrad.book.digits import time_to_target
-
     runs = sorted((r for r in results if r["scenario"] == scenario and r["method"] == method),
                   key=lambda r: r["seed"])
     if not runs:
@@ -332,8 +318,6 @@ def paired_verdict(results, scenario, first, second, target=TARGET, resolution=0
     :class:`~pargrad.book.experiments.Replicated` verdict of both.  Taught in
     the chapter "Sync vs async in the same time".
     """
-    from pargrad.book import experiments
-
     if held_out is not None:
         return experiments.replicated(*(paired_verdict(runs, scenario, first, second, target,
                                                        resolution, min_seeds)
@@ -352,8 +336,6 @@ def paired_verdict(results, scenario, first, second, target=TARGET, resolution=0
 
 def _experiment(results, scenario, methods, target):
     """The times to ``target`` of ``methods`` in ``scenario`` as an :class:`Experiment`."""
-    from pargrad.book import experiments
-
     scores = {}
     for method in methods:
         seeds, scores[method] = times_by_seed(results, scenario, method, target)
@@ -375,8 +357,6 @@ def race_results_table(results, reference, methods, target=TARGET, held_out=None
     :class:`pargrad.book.experiments.ResultsTable` with a scenario column.
     Shown in the chapter "Sync vs async in the same time".
     """
-    from pargrad.book import experiments
-
     rows = []
     for scenario, names in methods.items():
         runs = [_experiment(r, scenario, [reference, *names], target)
@@ -479,8 +459,6 @@ def stored_sweep_method(stored, scenario, method, target=None):
     (:func:`pargrad.book.experiments.sweep`) can be applied to the file
     again.  Shown in the chapter "The race in depth".
     """
-    from pargrad.book.experiments import Method
-
     targets = stored["settings"]["targets"]
     target = stored["settings"]["sweep_target"] if target is None else target
     if target not in targets:

@@ -29,10 +29,14 @@ Its figures are in :mod:`pargrad.book.plots` (``dial_figure``, ``seeds_figure``)
 
 import numpy as np
 
+import pargrad
 from pargrad import cost, local_sgd
-from pargrad.book import parabola_async, replay
+from pargrad.book import replay
+from pargrad.book.experiments import (Experiment, Method, Replication, Sweep, last_quarter_mean,
+                                      scores_as_array, sweep)
 from pargrad.book.parabola import parabola_data, parabola_model
 from pargrad.checks import check_choice, check_seeds, check_whole_number
+from pargrad.local_sgd import LocalSGDTrainer
 from pargrad.scenario import Scenario, virtual_schedule
 
 POINTS = 48          # divides evenly over 1, 2, 3, 4, 6 and 8 replicas
@@ -143,8 +147,6 @@ def last_quarter_losses(rate, seeds, local_steps, updates, outer=replay.AVERAGE,
     (:func:`pargrad.book.experiments.last_quarter_mean`) does not.  Taught
     in the chapter "Communicating rarely".
     """
-    from pargrad.book.experiments import last_quarter_mean
-
     return last_quarter_mean(loss_curves(rate, seeds, local_steps, updates, outer,
                                          outer_rate=outer_rate, momentum=momentum))
 
@@ -291,8 +293,6 @@ def dial_methods():
     one, so it stays 1); and, as a contrast, DiLoCo at H = :data:`PAPER_H`
     with the paper's outer step fixed.  Taught in the chapter "Communicating rarely".
     """
-    from pargrad.book.experiments import Method
-
     def local(steps):
         score = lambda rates, seeds: last_quarter_losses(rates, seeds, steps, UPDATES)  # noqa: E731
         return Method(method_name(replay.AVERAGE, steps), GridRunner(score, GRID), GRID)
@@ -331,8 +331,6 @@ def uneven_methods(link, score="last quarter"):
     the chapter "Communicating rarely".  Shown in the chapter "Communicating
     rarely in depth".
     """
-    from pargrad.book.experiments import Method, last_quarter_mean
-
     check_choice("score", score, RACE_SCORES)
     budget, uneven = race_budget(link), Scenario(SPEEDS)
     side = "fast" if link == FAST else "slow"
@@ -378,8 +376,6 @@ def sweep_at_edge_too(method, seeds):
     Returns ``(sweep, edge)``: ``edge`` is the sweep's message when its
     plateau touches an end of the grid (the page then says so), else None.
     """
-    from pargrad.book.experiments import Sweep, sweep
-
     try:
         return sweep(method, seeds), None
     except ValueError as error:
@@ -435,8 +431,6 @@ def experiment_at_stored_rates(set_name, seeds=None, stored=None, seed_set="page
     race (:func:`uneven_methods`).  Taught in the chapter "Communicating
     rarely".  Shown in the chapter "Communicating rarely in depth".
     """
-    from pargrad.book.experiments import Experiment, scores_as_array
-
     stored = stored_sweeps() if stored is None else stored
     check_choice("seed_set", seed_set, SEED_SETS)
     sweeps = stored["sweeps"][seed_set]
@@ -461,8 +455,6 @@ def replication_at_stored_rates(set_name, stored=None, race_score="last quarter"
     A :class:`pargrad.book.experiments.Replication`: its ``compare`` gives
     verdicts under the replication rule.  Taught in the chapter "Communicating rarely".
     """
-    from pargrad.book.experiments import Replication
-
     stored = stored_sweeps() if stored is None else stored
     return Replication(*(experiment_at_stored_rates(set_name, stored=stored, seed_set=which,
                                                     race_score=race_score)
@@ -493,8 +485,6 @@ def phase_scores(phases, setting, seeds, local_steps=LOCAL_STEPS, reset_momentum
     ``reset_momentum`` the momentum restarts at zero in every phase.
     Taught in the chapter "Communicating rarely".
     """
-    from pargrad.book.experiments import last_quarter_mean
-
     rate, outer_rate, momentum = outer_knobs(setting)
     state, curves = replay.start(seeds, HIDDEN), []
     for workers, rounds in phases:
@@ -536,9 +526,6 @@ def train_phase(rounds, local_steps, learning_rate, weights=None, velocity=None,
     that joined.  Taught in the chapter "Communicating rarely".
     Shown in the chapter "Communicating rarely".
     """
-    import pargrad
-    from pargrad.local_sgd import LocalSGDTrainer
-
     strategy = pargrad.sync_strategy()
     with strategy.scope():
         model = parabola_model(seed=seed, hidden=HIDDEN, dtype="float64")

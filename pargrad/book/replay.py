@@ -8,7 +8,7 @@ whatever a replay needs, such as a replica axis), and the replays that
 train it exactly as the trainers do:
 
 * :func:`forward`, :func:`full_loss` and :func:`gradients`: the network,
-  its loss and its backpropagation (``tests/test_replay.py`` checks the
+  its loss and its backpropagation (``tests/book/test_replay.py`` checks the
   gradient against ``tf.GradientTape`` on
   :func:`pargrad.book.parabola.parabola_model` and against finite
   differences);
@@ -30,6 +30,7 @@ import dataclasses
 import numpy as np
 
 from pargrad.checks import check_choice, check_seeds, check_whole_number
+from pargrad.book.parabola import initial_weights
 
 AVERAGE = "average"       # outer SGD of rate 1: local SGD, model averaging
 NESTEROV = "nesterov"     # DiLoCo's outer SGD with Nesterov momentum
@@ -49,8 +50,6 @@ def stacked_weights(seeds, hidden=5):
     Each seed's are :func:`pargrad.book.parabola.initial_weights`, what the
     trainers start from.
     """
-    from pargrad.book.parabola import initial_weights
-
     weights = [initial_weights(int(seed), hidden, dtype="float64") for seed in check_seeds(seeds)]
     return tuple(np.stack([w[i] for w in weights]) for i in range(4))
 

@@ -1,5 +1,5 @@
 """The gap the chapter "Accumulating sequences" states, re-measured on batches it was not
-chosen on (issue 31, item 11, and the audit's gap 13 for the replicas).
+chosen on (and for the replicas).
 
 The page measures, over fresh batches of its sequence task (data seed 1) for its model
 (weights seed 1), how far the mean of the micro-batches' token means is from the big

@@ -2,8 +2,8 @@
 was not chosen on (20 paired seeds, the rule's minimum, with their own 10 tuning seeds):
 one worker ahead of 2, 4 and 8 asynchronous workers each at its best rate, though not on
 every seed; and the zero-staleness control on the same shards between the two, staleness's
-part growing with the workers and most of the gap from 4 workers on (issue 31, item 5 and
-the caveat on examples)."""
+part growing with the workers and most of the gap from 4 workers on (and the
+caveat on examples)."""
 
 import numpy as np
 import pytest

@@ -1,9 +1,9 @@
 """The conclusions of the page "Stale gradients in depth" on delay compensation (DC-ASGD),
 re-run on other seeds at a reduced count: two sets of 20 paired seeds (the rule's minimum),
 each with 10 tuning seeds, four workers, one ten times slower, as on the page. DC-ASGD is
-tuned over rate and λ together, on a λ grid wide enough that its optimum lies inside (issue
-31, item 13: on fresh tuning seeds the best λ is not one of the small ones). The
-staleness-aware rule's verdicts too (issue 31, item 6): a tuned constant rate is ahead of it;
+tuned over rate and λ together, on a λ grid wide enough that its optimum lies inside (on
+fresh tuning seeds the best λ is not one of the small ones). The
+staleness-aware rule's verdicts too: a tuned constant rate is ahead of it;
 at a fixed base rate it is ahead of that constant (a guard), but against a constant with the
 same mean step its lead is not shown. And the page's exercise 1: with equal workers DC-ASGD
 gains nothing either."""

@@ -1,7 +1,7 @@
 """The delay bound's verdicts of the page "Stale gradients in depth", re-run on seeds the page
 was not chosen on (2000-2019): the y = x² network's largest stable rate shrinks by about the
-bound's factor and on every seed, more loosely from Keras's default initial weights (issue 31,
-the caveat on the bound); and momentum 1 - 1/n does not explain the runs at rate 0.1."""
+bound's factor and on every seed, more loosely from Keras's default initial weights (the
+caveat on the bound); and momentum 1 - 1/n does not explain the runs at rate 0.1."""
 
 import numpy as np
 import pytest

@@ -47,3 +47,12 @@ def test_cross_entropy_of_a_confident_right_answer_is_small():
     logits = np.array([[10.0, 0.0], [0.0, 10.0]], np.float32)
     assert float(digits.cross_entropy(np.array([0, 1]), logits)) < 1e-3
     assert float(digits.cross_entropy(np.array([1, 0]), logits)) > 9
+
+
+def test_the_loss_per_example_is_minus_the_log_softmax_of_the_label_and_its_mean_the_loss():
+    logits = np.array([[2.0, 0.0, -1.0], [0.5, 0.5, 3.0]], np.float32)
+    labels = np.array([[0], [2]])                     # a column of labels, as the targets come
+    per_example = digits.cross_entropy_per_example(labels, logits).numpy()
+    log_softmax = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    np.testing.assert_allclose(per_example, -log_softmax[[0, 1], [0, 2]], rtol=1e-6)
+    assert float(digits.cross_entropy(labels, logits)) == pytest.approx(per_example.mean(), rel=1e-6)

@@ -2,9 +2,10 @@
 
 The library (``pargrad/*.py``) never imports the book's instruments
 (``pargrad/book``); no module imports itself back through another; no name
-has a second path (a module ``__getattr__``, an "older name"); every library
-module has a test file of its name; and the code a chapter shows says so in
-its docstring.
+has a second path (a module ``__getattr__``, an "older name"); no function
+imports a pargrad module unless it runs in a child process; every library
+module has a test file of its name in ``tests/``, every book module in
+``tests/book/``; and the code a chapter shows says so in its docstring.
 """
 
 import ast
@@ -198,6 +199,62 @@ def test_every_library_module_has_a_test_file_of_its_name():
     assert not missing, f"library modules without a test file of their name: {missing}"
 
 
+BOOK = sorted(path for path in (PACKAGE / "book").glob("*.py") if not path.stem.startswith("_"))
+
+
+def test_every_book_module_has_a_test_file_of_its_name_in_tests_book():
+    assert {"race", "replay", "parameter_server"} <= {path.stem for path in BOOK}
+    missing = [f"tests/book/test_{path.stem}.py" for path in BOOK
+               if not (ROOT / "tests" / "book" / f"test_{path.stem}.py").exists()]
+    assert not missing, f"book modules without a test file of their name: {missing}"
+
+
+@pytest.mark.parametrize("folder, modules", [
+    ("tests", LIBRARY), ("tests/book", BOOK)], ids=["library", "book"])
+def test_every_unit_test_file_is_named_for_a_module(folder, modules):
+    """tests/ holds test_X.py for pargrad/X.py, tests/book/ for pargrad/book/X.py, nothing else."""
+    names = {path.stem for path in modules} | (TEST_FILE_ADDED_ELSEWHERE if folder == "tests" else set())
+    strays = [f"{folder}/{path.name}" for path in sorted((ROOT / folder).glob("test_*.py"))
+              if path.stem[len("test_"):] not in names]
+    assert not strays, (f"{strays} test no module of their name: rename them for the module "
+                        "they test, or move them to tests/repository/ or tests/claims/")
+
+
+def function_level_pargrad_imports(path):
+    """(line, function) of each import of a pargrad module inside a function of ``path``,
+    unless that function says it runs in a child process."""
+    source = path.read_text()
+    found = []
+    for function in ast.walk(ast.parse(source, filename=str(path))):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        text = "\n".join(source.splitlines()[function.lineno - 1:function.end_lineno])
+        for node in ast.walk(function):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if (any(name == "pargrad" or name.startswith("pargrad.") for name in names)
+                    and "child process" not in text.lower()):
+                found.append((node.lineno, function.name))
+    return sorted(set(found))
+
+
+def test_the_finder_of_function_level_imports_finds_them(tmp_path):
+    module = tmp_path / "module.py"
+    module.write_text("import pargrad\n\ndef f():\n    from pargrad.sync import SyncTrainer\n\n"
+                      "def g():\n    # In a child process.\n    import pargrad.book\n\n"
+                      "def h():\n    import json\n")
+    assert function_level_pargrad_imports(module) == [(4, "f")]
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_pargrad_modules_are_imported_at_the_top(path):
+    """An import inside a function hides a dependency; only code run in a child process keeps one
+    (it says so: a comment or its docstring names the child process)."""
+    found = function_level_pargrad_imports(path)
+    assert not found, (f"{path.relative_to(ROOT)} imports pargrad modules inside functions "
+                       f"(line, function): {found}; move them to the top of the module")
+
+
 BOOK_CHECKS = ["test_book_html.py", "test_notebooks.py", "test_prose_numbers.py"]
 
 
@@ -206,8 +263,9 @@ def test_the_book_checks_live_in_tests_claims():
     claims = sorted(path.name for path in (ROOT / "tests" / "claims").glob("test_*.py"))
     assert set(BOOK_CHECKS) <= set(claims), claims
     assert any(name.endswith("_conclusions.py") for name in claims), claims
-    strays = [path.name for path in (ROOT / "tests").glob("test_*.py")
-              if path.name.endswith("_conclusions.py") or path.name in BOOK_CHECKS]
+    strays = [path.name for path in (ROOT / "tests").rglob("test_*.py")
+              if path.parent.name != "claims"
+              and (path.name.endswith("_conclusions.py") or path.name in BOOK_CHECKS)]
     assert not strays, f"move these to tests/claims/: {strays}"
 
 

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from pargrad import _quiet
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_the_package_metadata_declares_the_same_minimum_versions():

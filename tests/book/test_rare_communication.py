@@ -21,7 +21,7 @@ from pargrad.cluster import LocalCluster
 from pargrad.local_sgd import LocalSGDTrainer
 from pargrad.strategies import sync_strategy
 
-CHURN_VERDICT = "not shown"   # "churn even ends lower" does not replicate (issue 31 item 10)
+CHURN_VERDICT = "not shown"   # "churn even ends lower" does not replicate
 
 
 def largest_gap(weights, state):
@@ -113,7 +113,7 @@ def races():
 
 @pytest.mark.claim
 def test_whether_diloco_s_saving_costs_loss_is_not_shown(dial):
-    # issue 31 items 7-8: scored by the last-quarter mean, DiLoCo's outer step tuned at every H,
+    # scored by the last-quarter mean, DiLoCo's outer step tuned at every H,
     # the page's seeds put the synchronous twin ahead from H = 4, the held-out seeds at no H
     for steps in rc.DIAL[1:]:
         verdict = dial.compare(f"DiLoCo, H={steps}", "DiLoCo, H=1")
@@ -147,7 +147,7 @@ STATED = {
     **{("dial", f"local SGD, H={s}", "local SGD, H=1"): "second" for s in rc.DIAL[1:]},
     **{("dial", f"DiLoCo, H={s}", f"local SGD, H={s}"): "first" for s in rc.DIAL},
     ("dial", f"DiLoCo, paper's step, H={rc.PAPER_H}", f"local SGD, H={rc.PAPER_H}"): "second",
-    (FAST, "sync", "async"): "second",                            # item 9: H tuned
+    (FAST, "sync", "async"): "second",                            # H tuned
     (FAST, "local SGD, H tuned", "async"): "second",
     (FAST, "DiLoCo, H tuned", "async"): "first",
     (FAST, "sync", "local SGD, H tuned"): None,                   # the same runs: H = 1
@@ -202,7 +202,7 @@ def test_with_a_slow_worker_the_tuned_h_is_the_same_on_both_seed_sets(races):
 
 @pytest.mark.claim
 def test_what_churn_costs_on_both_seed_sets():
-    # issue 31 item 10, on the robust score, each seed set at its own sweep's setting
+    # churn, on the robust score, each seed set at its own sweep's setting
     verdicts = []
     for seed_set, (seeds, _) in rc.SEED_SETS.items():
         setting = rc.stored_sweeps()["sweeps"][seed_set]["dial"][f"DiLoCo, H={rc.LOCAL_STEPS}"]
@@ -237,7 +237,7 @@ def test_the_stored_sweep_repeats():
 
 
 def test_every_method_is_stored_and_no_stored_plateau_touches_an_edge():
-    # issue 31: each method at its own best, so no sweep may end where its grid ends (unless the
+    # each method at its own best, so no sweep may end where its grid ends (unless the
     # end is a limit: H = 1, momentum 0); the stored grid is the one the code sweeps now
     stored = rc.stored_sweeps()["sweeps"]
     for seed_set in rc.SEED_SETS:
@@ -257,7 +257,7 @@ def test_every_method_is_stored_and_no_stored_plateau_touches_an_edge():
 
 
 def test_every_diloco_row_has_its_own_tuned_outer_step():
-    # issue 31 item 8: the outer rate and momentum are swept at every H the page states a verdict
+    # the outer rate and momentum are swept at every H the page states a verdict
     for method in rc.dial_methods() + rc.uneven_methods(rc.SLOW) + rc.uneven_methods(rc.FAST):
         if method.name.startswith("DiLoCo") and "paper" not in method.name:
             assert {"rate", "outer_rate", "momentum"} <= set(method.axes)

@@ -1,4 +1,4 @@
-"""tools/reader_metrics.py: how it counts, and the budgets of issue 32 ("A book a learner finishes").
+"""tools/reader_metrics.py: how it counts, and the budgets of a book a learner finishes.
 
 Every budget holds: each core chapter, the core path and the whole book in
 words, the visible checks of a page, the p-values of the book.
@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 
 import reader_metrics  # noqa: E402
@@ -202,7 +202,7 @@ def test_the_book_shows_at_most_12_p_values(measured):
     assert measured["book"]["p_values"] <= reader_metrics.BOOK_P_VALUES
 
 
-# Orientation: the reader's maps of the book list every page (issue 32 item 1).
+# Orientation: the reader's maps of the book list every page.
 
 def page_title(page):
     """The first heading of a page's source (``.md``, or the ``.py`` of a notebook)."""
@@ -233,7 +233,7 @@ TAKEAWAY = re.compile(r"```\{admonition\} Takeaway\n(.*?)\n```", re.S)
 @pytest.mark.parametrize("script", sorted((ROOT / "chapters").glob("[0-9d][0-9]_*.py")),
                          ids=lambda path: path.stem)
 def test_every_chapter_opens_with_a_takeaway_of_at_most_60_words(script):
-    # issue 32: the answer first. The takeaway is the first thing under the title.
+    # The answer first. The takeaway is the first thing under the title.
     first_cell = reader_metrics.percent_cells(script.read_text())[0]
     markdown = reader_metrics._text(first_cell["source"])
     found = TAKEAWAY.search(markdown)

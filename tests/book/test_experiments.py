@@ -114,7 +114,7 @@ def test_bad_input_says_what_to_pass():
 
 
 # ---------------------------------------------------------------------------
-# Sweeps that choose fairly (issue 31): ties, the plateau, the edge of the grid
+# Sweeps that choose fairly: ties, the plateau, the edge of the grid
 # ---------------------------------------------------------------------------
 
 def plateau_method(medians, means=None, resolution=0.0, rates=(0.1, 0.2, 0.4, 0.8, 1.6, 3.2)):
@@ -169,7 +169,7 @@ def test_a_plateau_at_the_edge_raises_though_the_best_is_inside():
 
 
 def test_the_old_rule_would_have_taken_the_smallest_of_the_plateau():
-    # what issue 31 found: argmin of the medians takes the first tied rate
+    # the unfair rule: argmin of the medians takes the first tied rate
     medians = np.array([5, 3, 3, 3, 4, 6.0])
     assert np.argmin(medians) == 1
     result = experiments.sweep(plateau_method(medians, [5, 3.2, 3.1, 3.0, 4, 6]), np.arange(10))

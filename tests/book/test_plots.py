@@ -154,7 +154,7 @@ def test_no_figure_code_sets_a_font_under_9_points():
     # relative size ("small" is 8.3 pt at the default 10).
     import pathlib
 
-    root = pathlib.Path(__file__).resolve().parent.parent
+    root = pathlib.Path(__file__).resolve().parents[2]
     files = [root / "pargrad" / "book" / "plots.py", *sorted((root / "chapters").glob("*.py"))]
     small = []
     for path in files:

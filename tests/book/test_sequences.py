@@ -1,4 +1,4 @@
-"""Issue 25: accumulated micro-batches of sequences equal the big batch's mean over tokens.
+"""pargrad.book.sequences: accumulated micro-batches of sequences equal the big batch's mean over tokens.
 
 Sequences of unequal lengths, padding masked, the loss a mean over real
 tokens.  For SGD and Adam, on 1 and 2 replicas, ``GradientAccumulator(...,

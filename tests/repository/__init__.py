@@ -1,0 +1,1 @@
+"""Checks of the repository: layout, declared imports, versions, reader metrics."""
