@@ -10,7 +10,7 @@ export TF_CPP_MIN_LOG_LEVEL := 3
 
 CHAPTERS := $(sort $(wildcard chapters/*.py))
 
-.PHONY: venv lint book test test-other-numerics test-stress test-colab test-oldest outputs chapter \
+.PHONY: venv lint colab-venv browser-deps book test test-other-numerics test-stress test-colab test-oldest outputs chapter \
         setup-cells clean help book-static test-browser
 
 help:
@@ -140,11 +140,23 @@ test-other-numerics: $(STAMP)
 COLAB    := .venv-colab
 COLAB_TF ?= 2.19.0
 
-test-colab:
+# colab-venv: the runtime alone (another TensorFlow, the kernel, the runner),
+# made again only when COLAB_TF changes; .ci/run makes it while `make test`
+# runs (a download, not a computation).  test-colab then installs pargrad
+# afresh from this clone's last commit into it.
+COLAB_STAMP := $(COLAB)/.runtime-$(COLAB_TF)
+
+$(COLAB_STAMP):
 	rm -rf $(COLAB)
 	$(PYTHON) -m venv $(COLAB)
 	$(COLAB)/bin/python -m pip install --quiet --upgrade pip
 	$(COLAB)/bin/python -m pip install --quiet "tensorflow==$(COLAB_TF)" ipykernel nbclient nbformat
+	touch $(COLAB_STAMP)
+
+colab-venv: $(COLAB_STAMP)
+
+test-colab: $(COLAB_STAMP)
+	$(COLAB)/bin/python -m pip uninstall --quiet --yes pargrad 2>/dev/null || true
 	$(COLAB)/bin/python -m pip install --quiet "pargrad[book] @ git+file://$(CURDIR)@$$(git rev-parse HEAD)"
 	cd chapters && TF_CPP_MIN_LOG_LEVEL=3 ../$(COLAB)/bin/python ../tools/execute_chapters.py *.ipynb
 
@@ -159,7 +171,8 @@ $(BROWSER_STAMP): requirements-browser.txt $(STAMP)
 	$(PY) -m pip install --quiet -r requirements-browser.txt
 	touch $(BROWSER_STAMP)
 
-test-browser: book $(BROWSER_STAMP)
+# Chromium and ChromeDriver alone (.ci/run fetches them while `make test` runs).
+browser-deps:
 	@if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then \
 	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	        echo "Installing Debian's chromium and chromium-driver for the browser tests"; \
@@ -171,6 +184,8 @@ test-browser: book $(BROWSER_STAMP)
 	        exit 1; \
 	    fi; \
 	fi
+
+test-browser: book $(BROWSER_STAMP) browser-deps
 	PARGRAD_BROWSER_TESTS=1 $(PY) -m pytest -p no:cacheprovider tests/browser
 
 # The unit tests with the oldest releases pyproject.toml allows
