@@ -1,47 +1,77 @@
-"""pargrad.book.memory: the memory probes of the chapters "Accumulation in TF2 and across replicas"
-and "Accumulation in depth"."""
+"""Tests of pargrad.memory: the formula of bytes per device, and the bytes trainers hold."""
 
-import keras
 import pytest
 
-from pargrad.book import memory
+from pargrad import memory
 
 
-def test_peak_memory_validates_its_arguments():
-    with pytest.raises(ValueError, match="increasing"):
-        memory.peak_memory([256, 64], 16)
-    with pytest.raises(ValueError, match="micro_batch_size"):
-        memory.peak_memory([64], micro_batch_size=0)
+def test_zero_figure_1():
+    # Rajbhandari et al. 2019, Figure 1: 7.5e9 parameters, K = 12 (mixed-precision Adam), 64 devices.
+    gigabytes = [memory.state_bytes(7_500_000_000, replicas=64, stage=stage, precision="mixed",
+                                    optimizer="adam")["total"] / 1e9 for stage in range(4)]
+    assert [round(g, 1) for g in gigabytes] == [120.0, 31.4, 16.6, 1.9]
 
 
-@pytest.mark.parametrize("width", [16, 1024])
-def test_parameter_bytes_are_the_probe_models_float32_parameters(width):
-    model = keras.Sequential([keras.Input((width,)), keras.layers.Dense(width),
-                              keras.layers.Dense(width), keras.layers.Dense(10)])
-    assert memory.probe_parameter_bytes(width) == 4 * model.count_params()
+def test_playbook_mixed_precision_adam_is_2_2_12_bytes_a_parameter():
+    held = memory.state_bytes(1, replicas=1, stage=0, precision="mixed", optimizer="adam")
+    assert (held["parameters"], held["gradients"]) == (2, 2)
+    assert held["master_weights"] + held["optimizer_state"] == 12
+    assert (held["master_weights"], held["optimizer_state"]) == (4, 8)
+    assert held["total"] == 16
 
 
-@pytest.mark.parametrize("arguments", [dict(accumulation_steps=0), dict(accumulation_steps=2.0),
-                                       dict(accumulation_steps=True), dict(accumulation_steps=2,
-                                                                           micro_batch=0)])
-def test_bad_arguments_are_refused_before_any_process_starts(arguments):
-    with pytest.raises((TypeError, ValueError), match="whole number >= 1"):
-        memory.sync_update_peak_memory(**arguments)
+def test_full_precision_counts():
+    # float32 Adam, stage 0: 4 + 4 + 8 bytes a parameter, no master copy.
+    assert memory.state_bytes(10, replicas=4, stage=0) == {
+        "parameters": 40, "gradients": 40, "optimizer_state": 80, "master_weights": 0,
+        "total": 160}
+    # Stage 1 on 4 replicas, 10 parameters: shards of ceil(10 / 4) = 3 values.
+    assert memory.state_bytes(10, replicas=4, stage=1, precision="float64",
+                              optimizer="momentum") == {
+        "parameters": 80, "gradients": 80, "optimizer_state": 24, "master_weights": 24,
+        "total": 208}
+    assert memory.state_bytes(10, replicas=4, stage=2, optimizer="sgd")["gradients"] == 12
+    stage3 = memory.state_bytes(10, replicas=4, stage=3, optimizer="adam")
+    assert stage3 == {"parameters": 12, "gradients": 12, "optimizer_state": 24,
+                      "master_weights": 0, "total": 48}
+    # One replica shards nothing away.
+    assert memory.state_bytes(10, replicas=1, stage=3)["parameters"] == 40
 
 
-def test_a_wider_model_raises_the_peak_more():
-    small = memory.sync_update_peak_memory(1, width=64)
-    large = memory.sync_update_peak_memory(1, width=1024)
-    assert small["device"] in ("CPU", "GPU")
-    if large["resettable"]:
-        assert large["rise_mb"] > small["rise_mb"]
+def test_sharded_components():
+    assert memory.sharded_components(0) == ()
+    assert memory.sharded_components(1) == ("optimizer_state", "master_weights")
+    assert memory.sharded_components(2) == ("optimizer_state", "master_weights", "gradients")
+    assert memory.sharded_components(3)[-1] == "parameters"
 
 
-def test_the_whole_batch_peak_grows_faster_than_the_accumulated_one():
-    measured = memory.peak_memory([64, 4096], 64)
-    assert measured["device"] in ("CPU", "GPU")
-    assert len(measured["whole_mb"]) == len(measured["accumulated_mb"]) == 2
-    if measured["resettable"]:
-        whole = measured["whole_mb"][1] - measured["whole_mb"][0]
-        accumulated = measured["accumulated_mb"][1] - measured["accumulated_mb"][0]
-        assert whole > accumulated
+@pytest.mark.parametrize("stage, error", [(4, ValueError), (-1, ValueError), ("1", TypeError),
+                                          (True, TypeError), (1.0, TypeError)])
+def test_bad_stage(stage, error):
+    with pytest.raises(error, match="stage must be"):
+        memory.state_bytes(10, replicas=2, stage=stage)
+
+
+def test_bad_precision_and_optimizer():
+    with pytest.raises(ValueError, match="precision must be one of"):
+        memory.state_bytes(10, replicas=2, stage=1, precision="float16")
+    with pytest.raises(ValueError, match="optimizer must be one of"):
+        memory.state_bytes(10, replicas=2, stage=1, optimizer="adamw")
+    with pytest.raises(ValueError, match="parameters must be"):
+        memory.state_bytes(0, replicas=2, stage=1)
+
+
+def test_zero_bytes_sent():
+    assert memory.zero_bytes_sent(400, replicas=4, stage=1) == 600
+    assert memory.zero_bytes_sent(400, replicas=4, stage=2) == 600
+    assert memory.zero_bytes_sent(400, replicas=4, stage=3) == 900
+    assert memory.zero_bytes_sent(400, replicas=1, stage=3) == 0
+
+
+def test_peak_bytes_by_device_says_why_not_on_a_cpu():
+    import tensorflow as tf
+    peaks, reason = memory.peak_bytes_by_device()
+    if tf.config.list_logical_devices("GPU"):
+        assert reason is None and len(peaks) >= 1
+    else:
+        assert peaks is None and "one allocator" in reason
