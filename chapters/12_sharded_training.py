@@ -66,7 +66,7 @@ devices = pargrad.logical_devices(2)
 
 import keras  # noqa: E402
 from pargrad import cost, memory  # noqa: E402
-from pargrad.book import glue, plots  # noqa: E402
+from pargrad.book import plots  # noqa: E402
 from pargrad.book.parabola import parabola_data, parabola_model  # noqa: E402
 from pargrad.strategies import sync_strategy  # noqa: E402
 
@@ -76,7 +76,7 @@ print(devices)
 # %%
 GB = 1e9
 for stage in range(4):
-    held = memory.state_bytes(7.5e9, replicas=64, stage=stage, precision="mixed", optimizer="adam")
+    held = memory.state_bytes(7_500_000_000, replicas=64, stage=stage, precision="mixed", optimizer="adam")
     print(f"stage {stage}: {held['total'] / GB:5.1f} GB a device")
 
 # %% [markdown]
@@ -186,3 +186,348 @@ for rank, device in enumerate(devices):
         if len(v.shape) > 0:
             assert v.value.device.endswith(device.split("device:")[-1]), (v.path, v.value.device)
 assert moments(adams[0]) + moments(adams[1]) == moments(mirrored_adam)
+keras.config.set_floatx("float32")  # the program set float64 for all of Keras; back to the default
+devices = pargrad.logical_devices(2)  # the chapter's devices again (logical GPUs on a GPU)
+
+# %% [markdown]
+# ## `ShardedTrainer`: stages 1 to 3, equal to `SyncTrainer`
+#
+# `pargrad.ShardedTrainer(model, strategy, stage=...)` does this for any
+# Keras model whose variables are all trainable, on the fit loop of
+# `SyncTrainer` (`fit`, `evaluate`, callbacks, validation, exact resume). It
+# flattens the variables into one vector padded with zeros to a multiple of
+# N, so every owner holds the same number of values (with whole variables
+# the owner of the largest layer holds the most). Each owner has its own
+# copy of your optimizer, on its device, for its shard. One step, in
+# cross-replica context:
+
+# %%
+from pargrad.book import show_lines  # noqa: E402
+from pargrad.sharded import ShardedTrainer, mirrored_slots  # noqa: E402
+from pargrad.sync import SyncTrainer  # noqa: E402
+
+show_lines(ShardedTrainer._distributed_step, "loss, flat = self.strategy.run(replica_step)",
+           "self._all_gather(updates)")
+
+# %% [markdown]
+# `strategy.run` computes every replica's gradient as one flat vector; at
+# stage 1 each replica keeps it whole in a buffer, at stages 2 and 3 only
+# the owners' reduced shards are kept. `_reduce_scatter` sends slice s of
+# every replica's gradient to owner s, which adds them. The owners' updates
+# run outside `strategy.run`, each under its device; at stages 1 and 2
+# `_all_gather` copies the new shards into every replica's full copy. At
+# stage 3 there is no full copy: the next step's replicas gather the
+# weights as tensors, compute with them, and drop them when the step ends.
+#
+# The three stages against `SyncTrainer` with the same Adam, in float64, for
+# a 1-6-1 network (19 parameters: two shards of 10, the last value padding)
+# on the two devices. The gaps are the largest differences, over every
+# weight and every value of Adam's two moments, after 100 steps:
+
+# %%
+x64, y64 = parabola_data(dtype="float64")
+strategy = sync_strategy(2)
+histories = {}  # trainer -> what its fit returned
+
+
+def trained(stage, steps=100, **options):
+    """A trainer (SyncTrainer for stage 0) after `steps` full-batch Adam steps on y = x²."""
+    with strategy.scope():
+        model = parabola_model(hidden=6, dtype="float64")
+        adam = keras.optimizers.Adam(0.01)
+    kind = SyncTrainer if stage == 0 else ShardedTrainer
+    trainer = kind(model, strategy, loss="mse", optimizer=adam, progress=False,
+                   **({} if stage == 0 else {"stage": stage}), **options)
+    histories[trainer] = trainer.fit(x64, y64, steps=steps, batch_size=50)
+    return trainer
+
+
+def largest_gap(left, right):
+    return max(float(np.max(np.abs(a - b))) for a, b in zip(left, right))
+
+
+reference = trained(0)
+reference_slots = mirrored_slots(reference.optimizer)
+sharded = {stage: trained(stage) for stage in (1, 2, 3)}
+for stage, trainer in sharded.items():
+    slots = trainer.gathered_slots()
+    slot_gap = max(largest_gap(slots[name], reference_slots[name]) for name in reference_slots)
+    print(f"stage {stage}: weight gap {largest_gap(trainer.gathered_weights(), reference.model.get_weights())}, "
+          f"Adam state gap {slot_gap}")
+
+# %% tags=["remove-cell"]
+for stage, trainer in sharded.items():
+    assert trainer.stage == stage and trainer.parameter_count == 19 and trainer.shard_size == 10
+    assert all(np.all(v == 0) for v in trainer.padding().values())
+    if stage < 3:
+        for copy in trainer.replica_weights():
+            assert largest_gap(copy, trainer.gathered_weights()) == 0.0
+assert largest_gap(reference.model.get_weights(), parabola_model(hidden=6, dtype="float64").get_weights()) > 0.1
+
+# %% [markdown]
+# Zero: bit for bit, stage 3 included. Every gradient is summed in the same
+# order as the mirrored run's (`tf.distribute.ReductionToOneDevice` adds
+# replica 0's, then 1's), and Adam's update is element-wise, so updating a
+# slice of the parameters computes the same numbers as updating all of them.
+#
+# What the trainer adds to the program: gradient accumulation (at stage 2 the
+# accumulators hold only the owner's shard), `evaluate`, and checkpoints that
+# hold the shards and the owners' optimizers. A run of 100 steps saved after
+# 50 and resumed in a new trainer, whose model started from other weights:
+
+# %%
+import tempfile  # noqa: E402
+
+with tempfile.TemporaryDirectory() as folder:
+    first = trained(2, steps=50)
+    saved = tf.train.Checkpoint(trainer=first).save(f"{folder}/ckpt")
+    with strategy.scope():
+        other = parabola_model(seed=1, hidden=6, dtype="float64")
+        adam = keras.optimizers.Adam(0.01)
+    resumed = ShardedTrainer(other, strategy, stage=2, loss="mse", optimizer=adam, progress=False)
+    tf.train.Checkpoint(trainer=resumed).restore(saved).assert_consumed()
+    resumed.fit(x64, y64, steps=50, batch_size=50)
+print(f"resumed against uninterrupted, stage 2: weight gap "
+      f"{largest_gap(resumed.gathered_weights(), sharded[2].gathered_weights())}")
+print(f"evaluate: loss {resumed.evaluate(x64, y64)['loss']:.6f}")
+
+# %% [markdown]
+# With `accumulation_steps=k`, stages 2 and 3 add each micro-batch's reduced
+# shard into the owner's accumulator: the sum over replicas first, then over
+# micro-batches, where `SyncTrainer` adds each replica's micro-batches
+# first. The same sum in another order, so equal within float64 rounding
+# (`pargrad.rounding_tolerance`, from the chapter "Synchronous training"):
+
+# %%
+tolerance = pargrad.rounding_tolerance("float64", 100)
+accumulated = trained(2, accumulation_steps=5)
+sync_accumulated = trained(0, accumulation_steps=5)
+gap = largest_gap(accumulated.gathered_weights(), sync_accumulated.model.get_weights())
+print(f"stage 2, 5 micro-batches a step, against SyncTrainer: weight gap below {tolerance:.0e}"
+      if gap < tolerance else f"UNEXPECTED: weight gap {gap}")
+
+# %% [markdown]
+# ## Memory, counted per device
+#
+# `pargrad.memory.bytes_by_device(trainer)` walks the variables a trainer
+# holds (the model's copies, the owners' shards and optimizer state, the
+# gradient buffers) and adds up their bytes by device;
+# `pargrad.memory.state_bytes` is the formula. The notebook's two devices
+# cannot become eight, so `counted_state_table` counts in a fresh process
+# split into eight: a float32 model of 1,153 parameters (16 inputs, 64 tanh
+# units, one output), trained with Adam, by `SyncTrainer` (stage 0) and
+# `ShardedTrainer`, on 1 to 8 replicas. Bytes a device:
+
+# %%
+from pargrad.book.memory import counted_state_table  # noqa: E402
+
+table = counted_state_table((1, 2, 4, 8))
+print("stage  N  parameters  gradients  Adam state  master  | counted  formula")
+for row in table:
+    held = row["counted"][0]
+    print(f"{row['stage']:5d} {row['replicas']:2d} {held['parameters']:11d} {held['gradients']:10d} "
+          f"{held['optimizer_state']:11d} {held['master_weights']:7d}  | {held['total']:7d}"
+          f"  {row['formula']['total']:7d}")
+
+# %% tags=["remove-cell"]
+for row in table:
+    assert all(device == row["formula"] for device in row["counted"]), row
+    assert row["parameters"] == 1153
+totals = {(row["stage"], row["replicas"]): row["formula"]["total"] for row in table}
+assert totals[1, 8] < totals[0, 8] and totals[3, 8] < totals[2, 8] < totals[1, 8]
+assert totals[1, 1] > totals[0, 1]  # one device: the owner's master copy comes on top
+
+# %% [markdown]
+# Every device of every run holds exactly what the formula says. Two
+# details show in the columns: a float32 run keeps a *master* copy of the
+# owner's shard at stages 1 and 2 (a Keras optimizer updates a whole
+# variable, and TensorFlow cannot update a slice of another variable in
+# place), so on one device stages 1 and 2 hold more than data parallelism;
+# and each shard rounds 1,153 up to a multiple of N. Against N
+# ({numref}`fig-memory-against-replicas`):
+
+# %% mystnb={"figure": {"caption": "Training state a device holds against the number of replicas, float32 Adam, for the 1,153-parameter model: points counted from the variables of real trainers, lines from the formula. Data parallelism stays flat; each stage falls further, and stage 3 falls as 1/N.", "name": "fig-memory-against-replicas"}}
+formula = {stage: {n: memory.state_bytes(1153, replicas=n, stage=stage)["total"]
+                   for n in range(1, 9)} for stage in range(4)}
+counted = {}
+for row in table:
+    counted.setdefault(row["stage"], {})[row["replicas"]] = row["counted"][0]["total"]
+fig = plots.memory_against_replicas(counted, formula)  # in KiB
+
+# %% [markdown]
+# On a GPU each logical GPU has its own allocator, and the cell below reads
+# each one's peak; on a CPU every logical device shares one allocator and
+# TensorFlow keeps no per-device peak, so only the counted bytes exist:
+
+# %% tags=["nbval-ignore-output"]
+peaks, reason = memory.peak_bytes_by_device()
+print(reason if peaks is None else {device: f"{peak / 2**20:.1f} MiB" for device, peak in peaks.items()})
+
+# %% [markdown]
+# The same formula for a model of any size, in your browser (the ZeRO
+# paper's case as it opens):
+#
+# <div id="pargrad-memory-calculator">(The memory calculator needs the
+# rendered book, with JavaScript; in a notebook, call
+# `pargrad.memory.state_bytes` instead.)</div>
+#
+# ## Communication, counted
+#
+# The history records the bytes each replica sends per step: a
+# reduce-scatter and an all-gather of the padded parameters, each
+# $(N-1)/N$ of their bytes, which is a ring all-reduce's
+# $2(N-1)/N$. ZeRO's stage 3 frees each layer's weights after its forward
+# pass and gathers them again for the backward pass, three halves in all;
+# `ShardedTrainer` gathers the whole model once a step and keeps it until
+# the backward pass ends, so it sends what stages 1 and 2 send, but holds
+# all the weights at that moment. With `pargrad.cost`'s α–β model
+# ([What communication costs](10_communication_costs)) the same counts
+# predict seconds for the ZeRO paper's model, 16-bit, on 64 GPUs joined by
+# InfiniBand NDR:
+
+# %%
+for stage, trainer in sharded.items():
+    history = histories[trainer]
+    print(f"stage {stage}: {history.bytes_sent[0]:.0f} bytes sent a step a replica; "
+          f"a ring all-reduce of {history.parameter_bytes} bytes sends "
+          f"{2 * (2 - 1) / 2 * history.parameter_bytes:.0f}")
+ndr = cost.Link(5e-6, 400e9 / 8, "InfiniBand NDR")  # the chapter on costs' table: 400 Gb/s a port
+nbytes = 2 * 7_500_000_000
+one_pass = cost.reduce_scatter_time(nbytes, 64, ndr) + cost.all_gather_time(nbytes, 64, ndr)
+for stage in range(4):
+    ratio = memory.zero_bytes_sent(nbytes, replicas=64, stage=stage) / memory.zero_bytes_sent(
+        nbytes, replicas=64, stage=0)
+    print(f"ZeRO stage {stage}: {ratio:.1f}x data parallelism's bytes, {ratio * one_pass:.2f} s a step")
+
+# %% tags=["remove-cell"]
+for stage, trainer in sharded.items():
+    assert np.all(histories[trainer].bytes_sent == histories[trainer].parameter_bytes)  # 2(N-1)/N, N=2
+assert abs(one_pass - cost.ring_all_reduce_time(nbytes, 64, ndr)) < 1e-12
+
+# %% [markdown]
+# A step of the 7.5-billion-parameter model computes for seconds on each
+# GPU, so the all-reduce's time can hide behind the backward pass, as
+# [What communication costs](10_communication_costs) showed; stage 3's extra
+# half cannot all hide, because the forward pass must wait for its weights.
+#
+# ## How it is done in TensorFlow, traps included
+#
+# - **No reduce-scatter on a CPU.** `ReplicaContext` offers `all_reduce`
+#   and `all_gather` only, and `CollectiveReduceScatterV2` has no CPU
+#   kernel. `pargrad` cuts each replica's gradient into N slices where it
+#   lives, copies slice s to owner s and adds them there (a ring's bytes).
+#   Unlike a ring, all slices travel at once, the owner holds N slices
+#   before adding them (a ring holds two chunks), and every replica first
+#   holds its whole gradient, because `GradientTape` returns all gradients
+#   at once (DeepSpeed reduce-scatters layer by layer during the backward
+#   pass).
+# - **Keras 3 optimizers all-reduce by themselves.** Called inside
+#   `strategy.run`, `apply_gradients` sums the replicas' gradients
+#   {cite}`kerasissue19308`: convenient for mirrored training (the program
+#   above relies on it), wrong for shards, which would be summed with the
+#   other owners' different shards. So each owner's optimizer is created
+#   outside the strategy and called outside `strategy.run`, under its
+#   device.
+# - **No sharding API to build on.** `keras.distribution` is JAX-only, and
+#   DTensor works only with raw `tf.Variable`s, not Keras 3 models. The
+#   sharding here is variables placed with `tf.device` and copies between
+#   devices.
+#
+# ## What sharding does not shrink
+#
+# The activations: every replica still keeps its micro-batch's activations
+# from the forward pass until the backward pass uses them, whatever the
+# stage, and for large models with long sequences they outgrow the state.
+# Two tools shrink them: gradient accumulation, which keeps one
+# micro-batch's activations at a time ([Accumulation in TF2 and across
+# replicas](07_accumulation_tf2)), and activation recomputation, which
+# keeps few and recomputes the rest during the backward pass (outside this
+# book's scope: see the [introduction](../intro)).
+#
+# ## Summary
+#
+# - Data parallelism keeps the weights, the gradients and the optimizer
+#   state whole on every device: with mixed-precision Adam 2 + 2 + 12 bytes
+#   a parameter, whatever the number of devices.
+# - ZeRO shards the optimizer state (stage 1), also the gradients (stage 2),
+#   also the weights (stage 3): each replica owns 1/N and updates it.
+# - One step: gradients, reduce-scatter, each owner updates its shard,
+#   all-gather. The same sums in the same order: bit for bit the mirrored
+#   run.
+# - `pargrad.ShardedTrainer(model, strategy, stage=...)` runs it on the
+#   fit loop; `pargrad.memory.bytes_by_device` counts what it holds, equal
+#   to `pargrad.memory.state_bytes`.
+# - Stages 1 and 2 send what an all-reduce sends; ZeRO's stage 3 half as
+#   much again.
+# - Sharding leaves the activations alone: accumulation and recomputation
+#   shrink them.
+#
+# ## Exercises
+#
+# 1. A model of 70 billion parameters is trained with mixed-precision Adam
+#    on GPUs of 80 GB. On 8 GPUs, which stages fit the training state? How
+#    many GPUs does stage 3 need?
+#
+#    *Hint:* `memory.state_bytes(70_000_000_000, replicas=n, stage=s,
+#    precision="mixed", optimizer="adam")`, or the calculator.
+# 2. Change the program's two `Adam(0.01)` to
+#    `SGD(0.01, momentum=0.9)`. Is stage 1 still equal to the mirrored run?
+#
+#    *Hint:* is momentum's update element-wise?
+# 3. Why does an all-gather after a reduce-scatter send exactly what a ring
+#    all-reduce sends? Check it with `pargrad.cost`.
+#
+#    *Hint:* what are the two phases of the ring all-reduce in
+#    [Synchronous training](03_synchronous)?
+#
+# ### Solutions
+
+# %% tags=["hide-cell"]
+needs = {stage: memory.state_bytes(70_000_000_000, replicas=8, stage=stage, precision="mixed",
+                                   optimizer="adam")["total"] / GB for stage in range(4)}
+print({stage: f"{gb:.1f} GB" for stage, gb in needs.items()})
+gpus = next(n for n in range(1, 1025)
+            if memory.state_bytes(70_000_000_000, replicas=n, stage=3, precision="mixed",
+                                  optimizer="adam")["total"] <= 80 * GB)
+print(f"stage 3 fits in {80} GB from {gpus} GPUs")
+assert all(gb > 80 for gb in needs.values()) and gpus == 14
+
+# %% [markdown]
+# ```{dropdown} Solution to exercise 1
+# On 8 GPUs none fits: the collapsed cell above prints the four totals, the
+# smallest (stage 3) above 80 GB. Stage 3 fits from 14 GPUs; in practice
+# 16, with room left for the activations, which come on top.
+# ```
+
+# %% tags=["hide-cell"]
+with strategy.scope():
+    model = parabola_model(hidden=6, dtype="float64")
+    momentum = keras.optimizers.SGD(0.01, momentum=0.9)
+reference_momentum = SyncTrainer(model, strategy, loss="mse", optimizer=momentum, progress=False)
+reference_momentum.fit(x64, y64, steps=100, batch_size=50)
+with strategy.scope():
+    model = parabola_model(hidden=6, dtype="float64")
+    momentum = keras.optimizers.SGD(0.01, momentum=0.9)
+stage1_momentum = ShardedTrainer(model, strategy, stage=1, loss="mse", optimizer=momentum,
+                                 progress=False)
+stage1_momentum.fit(x64, y64, steps=100, batch_size=50)
+momentum_gap = largest_gap(stage1_momentum.gathered_weights(), reference_momentum.model.get_weights())
+print(f"stage 1 with momentum against SyncTrainer: weight gap {momentum_gap}")
+assert momentum_gap == 0.0
+
+# %% [markdown]
+# ```{dropdown} Solution to exercise 2
+# Yes, bit for bit: momentum's update, like Adam's, treats every parameter
+# on its own, so a shard's update is the whole update's slice. The collapsed
+# cell above shows it with `ShardedTrainer`, which is the program's stage 1
+# with a flat vector.
+# ```
+#
+# ```{dropdown} Solution to exercise 3
+# A ring all-reduce is two phases of N - 1 steps each: in the first (a
+# reduce-scatter) every replica ends with the sum of one chunk, in the
+# second (an all-gather) it passes the summed chunks on. Each phase sends
+# (N - 1)/N of the bytes, so `cost.reduce_scatter_time(n, N, link) +
+# cost.all_gather_time(n, N, link)` equals `cost.ring_all_reduce_time(n, N,
+# link)`, the messages and the bytes alike.
+# ```
