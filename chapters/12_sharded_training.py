@@ -9,33 +9,30 @@
 # stays the same, half as much again at stage 3.
 # ```
 #
-# Every replica of data parallelism keeps three things for each parameter:
-# the parameter (the weights), its gradient, and the {term}`optimizer state`
-# (what the optimizer keeps between updates: nothing for plain SGD, a velocity
-# for {term}`momentum`, two moments for Adam). With mixed precision the model
-# computes in 16 bits and the optimizer updates float32
-# {term}`master weights`: 2 + 2 + 12 bytes a parameter, the 12 being the
-# master copy and Adam's two float32 moments {cite}`tazi2025ultrascale`. More
-# replicas shrink none of it; each holds the whole copy.
+# Each replica of data parallelism keeps, for every parameter, the weight,
+# its gradient and the {term}`optimizer state` (what the optimizer keeps
+# between updates: a velocity for {term}`momentum`, two moments for Adam).
+# With mixed precision the model computes in 16 bits and the optimizer
+# updates float32 {term}`master weights`: 2 + 2 + 12 bytes a parameter, the
+# 12 being the master copy and Adam's two moments {cite}`tazi2025ultrascale`.
+# More replicas shrink none of it.
 #
-# {term}`ZeRO` {cite}`rajbhandari2019zero` removes the copies in three
-# stages. Each replica becomes the {term}`shard owner` of 1/N of the
-# parameters. Stage 1 keeps the optimizer state and master weights only at
-# the owner; stage 2 also the gradients; stage 3 also the weights, which a
-# replica gathers when a layer needs them and frees afterwards (PyTorch's
-# {term}`FSDP` {cite}`zhao2023fsdp`). What is computed does not change: a step
-# still sums the replicas' gradients and applies one update. Only who keeps
-# and computes which part changes ({numref}`fig-sharded-step`): the gradients
-# are {term}`reduce-scattered <reduce-scatter>` (each owner receives the sum
-# of its part only), each owner updates its part, and the new weights are
+# {term}`ZeRO` {cite}`rajbhandari2019zero` removes the copies. Each replica
+# becomes the {term}`shard owner` of 1/N of the parameters. Stage 1 keeps
+# the optimizer state and master weights only at the owner; stage 2 also the
+# gradients; stage 3 also the weights, gathered when a layer needs them and
+# freed afterwards (PyTorch's {term}`FSDP` {cite}`zhao2023fsdp`). A step
+# still sums the replicas' gradients and applies one update; only who keeps
+# which part changes ({numref}`fig-sharded-step`): the gradients are
+# {term}`reduce-scattered <reduce-scatter>` (each owner receives the sum of
+# its part only), each owner updates its part, and the new weights are
 # {term}`all-gathered <all-gather>`. A {term}`ring all-reduce` *is* a
-# reduce-scatter followed by an all-gather, so stages 1 and 2 send what data
-# parallelism sends; stage 3 gathers the weights twice a step, for the
-# forward and for the backward pass.
+# reduce-scatter and an all-gather, so stages 1 and 2 send what data
+# parallelism sends; stage 3 gathers the weights twice, for the forward and
+# the backward pass.
 #
-# The ZeRO paper's Figure 1, a model of 7.5 billion parameters trained with
-# mixed-precision Adam on 64 devices, from the book's formula
-# (`pargrad.memory.state_bytes`; the calculator below turns the same formula):
+# The ZeRO paper's Figure 1 (7.5 billion parameters, mixed-precision Adam,
+# 64 devices), from the book's formula `pargrad.memory.state_bytes`:
 
 # %% tags=["colab", "hide-input"]
 # On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
@@ -80,31 +77,26 @@ for stage in range(4):
     print(f"stage {stage}: {held['total'] / GB:5.1f} GB a device")
 
 # %% [markdown]
-# (Stage 0 is plain data parallelism.) At 64 replicas stage 3 is the only
-# one whose state fits on a device with tens of gigabytes; the activations
-# come on top.
+# (Stage 0 is plain data parallelism.) Only stage 3's state fits on a
+# device with tens of gigabytes; the activations come on top.
 
 # %% mystnb={"figure": {"caption": "One step of sharded training on four replicas (a drawing). 1: each replica computes the gradient of its shard of the batch, for all parameters. 2: the reduce-scatter leaves with each owner the sum of its part only. 3: each owner updates its part with the optimizer state only it keeps. 4: the all-gather gives every replica all the new weights. Steps 2 and 4 together are a ring all-reduce.", "name": "fig-sharded-step"}}
 fig = plots.sharded_step_diagram(4)
 
 # %% [markdown]
-# **In this chapter you will** run stage 1 in plain TensorFlow and see it
-# equal mirrored Adam; run stages 1 to 3 with `pargrad.ShardedTrainer`;
-# count the bytes each device holds against the formula; count the bytes
-# sent; and meet TensorFlow's traps on the way.
+# **In this chapter you will** run stage 1 in plain TensorFlow, then stages
+# 1 to 3 with `pargrad.ShardedTrainer`; count the bytes each device holds
+# and sends against the formulas; and meet TensorFlow's traps.
 #
 # ## A program you can copy
 #
-# Stage 1 for the y = x² question's network, in float64 on two logical
-# CPUs, beside mirrored Adam (the reference, as in
-# [Synchronous training](03_synchronous)). Each device keeps a whole model
-# and its own Adam, built only for the layer it owns: device 0 owns the
-# hidden layer, device 1 the output layer (whole variables, as PyTorch's
-# `ZeroRedundancyOptimizer` assigns them). After the mirrored step, `step`
-# computes each half's gradients on its device; sums each layer's two
-# gradients on its owner (the reduce: the sum exists only there); lets each
-# owner's Adam update its layer; and copies the new values to the other
-# device (the gather).
+# Stage 1 for the y = x² question's network in float64, beside mirrored
+# Adam (as in [Synchronous training](03_synchronous)). Each device keeps a
+# whole model and an Adam built only for the layer it owns (whole
+# variables, as PyTorch's `ZeroRedundancyOptimizer` assigns them). `step`
+# computes each half's gradients on its device, sums each layer's two
+# gradients on its owner (the reduce), lets the owner's Adam update the
+# layer, and copies it to the other device (the gather).
 
 # %% tags=["program"]
 import keras
@@ -163,8 +155,7 @@ print(f"largest weight gap to mirrored Adam after 200 steps: {gap}")
 
 # %% [markdown]
 # Bit for bit: each sum is the same addition, and Adam's update is
-# element-wise, so updating some variables computes the same numbers as
-# updating all of them. What each device keeps of Adam's state:
+# element-wise. What each device keeps of Adam's state:
 
 # %%
 def moments(optimizer):  # numbers in an Adam's moment variables (not its step counter)
@@ -193,13 +184,12 @@ devices = pargrad.logical_devices(2)  # the chapter's devices again (logical GPU
 # ## `ShardedTrainer`: stages 1 to 3, equal to `SyncTrainer`
 #
 # `pargrad.ShardedTrainer(model, strategy, stage=...)` does this for any
-# Keras model whose variables are all trainable, on the fit loop of
-# `SyncTrainer` (`fit`, `evaluate`, callbacks, validation, exact resume). It
-# flattens the variables into one vector padded with zeros to a multiple of
-# N, so every owner holds the same number of values (with whole variables
-# the owner of the largest layer holds the most). Each owner has its own
-# copy of your optimizer, on its device, for its shard. One step, in
-# cross-replica context:
+# Keras model whose variables are all trainable, on `SyncTrainer`'s fit loop
+# (`fit`, `evaluate`, callbacks, exact resume). It flattens the variables
+# into one vector padded with zeros to a multiple of N, so every owner holds
+# as many values (with whole variables, the largest layer's owner holds the
+# most), and gives each owner a copy of your optimizer on its device. One
+# step:
 
 # %%
 from pargrad.book import show_lines  # noqa: E402
@@ -210,19 +200,17 @@ show_lines(ShardedTrainer._distributed_step, "loss, flat = self.strategy.run(rep
            "self._all_gather(updates)")
 
 # %% [markdown]
-# `strategy.run` computes every replica's gradient as one flat vector; at
-# stage 1 each replica keeps it whole in a buffer, at stages 2 and 3 only
-# the owners' reduced shards are kept. `_reduce_scatter` sends slice s of
-# every replica's gradient to owner s, which adds them. The owners' updates
-# run outside `strategy.run`, each under its device; at stages 1 and 2
-# `_all_gather` copies the new shards into every replica's full copy. At
-# stage 3 there is no full copy: the next step's replicas gather the
-# weights as tensors, compute with them, and drop them when the step ends.
+# `strategy.run` computes each replica's gradient as one flat vector (kept
+# whole at stage 1; at stages 2 and 3 only the owners' reduced shards are
+# kept). `_reduce_scatter` sends slice s of every gradient to owner s, which
+# adds them. The owners update outside `strategy.run`, each under its
+# device; `_all_gather` copies the new shards into every replica's copy. At
+# stage 3 there is no copy: each step gathers the weights as tensors and
+# drops them when it ends.
 #
 # The three stages against `SyncTrainer` with the same Adam, in float64, for
-# a 1-6-1 network (19 parameters: two shards of 10, the last value padding)
-# on the two devices. The gaps are the largest differences, over every
-# weight and every value of Adam's two moments, after 100 steps:
+# a 1-6-1 network (19 parameters: two shards of 10, one value of padding);
+# the largest gaps over every weight and moment after 100 steps:
 
 # %%
 x64, y64 = parabola_data(dtype="float64")
@@ -265,15 +253,13 @@ for stage, trainer in sharded.items():
 assert largest_gap(reference.model.get_weights(), parabola_model(hidden=6, dtype="float64").get_weights()) > 0.1
 
 # %% [markdown]
-# Zero: bit for bit, stage 3 included. Every gradient is summed in the same
-# order as the mirrored run's (`tf.distribute.ReductionToOneDevice` adds
-# replica 0's, then 1's), and Adam's update is element-wise, so updating a
-# slice of the parameters computes the same numbers as updating all of them.
+# Bit for bit, stage 3 included: every gradient is summed in the mirrored
+# run's order (`tf.distribute.ReductionToOneDevice` adds replica 0's, then
+# 1's), and a slice of an element-wise update is the update of the slice.
 #
-# What the trainer adds to the program: gradient accumulation (at stage 2 the
-# accumulators hold only the owner's shard), `evaluate`, and checkpoints that
-# hold the shards and the owners' optimizers. A run of 100 steps saved after
-# 50 and resumed in a new trainer, whose model started from other weights:
+# Checkpoints hold the shards and the owners' optimizers: a run saved after
+# 50 steps and resumed in a new trainer, whose model started elsewhere,
+# against the uninterrupted 100:
 
 # %%
 import tempfile  # noqa: E402
@@ -293,10 +279,10 @@ print(f"evaluate: loss {resumed.evaluate(x64, y64)['loss']:.6f}")
 
 # %% [markdown]
 # With `accumulation_steps=k`, stages 2 and 3 add each micro-batch's reduced
-# shard into the owner's accumulator: the sum over replicas first, then over
-# micro-batches, where `SyncTrainer` adds each replica's micro-batches
-# first. The same sum in another order, so equal within float64 rounding
-# (`pargrad.rounding_tolerance`, from the chapter "Synchronous training"):
+# shard into the owner's accumulator (1/N of the sums): over replicas first,
+# then micro-batches, where `SyncTrainer` adds each replica's micro-batches
+# first. Another order, so equal within float64 rounding
+# (`pargrad.rounding_tolerance`):
 
 # %%
 tolerance = pargrad.rounding_tolerance("float64", 100)
@@ -309,14 +295,11 @@ print(f"stage 2, 5 micro-batches a step, against SyncTrainer: weight gap below {
 # %% [markdown]
 # ## Memory, counted per device
 #
-# `pargrad.memory.bytes_by_device(trainer)` walks the variables a trainer
-# holds (the model's copies, the owners' shards and optimizer state, the
-# gradient buffers) and adds up their bytes by device;
-# `pargrad.memory.state_bytes` is the formula. The notebook's two devices
-# cannot become eight, so `counted_state_table` counts in a fresh process
-# split into eight: a float32 model of 1,153 parameters (16 inputs, 64 tanh
-# units, one output), trained with Adam, by `SyncTrainer` (stage 0) and
-# `ShardedTrainer`, on 1 to 8 replicas. Bytes a device:
+# `pargrad.memory.bytes_by_device(trainer)` adds up the bytes of the
+# variables a trainer holds, by device. The notebook's two devices cannot
+# become eight, so `counted_state_table` counts in a fresh process: a
+# float32 model of 1,153 parameters with Adam, by `SyncTrainer` (stage 0)
+# and `ShardedTrainer`, on 1 to 8 replicas. Bytes a device:
 
 # %%
 from pargrad.book.memory import counted_state_table  # noqa: E402
@@ -338,13 +321,10 @@ assert totals[1, 8] < totals[0, 8] and totals[3, 8] < totals[2, 8] < totals[1, 8
 assert totals[1, 1] > totals[0, 1]  # one device: the owner's master copy comes on top
 
 # %% [markdown]
-# Every device of every run holds exactly what the formula says. Two
-# details show in the columns: a float32 run keeps a *master* copy of the
-# owner's shard at stages 1 and 2 (a Keras optimizer updates a whole
-# variable, and TensorFlow cannot update a slice of another variable in
-# place), so on one device stages 1 and 2 hold more than data parallelism;
-# and each shard rounds 1,153 up to a multiple of N. Against N
-# ({numref}`fig-memory-against-replicas`):
+# Every device holds exactly what the formula says. At stages 1 and 2 each
+# owner also keeps its shard as a variable of its own, a master copy (a
+# Keras optimizer updates whole variables), so on one device they hold more
+# than data parallelism ({numref}`fig-memory-against-replicas`):
 
 # %% mystnb={"figure": {"caption": "Training state a device holds against the number of replicas, float32 Adam, for the 1,153-parameter model: points counted from the variables of real trainers, lines from the formula. Data parallelism stays flat; each stage falls further, and stage 3 falls as 1/N.", "name": "fig-memory-against-replicas"}}
 formula = {stage: {n: memory.state_bytes(1153, replicas=n, stage=stage)["total"]
@@ -355,17 +335,15 @@ for row in table:
 fig = plots.memory_against_replicas(counted, formula)  # in KiB
 
 # %% [markdown]
-# On a GPU each logical GPU has its own allocator, and the cell below reads
-# each one's peak; on a CPU every logical device shares one allocator and
-# TensorFlow keeps no per-device peak, so only the counted bytes exist:
+# On a GPU the cell below reads each logical GPU's peak; on a CPU all
+# logical devices share one allocator, with no per-device peak:
 
 # %% tags=["nbval-ignore-output"]
 peaks, reason = memory.peak_bytes_by_device()
 print(reason if peaks is None else {device: f"{peak / 2**20:.1f} MiB" for device, peak in peaks.items()})
 
 # %% [markdown]
-# The same formula for a model of any size, in your browser (the ZeRO
-# paper's case as it opens):
+# The formula for any model, in your browser:
 #
 # <div id="pargrad-memory-calculator">(The memory calculator needs the
 # rendered book, with JavaScript; in a notebook, call
@@ -373,17 +351,16 @@ print(reason if peaks is None else {device: f"{peak / 2**20:.1f} MiB" for device
 #
 # ## Communication, counted
 #
-# The history records the bytes each replica sends per step: a
-# reduce-scatter and an all-gather of the padded parameters, each
-# $(N-1)/N$ of their bytes, which is a ring all-reduce's
-# $2(N-1)/N$. ZeRO's stage 3 frees each layer's weights after its forward
-# pass and gathers them again for the backward pass, three halves in all;
-# `ShardedTrainer` gathers the whole model once a step and keeps it until
-# the backward pass ends, so it sends what stages 1 and 2 send, but holds
-# all the weights at that moment. With `pargrad.cost`'s α–β model
-# ([What communication costs](10_communication_costs)) the same counts
-# predict seconds for the ZeRO paper's model, 16-bit, on 64 GPUs joined by
-# InfiniBand NDR:
+# The history records the bytes each replica sends a step: a
+# reduce-scatter and an all-gather, each $(N-1)/N$ of the padded
+# parameters' bytes, a ring all-reduce's $2(N-1)/N$. ZeRO's stage 3
+# gathers each layer again for the backward pass, three halves in all;
+# `ShardedTrainer` gathers the whole model once a step and keeps it through
+# the backward pass, so it sends what stages 1 and 2 send but holds all the
+# weights meanwhile. `pargrad.cost`'s α–β model
+# ([What communication costs](10_communication_costs)) turns ZeRO's counts
+# into seconds for the paper's model in 16 bits on 64 GPUs over InfiniBand
+# NDR:
 
 # %%
 for stage, trainer in sharded.items():
@@ -405,62 +382,48 @@ for stage, trainer in sharded.items():
 assert abs(one_pass - cost.ring_all_reduce_time(nbytes, 64, ndr)) < 1e-12
 
 # %% [markdown]
-# A step of the 7.5-billion-parameter model computes for seconds on each
-# GPU, so the all-reduce's time can hide behind the backward pass, as
-# [What communication costs](10_communication_costs) showed; stage 3's extra
-# half cannot all hide, because the forward pass must wait for its weights.
+# Such a step computes for seconds, so most of this can hide behind the
+# backward pass; stage 3's gathers before the forward pass cannot.
 #
 # ## How it is done in TensorFlow, traps included
 #
 # - **No reduce-scatter on a CPU.** `ReplicaContext` offers `all_reduce`
-#   and `all_gather` only, and `CollectiveReduceScatterV2` has no CPU
-#   kernel. `pargrad` cuts each replica's gradient into N slices where it
-#   lives, copies slice s to owner s and adds them there (a ring's bytes).
-#   Unlike a ring, all slices travel at once, the owner holds N slices
-#   before adding them (a ring holds two chunks), and every replica first
-#   holds its whole gradient, because `GradientTape` returns all gradients
-#   at once (DeepSpeed reduce-scatters layer by layer during the backward
-#   pass).
-# - **Keras 3 optimizers all-reduce by themselves.** Called inside
-#   `strategy.run`, `apply_gradients` sums the replicas' gradients
-#   {cite}`kerasissue19308`: convenient for mirrored training (the program
-#   above relies on it), wrong for shards, which would be summed with the
-#   other owners' different shards. So each owner's optimizer is created
-#   outside the strategy and called outside `strategy.run`, under its
-#   device.
-# - **No sharding API to build on.** `keras.distribution` is JAX-only, and
-#   DTensor works only with raw `tf.Variable`s, not Keras 3 models. The
-#   sharding here is variables placed with `tf.device` and copies between
-#   devices.
+#   and `all_gather` only; `CollectiveReduceScatterV2` has no CPU kernel.
+#   `pargrad` cuts each gradient into N slices where it lives and copies
+#   slice s to owner s, which adds them: a ring's bytes, but all at once,
+#   the owner holding N slices (a ring holds two chunks), and each replica
+#   first holding its whole gradient, since `GradientTape` returns all
+#   gradients together (DeepSpeed reduce-scatters layer by layer).
+# - **Keras 3 optimizers all-reduce by themselves** inside `strategy.run`
+#   {cite}`kerasissue19308`: what the program's mirrored Adam relies on, but
+#   shards would be summed with other owners' shards. So each owner's
+#   optimizer is created and called outside the strategy, under its device.
+# - **No sharding API to build on.** `keras.distribution` is JAX-only;
+#   DTensor works with raw `tf.Variable`s, not Keras 3 models. Here,
+#   sharding is variables placed with `tf.device` and copies between them.
 #
 # ## What sharding does not shrink
 #
-# The activations: every replica still keeps its micro-batch's activations
-# from the forward pass until the backward pass uses them, whatever the
-# stage, and for large models with long sequences they outgrow the state.
-# Two tools shrink them: gradient accumulation, which keeps one
-# micro-batch's activations at a time ([Accumulation in TF2 and across
-# replicas](07_accumulation_tf2)), and activation recomputation, which
-# keeps few and recomputes the rest during the backward pass (outside this
-# book's scope: see the [introduction](../intro)).
+# The activations: each replica keeps its micro-batch's activations from
+# the forward until the backward pass at every stage, and with long
+# sequences they outgrow the state. Gradient accumulation keeps one
+# micro-batch's at a time ([Accumulation in TF2 and across
+# replicas](07_accumulation_tf2)); activation recomputation keeps few and
+# recomputes the rest (outside this book: see the [introduction](../intro)).
 #
 # ## Summary
 #
-# - Data parallelism keeps the weights, the gradients and the optimizer
-#   state whole on every device: with mixed-precision Adam 2 + 2 + 12 bytes
-#   a parameter, whatever the number of devices.
-# - ZeRO shards the optimizer state (stage 1), also the gradients (stage 2),
-#   also the weights (stage 3): each replica owns 1/N and updates it.
-# - One step: gradients, reduce-scatter, each owner updates its shard,
-#   all-gather. The same sums in the same order: bit for bit the mirrored
-#   run.
-# - `pargrad.ShardedTrainer(model, strategy, stage=...)` runs it on the
-#   fit loop; `pargrad.memory.bytes_by_device` counts what it holds, equal
-#   to `pargrad.memory.state_bytes`.
-# - Stages 1 and 2 send what an all-reduce sends; ZeRO's stage 3 half as
-#   much again.
-# - Sharding leaves the activations alone: accumulation and recomputation
-#   shrink them.
+# - Data parallelism keeps weights, gradients and optimizer state whole on
+#   every device: 2 + 2 + 12 bytes a parameter with mixed-precision Adam.
+# - ZeRO shards the optimizer state (stage 1), also the gradients (2), also
+#   the weights (3): each replica owns 1/N and updates it.
+# - A step: gradients, reduce-scatter, owners' updates, all-gather; the
+#   same sums in the same order, so bit for bit the mirrored run.
+# - `pargrad.ShardedTrainer` runs it on the fit loop;
+#   `pargrad.memory.bytes_by_device` counts what it holds, equal to
+#   `pargrad.memory.state_bytes`.
+# - Stages 1 and 2 send what an all-reduce sends; ZeRO's stage 3 half again.
+# - Activations are not sharded: accumulation and recomputation shrink them.
 #
 # ## Exercises
 #
