@@ -68,6 +68,8 @@ from pargrad.book.parabola import parabola_data, parabola_model  # noqa: E402
 from pargrad.strategies import sync_strategy  # noqa: E402
 
 keras.utils.set_random_seed(0)
+# Bit-for-bit comparisons: on a GPU, reductions may otherwise add in any order.
+tf.config.experimental.enable_op_determinism()
 print(devices)
 
 # %%
