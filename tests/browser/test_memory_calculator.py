@@ -63,7 +63,7 @@ def set_field(widget, name, value):
 
 
 def shown_bytes(widget):
-    return {key: int(widget.get_attribute(f"data-{key.replace('_', '-')}"))
+    return {key: int(widget.get_attribute(f"data-{key}"))
             for key in memory.COMPONENTS + ("total",)}
 
 
