@@ -2,11 +2,11 @@
 # # When the model does not fit: sharded training state
 #
 # ```{admonition} Takeaway
-# Data parallelism keeps the weights, their gradients and the optimizer's
-# state whole on every device. Sharding that state (ZeRO) changes none of the
-# arithmetic, the same updates bit for bit, while each of N replicas keeps
-# 1/N of it: memory per device falls as the stages add up, and communication
-# stays the same, half as much again at stage 3.
+# Data parallelism keeps weights, gradients and optimizer state whole on
+# every device. Sharding them (ZeRO) changes no arithmetic, the same updates
+# bit for bit: each of N replicas keeps 1/N, memory per device falls as the
+# stages add up, and communication stays the same, half as much again at
+# stage 3.
 # ```
 #
 # Each replica of data parallelism keeps, for every parameter, the weight,
