@@ -75,3 +75,61 @@ def test_peak_bytes_by_device_says_why_not_on_a_cpu():
         assert reason is None and len(peaks) >= 1
     else:
         assert peaks is None and "one allocator" in reason
+
+
+# ----------------------------------------------------------------------------
+# Counted from the variables TensorFlow holds == the formula
+# ----------------------------------------------------------------------------
+
+COUNT_CODE = """
+import json, keras, numpy as np, pargrad
+from pargrad import memory
+devices = pargrad.logical_devices({devices})
+
+def counted(replicas, stage, optimizer="adam"):
+    strategy = pargrad.sync_strategy(replicas)
+    with strategy.scope():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((2,), dtype="float64"),
+                                  keras.layers.Dense(5, activation="tanh", dtype="float64"),
+                                  keras.layers.Dense(1, dtype="float64")])
+        made = (keras.optimizers.Adam(1e-2) if optimizer == "adam"
+                else keras.optimizers.SGD(1e-2, momentum=0.9 if optimizer == "momentum" else 0.0))
+    if stage == 0:
+        trainer = pargrad.SyncTrainer(model, strategy, optimizer=made, progress=False)
+    else:
+        trainer = pargrad.ShardedTrainer(model, strategy, stage=stage, optimizer=made,
+                                         progress=False)
+    table = memory.bytes_by_device(trainer)
+    return [table[name] for name in sorted(table)]
+"""
+
+
+def _check_counts(rows):
+    for replicas, stage, optimizer, per_device in rows:
+        expected = memory.state_bytes(21, replicas=replicas, stage=stage, precision="float64",
+                                      optimizer=optimizer)
+        assert len(per_device) == replicas, (replicas, stage)
+        for held in per_device:
+            assert held == expected, (replicas, stage, optimizer, held, expected)
+
+
+def test_counted_bytes_equal_the_formula(run_python):
+    """Stages 0 (SyncTrainer) to 3 on 1, 2 and 4 replicas, and 8 in a process of 8 devices."""
+    code = COUNT_CODE + """
+rows = [(r, s, o, counted(r, s, o)) for r in {replicas} for s in (0, 1, 2, 3)
+        for o in {optimizers}]
+print(json.dumps(rows))
+"""
+    import json
+    import pargrad
+    from pargrad import memory as _  # noqa: F401
+    namespace = {}
+    exec(COUNT_CODE.format(devices=4).replace("devices = pargrad.logical_devices(4)",
+                                              "devices = None"), namespace)
+    rows = [(r, s, o, namespace["counted"](r, s, o)) for r in (1, 2, 4) for s in (0, 1, 2, 3)
+            for o in (["adam", "momentum", "sgd"] if r == 4 else ["adam"])]
+    _check_counts(rows)
+    result = run_python(code.format(devices=8, replicas=(8,), optimizers=["adam"]), timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    _check_counts(json.loads(result.stdout.strip().splitlines()[-1]))
