@@ -1,5 +1,5 @@
 # %% [markdown]
-# # When the model does not fit: sharded training state
+# # When the model does not fit
 #
 # ```{admonition} Takeaway
 # Data parallelism keeps weights, gradients and optimizer state whole on
