@@ -381,8 +381,6 @@ class ShardedTrainer(SyncTrainer):
 
     def _stage3_gradients(self, x, y, global_batch_size):
         """Stage 3: the loss and flat gradient of ``(x, y)``, run on the gathered weights.
-
-        Shown in the chapter "When the model does not fit".
         """
         values = self._values(self._gathered())      # all-gather: the weights, as tensors
         with tf.GradientTape() as tape:
@@ -419,8 +417,6 @@ class ShardedTrainer(SyncTrainer):
         owner's (the bytes a ring would send); ``tf.add_n`` adds them in
         the order ``ReductionToOneDevice`` adds the mirrored run's.
         Returns each owner's shard sum, padded to the shard size, on its device.
-
-        Shown in the chapter "When the model does not fit".
         """
         shards = []
         for s, owner in enumerate(self._devices):
@@ -440,8 +436,6 @@ class ShardedTrainer(SyncTrainer):
         Runs in cross-replica context; the replicas' part (their gradients)
         inside ``strategy.run``, the communication and the owners' updates
         outside it, each on its device.
-
-        Shown in the chapter "When the model does not fit".
         """
         k = self.accumulation_steps
         micros = list(range(k)) if (self._stage >= 2 and k > 1) else [None]
