@@ -104,6 +104,10 @@ def main():
         ratios[f"stage{stage}_vs_sync"] = float(np.median(per_round))
         print(f"  stage {stage} / SyncTrainer, median of the rounds' ratios = "
               f"{ratios[f'stage{stage}_vs_sync']:.3f}x ({verdict(ratios[f'stage{stage}_vs_sync'], target, False)})")
+    cpu_ratios = " ".join(f"stage {stage} {np.median(cpu[stage]) / np.median(cpu[0]):.3f}x"
+                          for stage in (1, 2, 3))
+    print(f"  CPU time a step (all threads, the work however loaded the machine is) over "
+          f"SyncTrainer's: {cpu_ratios}")
     print(result_line(**ratios))
 
 
