@@ -162,7 +162,20 @@ class ShardedTrainer(SyncTrainer):
     ``fit``, ``evaluate``, callbacks, validation and exact resume are
     SyncTrainer's; ``fit`` returns a :class:`ShardedHistory`.  Checkpoint
     with ``tf.train.Checkpoint(trainer=trainer)``: it holds the model (at
-    stages 1 and 2), the shards, the owners' optimizers and the position.
+    stages 1 and 2), the shards, the owners' optimizers and the position;
+    restored into a new trainer, training continues bit for bit.
+
+    What it holds: ``parameter_shards[s]``, ``owner_optimizers[s]`` and
+    ``gradient_buffers[s]`` (on device s), ``parameter_count`` (P) and
+    ``shard_size`` (``ceil(P / N)``); :meth:`gathered_weights`,
+    :meth:`gathered_slots`, :meth:`replica_weights` and :meth:`padding`
+    read them back as NumPy arrays, :meth:`variables_by_component` lists
+    them for :func:`pargrad.memory.bytes_by_device`.  Since the owners'
+    copies do the updates, a callback that changes
+    ``model.optimizer.learning_rate`` (the template's) changes nothing, and
+    the template's ``iterations`` stays 0: use a learning-rate schedule in
+    the optimizer instead (each owner's copy runs it on its own, equal,
+    step count).
 
     Taught in the chapter "When the model does not fit".
     """
@@ -195,6 +208,10 @@ class ShardedTrainer(SyncTrainer):
         super().__init__(model, strategy, loss=loss, optimizer=optimizer,
                          learning_rate=learning_rate, accumulation_steps=accumulation_steps,
                          progress=progress, stop_on_non_finite=stop_on_non_finite)
+        hint = ("To train on regardless, pass stop_on_non_finite=False to ShardedTrainer."
+                if self.stop_on_non_finite else None)
+        self._feed = dataclasses.replace(self._feed, finite_hint=hint, trainer="ShardedTrainer")
+        self._evaluation.feed = self._feed
         self._build_shards()
 
     # -- what the trainer holds -------------------------------------------------
@@ -381,8 +398,6 @@ class ShardedTrainer(SyncTrainer):
 
     def _stage3_gradients(self, x, y, global_batch_size):
         """Stage 3: the loss and flat gradient of ``(x, y)``, run on the gathered weights.
-
-        Shown in the chapter "When the model does not fit".
         """
         values = self._values(self._gathered())      # all-gather: the weights, as tensors
         with tf.GradientTape() as tape:
@@ -419,8 +434,6 @@ class ShardedTrainer(SyncTrainer):
         owner's (the bytes a ring would send); ``tf.add_n`` adds them in
         the order ``ReductionToOneDevice`` adds the mirrored run's.
         Returns each owner's shard sum, padded to the shard size, on its device.
-
-        Shown in the chapter "When the model does not fit".
         """
         shards = []
         for s, owner in enumerate(self._devices):
@@ -440,8 +453,6 @@ class ShardedTrainer(SyncTrainer):
         Runs in cross-replica context; the replicas' part (their gradients)
         inside ``strategy.run``, the communication and the owners' updates
         outside it, each on its device.
-
-        Shown in the chapter "When the model does not fit".
         """
         k = self.accumulation_steps
         micros = list(range(k)) if (self._stage >= 2 and k > 1) else [None]

@@ -41,6 +41,7 @@ def assert_same(a, b):
 
 
 @pytest.mark.claim
+@pytest.mark.usefixtures("deterministic_ops")
 @pytest.mark.parametrize("replicas", [2, 4])
 @pytest.mark.parametrize("optimizer", ["adam", "momentum"])
 def test_stages_equal_the_mirrored_run_bit_for_bit(replicas, optimizer):
@@ -72,6 +73,7 @@ def test_stages_equal_the_mirrored_run_bit_for_bit(replicas, optimizer):
 
 
 @pytest.mark.claim
+@pytest.mark.usefixtures("deterministic_ops")
 def test_every_replica_holds_the_same_weights_after_every_step():
     strategy = pargrad.sync_strategy(4)
     x, y = data()
@@ -91,6 +93,7 @@ def test_every_replica_holds_the_same_weights_after_every_step():
 
 
 @pytest.mark.claim
+@pytest.mark.usefixtures("deterministic_ops")
 def test_accumulation_stage_1_bit_for_bit_stages_2_and_3_within_rounding():
     strategy = pargrad.sync_strategy(2)
     x, y = data()
