@@ -453,6 +453,8 @@ class ShardedTrainer(SyncTrainer):
         Runs in cross-replica context; the replicas' part (their gradients)
         inside ``strategy.run``, the communication and the owners' updates
         outside it, each on its device.
+
+        Shown in the chapter "When the model does not fit".
         """
         k = self.accumulation_steps
         micros = list(range(k)) if (self._stage >= 2 and k > 1) else [None]
