@@ -117,10 +117,15 @@ OTHER_NUMERICS := TF_ENABLE_ONEDNN_OPTS=0 TF_NUM_INTRAOP_THREADS=1 OMP_NUM_THREA
 # run), "Sync vs async in the same time" (it reads stored races), and
 # "Communicating rarely" with its deep dive (float64 NumPy replays; their
 # TensorFlow side, the trainer against the replay and the handover across
-# processes, is in the claims run above).
+# processes, is in the claims run above), and "When the model does not
+# fit" (its equalities are bit for bit between two runs of the same kernels,
+# the sharded and the mirrored one, under any numerics; the library's claim
+# tests in tests/test_sharded.py re-run them under other numerics; its byte
+# counts are integers).
 ORDER_FREE := chapters/02_devices.ipynb chapters/10_communication_costs.ipynb \
               chapters/a2_compatibility.ipynb chapters/05_sync_vs_async.ipynb \
               chapters/11_communicating_rarely.ipynb \
+              chapters/12_sharded_training.ipynb \
               chapters/d5_rare_communication_in_depth.ipynb \
               chapters/d6_communication_in_depth.ipynb
 NUMERIC_CHAPTERS := $(filter-out $(ORDER_FREE),$(sort $(wildcard chapters/*.ipynb)))

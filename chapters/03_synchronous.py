@@ -189,7 +189,7 @@ show_source(SyncTrainer._shard)
 # divided by the *global* batch size, and `apply_gradients`, which performs
 # the all-reduce and the update. The line between stops training before the
 # update if any replica's loss is NaN or infinite
-# ([Your own model](12_your_own_model) shows it at work):
+# ([Your own model](13_your_own_model) shows it at work):
 
 # %%
 show_source(SyncTrainer._replica_step)
@@ -199,7 +199,7 @@ show_source(SyncTrainer._replica_step)
 # ([Accumulation in TF2 and across replicas](07_accumulation_tf2) sums
 # several), this forward and backward pass. The three lines after the loss
 # (regularization losses, mixed precision's loss scaling, Keras metrics)
-# change nothing here; [Your own model](12_your_own_model) uses them:
+# change nothing here; [Your own model](13_your_own_model) uses them:
 
 # %%
 show_source(SyncTrainer._gradients)

@@ -14,7 +14,7 @@ from pargrad import _quiet
 
 _quiet.import_tensorflow_quietly()
 
-from pargrad import cost, tf1  # noqa: E402, F401  (pargrad.cost, pargrad.tf1: modules a reader uses)
+from pargrad import cost, memory, tf1  # noqa: E402, F401  (modules a reader uses: pargrad.cost, pargrad.memory, pargrad.tf1)
 from pargrad.accumulate import GradientAccumulator  # noqa: E402
 from pargrad.allreduce import ring_all_reduce, ring_bytes  # noqa: E402
 from pargrad.asynchronous import AsyncHistory, AsyncTrainer  # noqa: E402
@@ -29,6 +29,7 @@ from pargrad.devices import DevicesAlreadyInitializedError, logical_devices  # n
 from pargrad.local_sgd import LocalSGDHistory, LocalSGDTrainer  # noqa: E402
 from pargrad.numerics import rounding_tolerance, unit_roundoff  # noqa: E402
 from pargrad.scenario import Scenario, random_delay  # noqa: E402
+from pargrad.sharded import ShardedHistory, ShardedTrainer  # noqa: E402
 from pargrad.strategies import DevicesNotReadyError, choose_cross_device_ops, sync_strategy  # noqa: E402
 from pargrad.sync import SyncHistory, SyncTrainer  # noqa: E402
 from pargrad.losses import (  # noqa: E402
@@ -52,6 +53,8 @@ __all__ = [
     "NonFiniteDataError",
     "NonFiniteLossError",
     "Scenario",
+    "ShardedHistory",
+    "ShardedTrainer",
     "SyncHistory",
     "SyncTrainer",
     "choose_cross_device_ops",

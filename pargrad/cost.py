@@ -12,6 +12,8 @@ algorithm                    messages one after another  traffic (multiples of n
 ===========================  ==========================  ===========================
 one message                  1                           1
 ring all-reduce, R replicas  2 (R - 1)                   2 (R - 1) / R
+reduce-scatter, R replicas   R - 1                       (R - 1) / R
+all-gather, R replicas       R - 1                       (R - 1) / R
 tree (binomial), R replicas  2 ceil(log2 R)              2 ceil(log2 R)
 parameter servers (W, S)     2 (push, pull)              2 max(1, W / S)
 ===========================  ==========================  ===========================
@@ -118,6 +120,21 @@ def ring_pattern(replicas):
     return Pattern(messages=steps, traffic=steps / replicas)
 
 
+def half_ring_pattern(replicas):
+    """Half a ring all-reduce: a reduce-scatter, or an all-gather, over ``replicas``.
+
+    R - 1 steps, each sending a chunk of n/R bytes to the neighbour.  A
+    reduce-scatter leaves each replica the sum of one chunk (its shard); an
+    all-gather gives every replica every replica's chunk.  One after the
+    other they are the ring all-reduce (:func:`ring_pattern`), which is how
+    sharded training (ZeRO) sends what plain data parallelism sends.
+    Taught in the chapter "When the model does not fit".
+    """
+    replicas = check_whole_number("replicas", replicas, 1)
+    steps = replicas - 1
+    return Pattern(messages=steps, traffic=steps / replicas)
+
+
 def tree_pattern(replicas):
     """Tree all-reduce over ``replicas``: reduce up a binomial tree, then broadcast down.
 
@@ -165,6 +182,27 @@ def ring_all_reduce_time(nbytes, replicas, link):
     2(R-1) (alpha + n / (R beta)).  Taught in the chapter "What communication costs".
     """
     return ring_pattern(replicas).time(nbytes, link)
+
+
+def reduce_scatter_time(nbytes, replicas, link):
+    """Seconds for a ring reduce-scatter of ``nbytes`` (the whole vector) over ``replicas``.
+
+    (R-1) (alpha + n / (R beta)): each replica ends with the sum of its
+    1/R of the vector.  ``reduce_scatter_time + all_gather_time`` is
+    :func:`ring_all_reduce_time` exactly.  Taught in the chapter "When the
+    model does not fit".
+    """
+    return half_ring_pattern(replicas).time(nbytes, link)
+
+
+def all_gather_time(nbytes, replicas, link):
+    """Seconds for a ring all-gather of ``nbytes`` (the whole gathered vector) over ``replicas``.
+
+    (R-1) (alpha + n / (R beta)): each replica starts with 1/R of the
+    vector and ends with all of it.  Taught in the chapter "When the model
+    does not fit".
+    """
+    return half_ring_pattern(replicas).time(nbytes, link)
 
 
 def tree_all_reduce_time(nbytes, replicas, link):

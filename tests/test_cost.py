@@ -228,3 +228,17 @@ def test_smallest_batch_is_the_first_that_reaches_the_efficiency():
 def test_smallest_batch_says_what_to_pass(call, words):
     with pytest.raises(ValueError, match=words):
         call()
+
+
+def test_reduce_scatter_plus_all_gather_is_the_ring_all_reduce_exactly():
+    link = cost.Link(latency=3.7e-6, bandwidth=12.5e9)
+    for replicas in (1, 2, 3, 4, 7, 8, 64):
+        for nbytes in (0, 1, 4 * 12345, 7.5e9 * 2):
+            halves = (cost.reduce_scatter_time(nbytes, replicas, link)
+                      + cost.all_gather_time(nbytes, replicas, link))
+            assert halves == cost.ring_all_reduce_time(nbytes, replicas, link)
+    # (R - 1) latencies and (R - 1) / R of the bytes each.
+    assert cost.reduce_scatter_time(4e6, 4, SLOW) == pytest.approx(3 * 1e-3 + 3.0)
+    assert cost.all_gather_time(4e6, 1, SLOW) == 0
+    with pytest.raises(TypeError):
+        cost.reduce_scatter_time(1e6, 2.0, SLOW)

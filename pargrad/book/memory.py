@@ -7,7 +7,10 @@
 * :func:`sync_update_peak_memory` (taught in the chapter "Accumulation in
   depth"): how far one update of :class:`pargrad.SyncTrainer` on four
   logical devices raises the peak, without accumulation and accumulating
-  ``k`` micro-batches on every replica.
+  ``k`` micro-batches on every replica;
+* :func:`counted_state_table` (taught in the chapter "When the model does
+  not fit"): the bytes each device holds at ZeRO stages 0-3 on 1 to 8
+  replicas, counted from the trainers' variables, beside the formula.
 
 Both read the peak with :class:`PeakMeter` in a child process started for
 the measurement: memory that a finished run gave back to the allocator
@@ -215,3 +218,74 @@ def _replica_probe(accumulation_steps, micro_batch, width):
     trainer.fit(x, y, steps=1, batch_size=batch)
     return {"device": meter.device, "resettable": meter.resettable,
             "rise_mb": meter.peak_mb() - before}
+
+
+# ----------------------------------------------------------------------------
+# Sharded training state, counted per device
+# ----------------------------------------------------------------------------
+
+COUNTED_FEATURES = 16    # the counting model: 16 inputs, 64 tanh units, 1 output (1153 parameters)
+COUNTED_HIDDEN = 64
+
+
+def counted_state_table(replica_counts=(1, 2, 4, 8), optimizer="adam", timeout=240):
+    """Bytes a device holds at stages 0-3, counted from the trainers' variables, beside the formula.
+
+    In a fresh process split into ``max(replica_counts)`` logical devices
+    (the notebook's own split cannot change), for every stage and number of
+    replicas: a float32 model of 1153 parameters (16 inputs, 64 tanh units,
+    one output: no number of replicas above 1 divides it), trained with
+    ``optimizer`` (``"adam"`` or ``"momentum"``) by :class:`pargrad.SyncTrainer`
+    (stage 0) or :class:`pargrad.ShardedTrainer` (stages 1-3), counted with
+    :func:`pargrad.memory.bytes_by_device`.  Returns a list of rows
+    ``{"stage", "replicas", "parameters", "counted": [{component: bytes} for
+    each replica's device], "formula": state_bytes(...)}``.
+
+    Taught in the chapter "When the model does not fit".
+    """
+    counts = [check_whole_number("replica_counts", n) for n in replica_counts]
+    if optimizer not in ("adam", "momentum"):
+        raise ValueError(f"optimizer must be 'adam' or 'momentum', got {optimizer!r}.")
+    return _in_fresh_process("_counted_probe", [counts, optimizer], timeout)
+
+
+def _counted_probe(replica_counts, optimizer_name):
+    """Run in a child process: the rows of :func:`counted_state_table`."""
+    import pargrad
+
+    pargrad.logical_devices(max(replica_counts))
+    import keras
+
+    from pargrad import memory
+    from pargrad.sharded import ShardedTrainer
+    from pargrad.strategies import sync_strategy
+    from pargrad.sync import SyncTrainer
+
+    rows = []
+    for replicas in replica_counts:
+        strategy = sync_strategy(replicas)
+        devices = list(strategy.extended.worker_devices)
+        for stage in range(4):
+            keras.utils.set_random_seed(0)
+            with strategy.scope():
+                model = keras.Sequential([keras.Input((COUNTED_FEATURES,)),
+                                          keras.layers.Dense(COUNTED_HIDDEN, "tanh"),
+                                          keras.layers.Dense(1)])
+                optimizer = (keras.optimizers.Adam(1e-3) if optimizer_name == "adam"
+                             else keras.optimizers.SGD(1e-3, momentum=0.9))
+            if stage == 0:
+                trainer = SyncTrainer(model, strategy, loss="mse", optimizer=optimizer,
+                                      progress=False)
+            else:
+                trainer = ShardedTrainer(model, strategy, stage=stage, loss="mse",
+                                         optimizer=optimizer, progress=False)
+            held = memory.bytes_by_device(trainer)
+            parameters = model.count_params()
+            rows.append({
+                "stage": stage, "replicas": replicas, "parameters": parameters,
+                "counted": [held.get(tf.DeviceSpec.from_string(d).to_string(), {})
+                            for d in devices],
+                "formula": memory.state_bytes(parameters, replicas=replicas, stage=stage,
+                                              precision="float32", optimizer=optimizer_name),
+            })
+    return rows

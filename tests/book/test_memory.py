@@ -45,3 +45,10 @@ def test_the_whole_batch_peak_grows_faster_than_the_accumulated_one():
         whole = measured["whole_mb"][1] - measured["whole_mb"][0]
         accumulated = measured["accumulated_mb"][1] - measured["accumulated_mb"][0]
         assert whole > accumulated
+
+
+@pytest.mark.parametrize("arguments", [dict(replica_counts=(1, 0)), dict(replica_counts=(2.0,)),
+                                       dict(optimizer="sgd")])
+def test_counted_state_table_refuses_bad_arguments_before_any_process_starts(arguments):
+    with pytest.raises((TypeError, ValueError), match="whole number|optimizer"):
+        memory.counted_state_table(**arguments)

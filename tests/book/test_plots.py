@@ -44,8 +44,17 @@ def race_curves_figure():
     return plots.race_curves(results, title="equal devices", target=0.9)
 
 
+def memory_against_replicas_figure():
+    """Four stages' bytes a device against 1-8 replicas, as the sharded-training chapter draws them."""
+    formula = {s: {n: 4 * 1153 * (4 - s) // n + 4 * 1153 * s for n in range(1, 9)} for s in range(4)}
+    counted = {s: {n: formula[s][n] for n in (1, 2, 4, 8)} for s in range(4)}
+    return plots.memory_against_replicas(counted, formula)
+
+
 FIGURES = {
     "sync_async_timelines": plots.sync_async_timelines,
+    "sharded_step_diagram": plots.sharded_step_diagram,
+    "memory_against_replicas": memory_against_replicas_figure,
     "token_weighting_diagram": plots.token_weighting_diagram,
     "paired_scores": paired_scores_figure,
     "race_curves": race_curves_figure,

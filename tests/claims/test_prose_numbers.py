@@ -41,6 +41,7 @@ CITED_CONSTANTS = {
         "22 s": "dawnbench2020leaderboard",
     },
     "09_beyond_one_machine": {"54 days": "dubey2024llama3"},
+    "12_sharded_training": {"7.5": "rajbhandari2019zero"},  # ZeRO's Figure 1: 7.5 B parameters
     "10_communication_costs": {
         "100 Gb/s": "ieee2022ethernet",
         "3.8": "he2016deep",

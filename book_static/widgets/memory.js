@@ -1,0 +1,230 @@
+/* The memory calculator of the chapter "When the model does not fit".
+ *
+ * pargrad.memory.state_bytes, line for line: the bytes each device holds for
+ * the parameters, their gradients, the optimizer state and the master
+ * weights, at ZeRO stage 0 (plain data parallelism) to 3.  Whole numbers
+ * only, so the JavaScript and the Python give the same bytes exactly;
+ * tests/browser/test_memory_calculator.py checks it on a grid of inputs.
+ * Plain HTML and SVG, nothing loaded from the network.  The page holds
+ * <div id="pargrad-memory-calculator"></div>.
+ */
+(function () {
+  "use strict";
+
+  // ---------------------------------------------------------------- arithmetic
+  function fail(message) { throw new Error(message); }
+
+  var PRECISIONS = ["float32", "float64", "mixed"];
+  var OPTIMIZERS = ["sgd", "momentum", "adam"];
+  var STATE_VALUES = {sgd: 0, momentum: 1, adam: 2};  // values of state a parameter
+  var COMPONENTS = ["parameters", "gradients", "optimizer_state", "master_weights"];
+
+  /* pargrad.checks.check_whole_number: a whole number >= minimum, exactly representable. */
+  function wholeNumber(name, value, minimum) {
+    if (typeof value !== "number" || !Number.isSafeInteger(value) || value < minimum) {
+      fail(name + " must be a whole number >= " + minimum + ", got " + value + ".");
+    }
+    return value;
+  }
+
+  function choice(name, value, choices) {
+    if (choices.indexOf(value) < 0) {
+      fail(name + " must be one of " + choices.map(function (c) { return "'" + c + "'"; })
+        .join(", ") + ", got " + value + ".");
+    }
+    return value;
+  }
+
+  function checkStage(stage) {
+    if (!Number.isInteger(stage) || stage < 0 || stage > 3) {
+      fail("stage must be one of 0, 1, 2, 3, got " + stage + ". Pass 0, 1, 2 or 3.");
+    }
+    return stage;
+  }
+
+  /* pargrad.memory.sharded_components. */
+  function shardedComponents(stage) {
+    stage = checkStage(stage);
+    var names = [];
+    if (stage >= 1) names.push("optimizer_state", "master_weights");
+    if (stage >= 2) names.push("gradients");
+    if (stage >= 3) names.push("parameters");
+    return names;
+  }
+
+  /* ceil(a / b) for whole numbers, without trusting a rounded division. */
+  function ceilDivide(a, b) {
+    var q = Math.floor(a / b);
+    while (q * b < a) q += 1;
+    while (q > 0 && (q - 1) * b >= a) q -= 1;
+    return q;
+  }
+
+  /* pargrad.memory.state_bytes: bytes a device holds, by component, and their total. */
+  function stateBytes(parameters, replicas, stage, precision, optimizer) {
+    parameters = wholeNumber("parameters", parameters, 1);
+    replicas = wholeNumber("replicas", replicas, 1);
+    stage = checkStage(stage);
+    choice("precision", precision, PRECISIONS);
+    choice("optimizer", optimizer, OPTIMIZERS);
+    var value = {float32: 4, float64: 8, mixed: 2}[precision];
+    var state = precision === "mixed" ? 4 : value;
+    var shard = ceilDivide(parameters, replicas);
+    var sharded = shardedComponents(stage);
+    var count = function (component) {
+      return sharded.indexOf(component) >= 0 ? shard : parameters;
+    };
+    var hasMaster = precision === "mixed" || stage === 1 || stage === 2;
+    var held = {
+      parameters: value * count("parameters"),
+      gradients: value * count("gradients"),
+      optimizer_state: state * STATE_VALUES[optimizer] * count("optimizer_state"),
+      master_weights: hasMaster ? state * count("master_weights") : 0,
+    };
+    held.total = held.parameters + held.gradients + held.optimizer_state + held.master_weights;
+    if (!Number.isSafeInteger(held.total)) {
+      fail("parameters too large: the bytes exceed what this page counts exactly (2^53).");
+    }
+    return held;
+  }
+
+  var api = window.pargrad = window.pargrad || {};
+  api.memory = {stateBytes: stateBytes, shardedComponents: shardedComponents,
+                COMPONENTS: COMPONENTS};
+
+  // ------------------------------------------------------------------- the form
+  var SVG = "http://www.w3.org/2000/svg";
+
+  function el(name, attributes, parent) {
+    var node = document.createElementNS(SVG, name);
+    for (var key in attributes) node.setAttribute(key, attributes[key]);
+    if (parent) parent.appendChild(node);
+    return node;
+  }
+
+  function text(parent, x, y, content, attributes) {
+    var node = el("text", Object.assign({x: x, y: y}, attributes || {}), parent);
+    node.textContent = content;
+    return node;
+  }
+
+  /* Decimal units, as the chapter prints them (1 GB = 1e9 bytes). */
+  function formatBytes(bytes) {
+    var units = [[1e12, "TB"], [1e9, "GB"], [1e6, "MB"], [1e3, "kB"]];
+    for (var i = 0; i < units.length; i++) {
+      if (bytes >= units[i][0]) return (bytes / units[i][0]).toFixed(2) + " " + units[i][1];
+    }
+    return bytes + " B";
+  }
+
+  var LABELS = {parameters: "parameters", gradients: "gradients",
+                optimizer_state: "optimizer state", master_weights: "master weights"};
+  var STAGES = ["0: data parallelism", "1: optimizer state", "2: + gradients", "3: + parameters"];
+
+  var FORM =
+    '<fieldset><legend>Model and training</legend>' +
+    '<label>parameters <input name="parameters" type="number" min="1" step="1" value="7500000000"></label>' +
+    '<label>precision <select name="precision">' +
+    '<option value="mixed" selected>mixed (16-bit, float32 master)</option>' +
+    '<option value="float32">float32</option><option value="float64">float64</option></select></label>' +
+    '<label>optimizer <select name="optimizer"><option value="adam" selected>Adam</option>' +
+    '<option value="momentum">SGD with momentum</option><option value="sgd">plain SGD</option></select></label>' +
+    '</fieldset>' +
+    '<fieldset><legend>Devices</legend>' +
+    '<label>replicas N <input name="replicas" type="number" min="1" step="1" value="64"></label>' +
+    '<label>ZeRO stage <select name="stage">' + STAGES.map(function (label, stage) {
+      return '<option value="' + stage + '"' + (stage === 1 ? " selected" : "") + ">" + label + "</option>";
+    }).join("") + '</select></label>' +
+    '</fieldset>';
+
+  function drawStages(svg, settings) {
+    var width = 420, rowHeight = 26, left = 128, right = 84, top = 22;
+    var height = top + 4 * rowHeight + 8;
+    svg.setAttribute("viewBox", "0 0 " + width + " " + height);
+    var totals = [0, 1, 2, 3].map(function (stage) {
+      return stateBytes(settings.parameters, settings.replicas, stage, settings.precision,
+                        settings.optimizer).total;
+    });
+    var scale = (width - left - right) / Math.max(totals[0], 1);
+    text(svg, 8, 14, "bytes a device at each stage (these settings)", {class: "pc-small"});
+    totals.forEach(function (total, stage) {
+      var y = top + stage * rowHeight;
+      text(svg, left - 6, y + 15, STAGES[stage].split(":")[0] === "0" ? "data parallel" :
+           "stage " + stage, {"text-anchor": "end", class: "pc-small"});
+      el("rect", {x: left, y: y + 2, width: Math.max(total * scale, 0.5), height: 18,
+                  class: "pc-bar " + (stage === settings.stage ? "pm-here" : "pm-other")}, svg);
+      text(svg, left + total * scale + 6, y + 15, formatBytes(total), {class: "pc-small"});
+    });
+  }
+
+  function build(container) {
+    container.classList.add("pargrad-widget");
+    container.innerHTML = "";
+    var form = document.createElement("form");
+    form.className = "pc-controls";
+    form.innerHTML = FORM;
+    form.addEventListener("submit", function (event) { event.preventDefault(); });
+    container.appendChild(form);
+    var note = document.createElement("p");
+    note.className = "pg-legend";
+    note.textContent = "As it opens: the ZeRO paper's Figure 1 (7.5 billion parameters, " +
+      "mixed-precision Adam, 64 replicas). The training state only: activations, buffers " +
+      "and the framework's own memory come on top.";
+    container.appendChild(note);
+    var output = document.createElement("div");
+    output.className = "pc-output";
+    output.setAttribute("aria-live", "polite");
+    container.appendChild(output);
+    var bars = el("svg", {class: "pc-svg pm-bars", role: "img",
+                          "aria-label": "bytes a device at each ZeRO stage"});
+    container.appendChild(bars);
+
+    function readSettings() {
+      var number = function (name) { return Number(form.elements[name].value); };
+      return {
+        parameters: number("parameters"),
+        replicas: number("replicas"),
+        stage: number("stage"),
+        precision: form.elements.precision.value,
+        optimizer: form.elements.optimizer.value,
+      };
+    }
+
+    function redraw() {
+      var settings = readSettings(), held;
+      try {
+        held = stateBytes(settings.parameters, settings.replicas, settings.stage,
+                          settings.precision, settings.optimizer);
+      } catch (error) {
+        output.innerHTML = '<p class="pc-error"></p>';
+        output.firstChild.textContent = error.message;
+        container.dataset.error = error.message;
+        bars.innerHTML = "";
+        return;
+      }
+      delete container.dataset.error;
+      COMPONENTS.concat(["total"]).forEach(function (key) { container.dataset[key] = held[key]; });
+      var sharded = shardedComponents(settings.stage);
+      output.innerHTML = '<table class="pc-table"><tbody>' + COMPONENTS.map(function (key) {
+        return '<tr><th>' + LABELS[key] + (sharded.indexOf(key) >= 0 && held[key] > 0 ?
+          " (1/" + settings.replicas + " a device)" : "") + '</th><td data-key="' + key + '">' +
+          formatBytes(held[key]) + '</td></tr>';
+      }).join("") + '<tr><th>total a device</th><td data-key="total">' +
+        formatBytes(held.total) + '</td></tr></tbody></table>';
+      bars.innerHTML = "";
+      drawStages(bars, settings);
+    }
+
+    form.addEventListener("input", redraw);
+    form.addEventListener("change", redraw);
+    redraw();
+  }
+
+  function start() {
+    var container = document.getElementById("pargrad-memory-calculator");
+    if (container) build(container);
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+})();

@@ -1,0 +1,498 @@
+# %% [markdown]
+# # When the model does not fit
+#
+# ```{admonition} Takeaway
+# Data parallelism keeps weights, gradients and optimizer state whole on
+# every device. Sharding them (ZeRO) changes no arithmetic, the same updates
+# bit for bit: each of N replicas keeps 1/N, memory per device falls as the
+# stages add up, and communication stays the same, half as much again at
+# stage 3.
+# ```
+#
+# Each replica of data parallelism keeps, for every parameter, the weight,
+# its gradient and the {term}`optimizer state` (what the optimizer keeps
+# between updates: a velocity for {term}`momentum`, two moments for Adam).
+# With mixed precision the model computes in 16 bits and the optimizer
+# updates float32 {term}`master weights`: 2 + 2 + 12 bytes a parameter, the
+# 12 being the master copy and Adam's two moments {cite}`tazi2025ultrascale`.
+# More replicas shrink none of it.
+#
+# {term}`ZeRO` {cite}`rajbhandari2019zero` removes the copies. Each replica
+# becomes the {term}`shard owner` of 1/N of the parameters. Stage 1 keeps
+# the optimizer state and master weights only at the owner; stage 2 also the
+# gradients; stage 3 also the weights, gathered when a layer needs them and
+# freed afterwards (PyTorch's {term}`FSDP` {cite}`zhao2023fsdp`). A step
+# still sums the replicas' gradients and applies one update; only who keeps
+# which part changes ({numref}`fig-sharded-step`): the gradients are
+# {term}`reduce-scattered <reduce-scatter>` (each owner receives the sum of
+# its part only), each owner updates its part, and the new weights are
+# {term}`all-gathered <all-gather>`. A {term}`ring all-reduce` *is* a
+# reduce-scatter and an all-gather, so stages 1 and 2 send what data
+# parallelism sends; stage 3 gathers the weights twice, for the forward and
+# the backward pass.
+#
+# The ZeRO paper's Figure 1 (7.5 billion parameters, mixed-precision Adam,
+# 64 devices), from the book's formula `pargrad.memory.state_bytes`:
+
+# %% tags=["colab", "hide-input"]
+# On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
+import sys
+
+if "google.colab" in sys.modules:
+    import subprocess
+
+    REPOSITORY = "https://github.com/pargrad/pargrad"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", f"pargrad @ git+{REPOSITORY}@main"],
+        check=True,
+    )
+
+# %% [markdown]
+# `pargrad` first; then two logical CPUs for the program below, and the
+# chapter's two logical devices (the same two CPUs, or two logical GPUs on a
+# GPU); then seeds.
+
+# %%
+import numpy as np
+import pargrad  # first: it imports TensorFlow quietly
+import tensorflow as tf
+
+cpu = tf.config.list_physical_devices("CPU")[0]  # as the program below splits it
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+devices = pargrad.logical_devices(2)
+
+import keras  # noqa: E402
+from pargrad import cost, memory  # noqa: E402
+from pargrad.book import plots  # noqa: E402
+from pargrad.book.parabola import parabola_data, parabola_model  # noqa: E402
+from pargrad.strategies import sync_strategy  # noqa: E402
+
+keras.utils.set_random_seed(0)
+# Bit-for-bit comparisons: on a GPU, reductions may otherwise add in any order.
+tf.config.experimental.enable_op_determinism()
+print(devices)
+
+# %%
+GB = 1e9
+for stage in range(4):
+    held = memory.state_bytes(7_500_000_000, replicas=64, stage=stage, precision="mixed", optimizer="adam")
+    print(f"stage {stage}: {held['total'] / GB:5.1f} GB a device")
+
+# %% [markdown]
+# (Stage 0 is plain data parallelism.) Only stage 3's state fits on a
+# device with tens of gigabytes; the activations come on top.
+
+# %% mystnb={"figure": {"caption": "One step of sharded training on four replicas (a drawing). 1: each replica computes the gradient of its shard of the batch, for all parameters. 2: the reduce-scatter leaves with each owner the sum of its part only. 3: each owner updates its part with the optimizer state only it keeps. 4: the all-gather gives every replica all the new weights. Steps 2 and 4 together are a ring all-reduce.", "name": "fig-sharded-step"}}
+fig = plots.sharded_step_diagram(4)
+
+# %% [markdown]
+# **In this chapter you will** run stage 1 in plain TensorFlow, then stages
+# 1 to 3 with `pargrad.ShardedTrainer`; count the bytes each device holds
+# and sends against the formulas; and meet TensorFlow's traps.
+#
+# ## A program you can copy
+#
+# Stage 1 for the y = x² question's network in float64, beside mirrored
+# Adam (as in [Synchronous training](03_synchronous)). Each device keeps a
+# whole model and an Adam built only for the layer it owns (whole
+# variables, as PyTorch's `ZeroRedundancyOptimizer` assigns them). `step`
+# computes each half's gradients on its device, sums each layer's two
+# gradients on its owner (the reduce), lets the owner's Adam update the
+# layer, and copies it to the other device (the gather).
+
+# %% tags=["program"]
+import keras
+import numpy as np
+import tensorflow as tf
+
+cpu = tf.config.list_physical_devices("CPU")[0]  # first of all: two logical CPUs
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+devices = [device.name for device in tf.config.list_logical_devices("CPU")]
+keras.config.set_floatx("float64")  # weights, gradients and Adam's moments in float64
+halves = [(x, x**2) for x in np.split(np.linspace(-2.0, 2.0, 50)[:, None], 2)]  # y = x², 25 points a device
+
+
+def new_model():  # the y = x² question's 1-5-1 tanh network, the same weights at every call
+    keras.utils.set_random_seed(0)
+    return keras.Sequential([keras.Input((1,)), keras.layers.Dense(5, "tanh"), keras.layers.Dense(1)])
+
+
+def gradients(model, x, y):  # of this half's share of the whole batch's mean squared error
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.square(model(x) - y)) / 50
+    return tape.gradient(loss, model.trainable_variables)
+
+
+strategy = tf.distribute.MirroredStrategy(devices, tf.distribute.ReductionToOneDevice())
+with strategy.scope():  # the reference: both devices keep all weights and all of Adam's state
+    mirrored, mirrored_adam = new_model(), keras.optimizers.Adam(0.01)
+data = strategy.experimental_distribute_values_from_function(lambda c: halves[c.replica_id_in_sync_group])
+replicas, adams = [], [keras.optimizers.Adam(0.01) for _ in devices]  # stage 1, below
+for owner, device in enumerate(devices):
+    with tf.device(device):  # device r keeps a whole model, and Adam's moments for layer r only
+        replicas.append(new_model())
+        adams[owner].build(replicas[owner].layers[owner].weights)
+
+
+@tf.function
+def step():
+    strategy.run(lambda batch: mirrored_adam.apply_gradients(  # Keras sums the two gradients
+        zip(gradients(mirrored, *batch), mirrored.trainable_variables)), args=(data,))
+    parts = []
+    for model, device, batch in zip(replicas, devices, halves):
+        with tf.device(device):  # each device: the gradients of its half, for both layers
+            parts.append(gradients(model, *batch))
+    for owner, device in enumerate(devices):  # device r owns layer r (its kernel and bias)
+        with tf.device(device):  # reduce: the owner sums its layer's gradients, and updates it
+            sums = [parts[0][i] + parts[1][i] for i in (2 * owner, 2 * owner + 1)]
+            adams[owner].apply_gradients(zip(sums, replicas[owner].layers[owner].weights))
+        for copy, new in zip(replicas[1 - owner].layers[owner].weights, replicas[owner].layers[owner].weights):
+            copy.assign(new)  # gather: the other device copies the owner's new values
+
+
+for _ in range(200):
+    step()
+gap = max(np.abs(a - b).max() for r in replicas for a, b in zip(r.get_weights(), mirrored.get_weights()))
+print(f"largest weight gap to mirrored Adam after 200 steps: {gap}")
+
+# %% [markdown]
+# Bit for bit: each sum is the same addition, and Adam's update is
+# element-wise. What each device keeps of Adam's state:
+
+# %%
+def moments(optimizer):  # numbers in an Adam's moment variables (not its step counter)
+    return sum(int(np.prod(v.shape)) for v in optimizer.variables if len(v.shape) > 0)
+
+
+for rank, device in enumerate(devices):
+    print(f"{device}: stage 1 keeps {moments(adams[rank])} numbers of Adam's state, "
+          f"mirrored Adam {moments(mirrored_adam)}")
+
+# %% tags=["remove-cell"]
+# The program trained (the weights moved), every replica holds the same weights,
+# and each owner's Adam moments live on the owner's device.
+start = new_model().get_weights()
+assert max(np.abs(a - b).max() for a, b in zip(mirrored.get_weights(), start)) > 0.1
+assert gap == 0.0
+for rank, device in enumerate(devices):
+    for v in adams[rank].variables:
+        if len(v.shape) > 0:
+            assert v.value.device.endswith(device.split("device:")[-1]), (v.path, v.value.device)
+assert moments(adams[0]) + moments(adams[1]) == moments(mirrored_adam)
+keras.config.set_floatx("float32")  # the program set float64 for all of Keras; back to the default
+devices = pargrad.logical_devices(2)  # the chapter's devices again (logical GPUs on a GPU)
+
+# %% [markdown]
+# ## `ShardedTrainer`: stages 1 to 3, equal to `SyncTrainer`
+#
+# `pargrad.ShardedTrainer(model, strategy, stage=...)` does this for any
+# Keras model whose variables are all trainable, on `SyncTrainer`'s fit loop
+# (`fit`, `evaluate`, callbacks, exact resume). It flattens the variables
+# into one vector padded with zeros to a multiple of N, so every owner holds
+# as many values (with whole variables, the largest layer's owner holds the
+# most), and gives each owner a copy of your optimizer on its device. One
+# step:
+
+# %%
+from pargrad.book import show_lines  # noqa: E402
+from pargrad.sharded import ShardedTrainer, mirrored_slots  # noqa: E402
+from pargrad.sync import SyncTrainer  # noqa: E402
+
+show_lines(ShardedTrainer._distributed_step, "loss, flat = self.strategy.run(replica_step)",
+           "self._all_gather(updates)")
+
+# %% [markdown]
+# `strategy.run` computes each replica's gradient as one flat vector (kept
+# whole at stage 1; at stages 2 and 3 only the owners' reduced shards are
+# kept). `_reduce_scatter` sends slice s of every gradient to owner s, which
+# adds them. The owners update outside `strategy.run`, each under its
+# device; `_all_gather` copies the new shards into every replica's copy. At
+# stage 3 there is no copy: each step gathers the weights as tensors and
+# drops them when it ends.
+#
+# The three stages against `SyncTrainer` with the same Adam, in float64, for
+# a 1-6-1 network (19 parameters: two shards of 10, one value of padding);
+# the largest gaps over every weight and moment after 100 steps:
+
+# %%
+x64, y64 = parabola_data(dtype="float64")
+strategy = sync_strategy(2)
+histories = {}  # trainer -> what its fit returned
+
+
+def trained(stage, steps=100, **options):
+    """A trainer (SyncTrainer for stage 0) after `steps` full-batch Adam steps on y = x²."""
+    with strategy.scope():
+        model = parabola_model(hidden=6, dtype="float64")
+        adam = keras.optimizers.Adam(0.01)
+    kind = SyncTrainer if stage == 0 else ShardedTrainer
+    trainer = kind(model, strategy, loss="mse", optimizer=adam, progress=False,
+                   **({} if stage == 0 else {"stage": stage}), **options)
+    histories[trainer] = trainer.fit(x64, y64, steps=steps, batch_size=50)
+    return trainer
+
+
+def largest_gap(left, right):
+    return max(float(np.max(np.abs(a - b))) for a, b in zip(left, right))
+
+
+reference = trained(0)
+reference_slots = mirrored_slots(reference.optimizer)
+sharded = {stage: trained(stage) for stage in (1, 2, 3)}
+for stage, trainer in sharded.items():
+    slots = trainer.gathered_slots()
+    slot_gap = max(largest_gap(slots[name], reference_slots[name]) for name in reference_slots)
+    print(f"stage {stage}: weight gap {largest_gap(trainer.gathered_weights(), reference.model.get_weights())}, "
+          f"Adam state gap {slot_gap}")
+
+# %% tags=["remove-cell"]
+for stage, trainer in sharded.items():
+    assert trainer.stage == stage and trainer.parameter_count == 19 and trainer.shard_size == 10
+    assert all(np.all(v == 0) for v in trainer.padding().values())
+    if stage < 3:
+        for copy in trainer.replica_weights():
+            assert largest_gap(copy, trainer.gathered_weights()) == 0.0
+assert largest_gap(reference.model.get_weights(), parabola_model(hidden=6, dtype="float64").get_weights()) > 0.1
+
+# %% [markdown]
+# Bit for bit, stage 3 included: every gradient is summed in the mirrored
+# run's order (`tf.distribute.ReductionToOneDevice` adds replica 0's, then
+# 1's), and a slice of an element-wise update is the update of the slice.
+#
+# Checkpoints hold the shards and the owners' optimizers: a run saved after
+# 50 steps and resumed in a new trainer, whose model started elsewhere,
+# against the uninterrupted 100:
+
+# %%
+import tempfile  # noqa: E402
+
+with tempfile.TemporaryDirectory() as folder:
+    first = trained(2, steps=50)
+    saved = tf.train.Checkpoint(trainer=first).save(f"{folder}/ckpt")
+    with strategy.scope():
+        other = parabola_model(seed=1, hidden=6, dtype="float64")
+        adam = keras.optimizers.Adam(0.01)
+    resumed = ShardedTrainer(other, strategy, stage=2, loss="mse", optimizer=adam, progress=False)
+    tf.train.Checkpoint(trainer=resumed).restore(saved).assert_consumed()
+    resumed.fit(x64, y64, steps=50, batch_size=50)
+print(f"resumed against uninterrupted, stage 2: weight gap "
+      f"{largest_gap(resumed.gathered_weights(), sharded[2].gathered_weights())}")
+print(f"evaluate: loss {resumed.evaluate(x64, y64)['loss']:.6f}")
+
+# %% [markdown]
+# With `accumulation_steps=k`, stages 2 and 3 add each micro-batch's reduced
+# shard into the owner's accumulator (1/N of the sums): over replicas first,
+# then micro-batches, where `SyncTrainer` adds each replica's micro-batches
+# first. Another order, so equal within float64 rounding
+# (`pargrad.rounding_tolerance`):
+
+# %%
+tolerance = pargrad.rounding_tolerance("float64", 100)
+accumulated = trained(2, accumulation_steps=5)
+sync_accumulated = trained(0, accumulation_steps=5)
+gap = largest_gap(accumulated.gathered_weights(), sync_accumulated.model.get_weights())
+print(f"stage 2, 5 micro-batches a step, against SyncTrainer: weight gap below {tolerance:.0e}"
+      if gap < tolerance else f"UNEXPECTED: weight gap {gap}")
+
+# %% [markdown]
+# ## Memory, counted per device
+#
+# `pargrad.memory.bytes_by_device(trainer)` adds up the bytes of the
+# variables a trainer holds, by device. The notebook's two devices cannot
+# become eight, so `counted_state_table` counts in a fresh process: a
+# float32 model of 1,153 parameters with Adam, by `SyncTrainer` (stage 0)
+# and `ShardedTrainer`, on 1 to 8 replicas. Bytes a device:
+
+# %%
+from pargrad.book.memory import counted_state_table  # noqa: E402
+
+table = counted_state_table((1, 2, 4, 8))
+print("stage  N  parameters  gradients  Adam state  master  | counted  formula")
+for row in table:
+    held = row["counted"][0]
+    print(f"{row['stage']:5d} {row['replicas']:2d} {held['parameters']:11d} {held['gradients']:10d} "
+          f"{held['optimizer_state']:11d} {held['master_weights']:7d}  | {held['total']:7d}"
+          f"  {row['formula']['total']:7d}")
+
+# %% tags=["remove-cell"]
+for row in table:
+    assert all(device == row["formula"] for device in row["counted"]), row
+    assert row["parameters"] == 1153
+totals = {(row["stage"], row["replicas"]): row["formula"]["total"] for row in table}
+assert totals[1, 8] < totals[0, 8] and totals[3, 8] < totals[2, 8] < totals[1, 8]
+assert totals[1, 1] > totals[0, 1]  # one device: the owner's master copy comes on top
+
+# %% [markdown]
+# Every device holds exactly what the formula says. At stages 1 and 2 each
+# owner also keeps its shard as a variable of its own, a master copy (a
+# Keras optimizer updates whole variables), so on one device they hold more
+# than data parallelism ({numref}`fig-memory-against-replicas`):
+
+# %% mystnb={"figure": {"caption": "Training state a device holds against the number of replicas, float32 Adam, for the 1,153-parameter model: points counted from the variables of real trainers, lines from the formula. Data parallelism stays flat; each stage falls further, and stage 3 falls as 1/N.", "name": "fig-memory-against-replicas"}}
+formula = {stage: {n: memory.state_bytes(1153, replicas=n, stage=stage)["total"]
+                   for n in range(1, 9)} for stage in range(4)}
+counted = {}
+for row in table:
+    counted.setdefault(row["stage"], {})[row["replicas"]] = row["counted"][0]["total"]
+fig = plots.memory_against_replicas(counted, formula)  # in KiB
+
+# %% [markdown]
+# On a GPU the cell below reads each logical GPU's peak; on a CPU all
+# logical devices share one allocator, with no per-device peak:
+
+# %% tags=["nbval-ignore-output"]
+peaks, reason = memory.peak_bytes_by_device()
+print(reason if peaks is None else {device: f"{peak / 2**20:.1f} MiB" for device, peak in peaks.items()})
+
+# %% [markdown]
+# The formula for any model, in your browser:
+#
+# <div id="pargrad-memory-calculator">(The memory calculator needs the
+# rendered book, with JavaScript; in a notebook, call
+# `pargrad.memory.state_bytes` instead.)</div>
+#
+# ## Communication, counted
+#
+# The history records the bytes each replica sends a step: a
+# reduce-scatter and an all-gather, each $(N-1)/N$ of the padded
+# parameters' bytes, a ring all-reduce's $2(N-1)/N$. ZeRO's stage 3
+# gathers each layer again for the backward pass, three halves in all;
+# `ShardedTrainer` gathers the whole model once a step and keeps it through
+# the backward pass, so it sends what stages 1 and 2 send but holds all the
+# weights meanwhile. `pargrad.cost`'s α–β model
+# ([What communication costs](10_communication_costs)) turns ZeRO's counts
+# into seconds for the paper's model in 16 bits on 64 GPUs over InfiniBand
+# NDR:
+
+# %%
+for stage, trainer in sharded.items():
+    history = histories[trainer]
+    print(f"stage {stage}: {history.bytes_sent[0]:.0f} bytes sent a step a replica; "
+          f"a ring all-reduce of {history.parameter_bytes} bytes sends "
+          f"{2 * (2 - 1) / 2 * history.parameter_bytes:.0f}")
+ndr = cost.Link(5e-6, 400e9 / 8, "InfiniBand NDR")  # the chapter on costs' table: 400 Gb/s a port
+nbytes = 2 * 7_500_000_000
+one_pass = cost.reduce_scatter_time(nbytes, 64, ndr) + cost.all_gather_time(nbytes, 64, ndr)
+for stage in range(4):
+    ratio = memory.zero_bytes_sent(nbytes, replicas=64, stage=stage) / memory.zero_bytes_sent(
+        nbytes, replicas=64, stage=0)
+    print(f"ZeRO stage {stage}: {ratio:.1f}x data parallelism's bytes, {ratio * one_pass:.2f} s a step")
+
+# %% tags=["remove-cell"]
+for stage, trainer in sharded.items():
+    assert np.all(histories[trainer].bytes_sent == histories[trainer].parameter_bytes)  # 2(N-1)/N, N=2
+assert abs(one_pass - cost.ring_all_reduce_time(nbytes, 64, ndr)) < 1e-12
+
+# %% [markdown]
+# Such a step computes for seconds, so most of this can hide behind the
+# backward pass; stage 3's gathers before the forward pass cannot.
+#
+# ## How it is done in TensorFlow, traps included
+#
+# - **No reduce-scatter on a CPU.** `ReplicaContext` offers `all_reduce`
+#   and `all_gather` only; `CollectiveReduceScatterV2` has no CPU kernel.
+#   `pargrad` cuts each gradient into N slices where it lives and copies
+#   slice s to owner s, which adds them: a ring's bytes, but all at once,
+#   the owner holding N slices (a ring holds two chunks), and each replica
+#   first holding its whole gradient, since `GradientTape` returns all
+#   gradients together (DeepSpeed reduce-scatters layer by layer).
+# - **Keras 3 optimizers all-reduce by themselves** inside `strategy.run`
+#   {cite}`kerasissue19308`: what the program's mirrored Adam relies on, but
+#   shards would be summed with other owners' shards. So each owner's
+#   optimizer is created and called outside the strategy, under its device.
+# - **No sharding API to build on.** `keras.distribution` is JAX-only;
+#   DTensor works with raw `tf.Variable`s, not Keras 3 models. Here,
+#   sharding is variables placed with `tf.device` and copies between them.
+#
+# ## What sharding does not shrink
+#
+# The activations: each replica keeps its micro-batch's activations from
+# the forward until the backward pass at every stage, and with long
+# sequences they outgrow the state. Gradient accumulation keeps one
+# micro-batch's at a time ([Accumulation in TF2 and across
+# replicas](07_accumulation_tf2)); activation recomputation keeps few and
+# recomputes the rest (outside this book: see the [introduction](../intro)).
+#
+# ## Summary
+#
+# - Data parallelism keeps weights, gradients and optimizer state whole on
+#   every device: 2 + 2 + 12 bytes a parameter with mixed-precision Adam.
+# - ZeRO shards the optimizer state (stage 1), also the gradients (2), also
+#   the weights (3): each replica owns 1/N and updates it.
+# - A step: gradients, reduce-scatter, owners' updates, all-gather; the
+#   same sums in the same order, so bit for bit the mirrored run.
+# - `pargrad.ShardedTrainer` runs it on the fit loop;
+#   `pargrad.memory.bytes_by_device` counts what it holds, equal to
+#   `pargrad.memory.state_bytes`.
+# - Stages 1 and 2 send what an all-reduce sends; ZeRO's stage 3 half again.
+# - Activations are not sharded: accumulation and recomputation shrink them.
+#
+# ## Exercises
+#
+# 1. A model of 70 billion parameters is trained with mixed-precision Adam
+#    on GPUs of 80 GB. On 8 GPUs, which stages fit the training state? How
+#    many GPUs does stage 3 need?
+#
+#    *Hint:* `memory.state_bytes(70_000_000_000, replicas=n, stage=s,
+#    precision="mixed", optimizer="adam")`, or the calculator.
+# 2. Change the program's two `Adam(0.01)` to
+#    `SGD(0.01, momentum=0.9)`. Is stage 1 still equal to the mirrored run?
+#
+#    *Hint:* is momentum's update element-wise?
+# 3. Why does an all-gather after a reduce-scatter send exactly what a ring
+#    all-reduce sends? Check it with `pargrad.cost`.
+#
+#    *Hint:* what are the two phases of the ring all-reduce in
+#    [Synchronous training](03_synchronous)?
+#
+# ### Solutions
+
+# %% tags=["hide-cell"]
+needs = {stage: memory.state_bytes(70_000_000_000, replicas=8, stage=stage, precision="mixed",
+                                   optimizer="adam")["total"] / GB for stage in range(4)}
+print({stage: f"{gb:.1f} GB" for stage, gb in needs.items()})
+gpus = next(n for n in range(1, 1025)
+            if memory.state_bytes(70_000_000_000, replicas=n, stage=3, precision="mixed",
+                                  optimizer="adam")["total"] <= 80 * GB)
+print(f"stage 3 fits in {80} GB from {gpus} GPUs")
+assert all(gb > 80 for gb in needs.values()) and gpus == 14
+
+# %% [markdown]
+# ```{dropdown} Solution to exercise 1
+# On 8 GPUs none fits: the collapsed cell above prints the four totals, the
+# smallest (stage 3) above 80 GB. Stage 3 fits from 14 GPUs; in practice
+# 16, with room left for the activations, which come on top.
+# ```
+
+# %% tags=["hide-cell"]
+with strategy.scope():
+    model = parabola_model(hidden=6, dtype="float64")
+    momentum = keras.optimizers.SGD(0.01, momentum=0.9)
+reference_momentum = SyncTrainer(model, strategy, loss="mse", optimizer=momentum, progress=False)
+reference_momentum.fit(x64, y64, steps=100, batch_size=50)
+with strategy.scope():
+    model = parabola_model(hidden=6, dtype="float64")
+    momentum = keras.optimizers.SGD(0.01, momentum=0.9)
+stage1_momentum = ShardedTrainer(model, strategy, stage=1, loss="mse", optimizer=momentum,
+                                 progress=False)
+stage1_momentum.fit(x64, y64, steps=100, batch_size=50)
+momentum_gap = largest_gap(stage1_momentum.gathered_weights(), reference_momentum.model.get_weights())
+print(f"stage 1 with momentum against SyncTrainer: weight gap {momentum_gap}")
+assert momentum_gap == 0.0
+
+# %% [markdown]
+# ```{dropdown} Solution to exercise 2
+# Yes, bit for bit: momentum's update, like Adam's, treats every parameter
+# on its own, so a shard's update is the whole update's slice. The collapsed
+# cell above shows it with `ShardedTrainer`, which is the program's stage 1
+# with a flat vector.
+# ```
+#
+# ```{dropdown} Solution to exercise 3
+# A ring all-reduce is two phases of N - 1 steps each: in the first (a
+# reduce-scatter) every replica ends with the sum of one chunk, in the
+# second (an all-gather) it passes the summed chunks on. Each phase sends
+# (N - 1)/N of the bytes, so `cost.reduce_scatter_time(n, N, link) +
+# cost.all_gather_time(n, N, link)` equals `cost.ring_all_reduce_time(n, N,
+# link)`, the messages and the bytes alike.
+# ```

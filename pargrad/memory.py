@@ -1,0 +1,244 @@
+"""What training holds in memory on each device: the formula, and the bytes TensorFlow holds.
+
+Taught in the chapter "When the model does not fit".  Data parallelism keeps
+a full copy of the weights, the gradients and the optimizer state on every
+device; sharded data parallelism (ZeRO, Rajbhandari et al. 2019; FSDP in
+PyTorch) keeps 1/N of some of them on each of N devices:
+
+=====  ==================================================  ======================
+stage  sharded over the N replicas                         held whole on each
+=====  ==================================================  ======================
+0      nothing (plain data parallelism, ``SyncTrainer``)   everything
+1      optimizer state, master weights                     parameters, gradients
+2      optimizer state, master weights, gradients          parameters
+3      everything                                          nothing
+=====  ==================================================  ======================
+
+:func:`state_bytes` is the formula (bytes per device, one function, which
+the chapter's calculator repeats in JavaScript bit for bit);
+:func:`sharded_components` says which components a stage shards;
+:func:`bytes_by_device` counts what a trainer actually holds, by walking its
+variables and grouping them by device; :func:`peak_bytes_by_device` reads each
+logical GPU's peak where TensorFlow can (not on a CPU).
+
+Bytes a parameter (``precision``):
+
+* ``"float32"`` / ``"float64"``: parameters and gradients 4 / 8 bytes; the
+  optimizer state in the same precision (Adam's two moments 2 x, momentum
+  1 x, plain SGD none).
+* ``"mixed"``: parameters and gradients in float16/bfloat16 (2 + 2 bytes),
+  and a float32 *master* copy of the weights (4 bytes) that the optimizer
+  updates, with its state in float32 (Adam 4 + 4): the Ultra-Scale
+  Playbook's 2 + 2 + 12 bytes a parameter, ZeRO's K = 12.
+
+Master weights in full precision: at stages 1 and 2 each owner keeps its
+shard of the parameters in a variable of its own, which its optimizer
+updates (a Keras optimizer updates a variable, and TensorFlow cannot update
+a slice of another variable in place); the updated shard is then gathered
+into every replica's full copy.  So ``"float32"``/``"float64"`` count one
+shard of master weights at stages 1 and 2 (DeepSpeed's flat fp32 partition
+does the same); at stage 0 the parameters are the master weights, and at
+stage 3 the shard *is* the parameters' only copy.
+
+A shard holds ``ceil(parameters / replicas)`` values: the parameters are
+flattened into one vector padded with zeros to a multiple of the replicas
+(:class:`pargrad.sharded.ShardedTrainer`), so the count is exact, not a
+fraction of a byte.
+"""
+
+import math
+import numbers
+
+from pargrad.checks import ArgumentTypeError, check_choice, check_whole_number
+from pargrad.strategies import tf_variable
+from pargrad.sync import SyncTrainer
+
+PRECISIONS = ("float32", "float64", "mixed")
+OPTIMIZERS = ("sgd", "momentum", "adam")
+STAGES = (0, 1, 2, 3)
+COMPONENTS = ("parameters", "gradients", "optimizer_state", "master_weights")
+
+# How many values of state each optimizer keeps per parameter.
+STATE_VALUES = {"sgd": 0, "momentum": 1, "adam": 2}
+
+
+def check_stage(stage, *, allowed=STAGES, advice="Pass 1, 2 or 3 (0 is plain data "
+                "parallelism: pargrad.SyncTrainer)."):
+    """``stage`` as an int if it is one of ``allowed``: TypeError for a non-int (or a bool)."""
+    if isinstance(stage, bool) or not isinstance(stage, numbers.Integral):
+        raise ArgumentTypeError(f"stage must be an int, one of {', '.join(map(str, allowed))}, "
+                                f"got {stage!r}. {advice}")
+    if int(stage) not in allowed:
+        raise ValueError(f"stage must be one of {', '.join(map(str, allowed))}, got {stage!r}. "
+                         f"{advice}")
+    return int(stage)
+
+
+def sharded_components(stage):
+    """The components that ``stage`` (0-3) splits over the replicas, as a tuple of names.
+
+    Stage 1 shards the optimizer state (and the master weights), stage 2
+    also the gradients, stage 3 also the parameters.  Taught in the chapter
+    "When the model does not fit".
+    """
+    stage = check_stage(stage, advice="Pass 0, 1, 2 or 3.")
+    return (("optimizer_state", "master_weights") if stage >= 1 else ()) + \
+        (("gradients",) if stage >= 2 else ()) + (("parameters",) if stage >= 3 else ())
+
+
+def state_bytes(parameters, *, replicas, stage, precision="float32", optimizer="adam"):
+    """Bytes each device holds for ``parameters`` trained on ``replicas`` at ``stage``.
+
+    Returns ``{"parameters", "gradients", "optimizer_state",
+    "master_weights", "total"}``, each in bytes per device (ints).  A
+    sharded component holds ``ceil(parameters / replicas)`` values per
+    device, a whole one ``parameters``.  ``precision`` is ``"float32"``,
+    ``"float64"`` or ``"mixed"`` (16-bit parameters and gradients, float32
+    master weights and optimizer state); ``optimizer`` is ``"sgd"``,
+    ``"momentum"`` or ``"adam"``.  Stage 0 is plain data parallelism.
+
+    ZeRO's Figure 1 (7.5e9 parameters, mixed precision Adam, 64 replicas):
+    120, 31.4, 16.6 and 1.9 GB at stages 0-3.  The whole rule (the
+    chapter's calculator repeats it)::
+
+        value  = 2 if mixed else 4 (float32) or 8 (float64)   # parameter, gradient
+        state  = 4 if mixed else value                          # optimizer, master
+        shard  = ceil(parameters / replicas)
+        count(c) = shard if stage shards c else parameters
+        parameters      = value x count(parameters)
+        gradients       = value x count(gradients)
+        optimizer_state = state x values_per_parameter(optimizer) x count(optimizer_state)
+        master_weights  = state x count(master_weights)   if mixed or stage in (1, 2) else 0
+
+    Taught in the chapter "When the model does not fit".
+    """
+    parameters = check_whole_number("parameters", parameters, 1)
+    replicas = check_whole_number("replicas", replicas, 1)
+    stage = check_stage(stage, advice="Pass 0, 1, 2 or 3.")
+    check_choice("precision", precision, PRECISIONS)
+    check_choice("optimizer", optimizer, OPTIMIZERS)
+    value = {"float32": 4, "float64": 8, "mixed": 2}[precision]
+    state = 4 if precision == "mixed" else value
+    shard = -(-parameters // replicas)                  # ceil, in integers
+    sharded = sharded_components(stage)
+
+    def count(component):
+        return shard if component in sharded else parameters
+
+    has_master = precision == "mixed" or stage in (1, 2)
+    held = {
+        "parameters": value * count("parameters"),
+        "gradients": value * count("gradients"),
+        "optimizer_state": state * STATE_VALUES[optimizer] * count("optimizer_state"),
+        "master_weights": state * count("master_weights") if has_master else 0,
+    }
+    held["total"] = sum(held.values())
+    return held
+
+
+def zero_bytes_sent(parameter_bytes, *, replicas, stage):
+    """Bytes each replica sends per step by ZeRO's count, for ``parameter_bytes`` of parameters.
+
+    Stages 0-2: a ring all-reduce's ``2 (R - 1) / R`` of the bytes (at
+    stages 1 and 2 as a reduce-scatter of the gradients and an all-gather
+    of the updated parameters); stage 3: 1.5 times that (the parameters
+    are all-gathered twice, for the forward and for the backward pass, and
+    the gradients reduce-scattered once).  Taught in the chapter "When the
+    model does not fit".
+    """
+    replicas = check_whole_number("replicas", replicas, 1)
+    stage = check_stage(stage, advice="Pass 0, 1, 2 or 3.")
+    half = (replicas - 1) / replicas * parameter_bytes
+    return (3 if stage == 3 else 2) * half
+
+
+# ----------------------------------------------------------------------------
+# What a trainer holds, counted
+# ----------------------------------------------------------------------------
+
+def bytes_by_device(trainer):
+    """``{device name: {component: bytes, ..., "total": bytes}}`` that ``trainer`` holds.
+
+    Counted by walking the variables that TensorFlow holds for the trainer
+    (its model's, its optimizers', its own buffers) and grouping them by the
+    device each lives on.  Components as :func:`state_bytes`: parameters,
+    gradients, optimizer_state, master_weights.
+
+    * A :class:`pargrad.sharded.ShardedTrainer` says which of its variables
+      is which (:meth:`~pargrad.sharded.ShardedTrainer.variables_by_component`);
+      it keeps its gradients in variables (full-size per replica at stage 1,
+      the owner's shard at stages 2 and 3), as PyTorch's ``.grad``.
+    * A :class:`pargrad.SyncTrainer` is stage 0: its model's mirrored
+      variables (one copy on each replica's device) and its optimizer's
+      slots.  It keeps no gradient variables: its gradients are tensors that
+      live from the backward pass to the update, one full set per replica;
+      they are counted as ``gradients`` at the size of the trainable
+      variables, so that the stages compare like for like.  Counters (the
+      optimizer's iteration count and learning rate, the trainer's
+      position) are not counted.
+
+    Taught in the chapter "When the model does not fit".
+    """
+    counter = getattr(trainer, "variables_by_component", None)
+    if counter is not None:
+        return _grouped(counter())
+    if isinstance(trainer, SyncTrainer):
+        return _grouped(_sync_variables(trainer))
+    raise TypeError(f"bytes_by_device counts a pargrad.SyncTrainer or ShardedTrainer, got "
+                    f"{type(trainer).__name__}; pass the trainer you fit with.")
+
+
+def _components(variable):
+    """The per-device tensors behind ``variable`` (a Keras, mirrored or plain variable)."""
+    inner = tf_variable(variable)
+    values = getattr(inner, "values", None)   # a MirroredVariable's components
+    return list(values) if values is not None else [inner]
+
+
+def _sync_variables(trainer):
+    """``[(component, tf.Variable)]`` for a SyncTrainer: stage 0."""
+    rows = []
+    for variable in trainer.model.trainable_variables:
+        rows += [("parameters", v) for v in _components(variable)]
+        rows += [("gradients", v) for v in _components(variable)]     # the transient gradient
+    optimizer = getattr(trainer.optimizer, "inner_optimizer", trainer.optimizer)
+    counters = {id(optimizer.iterations), id(getattr(optimizer, "_learning_rate", None))}
+    for variable in optimizer.variables:
+        if id(variable) in counters or variable.shape.rank == 0:
+            continue
+        rows += [("optimizer_state", v) for v in _components(variable)]
+    return rows
+
+
+def _grouped(rows):
+    """Sum ``[(component, tf.Variable or tensor)]`` into ``{device: {component: bytes}}``."""
+    import tensorflow as tf
+    table = {}
+    for component, variable in rows:
+        device = tf.DeviceSpec.from_string(variable.device).to_string()
+        nbytes = int(variable.shape.num_elements()) * variable.dtype.size
+        row = table.setdefault(device, dict.fromkeys(COMPONENTS, 0))
+        row[component] += nbytes
+    for row in table.values():
+        row["total"] = sum(row[c] for c in COMPONENTS)
+    return table
+
+
+def peak_bytes_by_device():
+    """``({logical GPU: peak bytes}, None)`` on GPUs, or ``(None, reason)`` on a CPU.
+
+    On a GPU every logical GPU has its own allocator, whose peak
+    ``tf.config.experimental.get_memory_info`` reads.  On a CPU all logical
+    devices share one allocator, and TensorFlow raises for them, so no
+    per-device peak exists: count the bytes held instead
+    (:func:`bytes_by_device`).  Taught in the chapter "When the model does
+    not fit".
+    """
+    import tensorflow as tf
+    gpus = tf.config.list_logical_devices("GPU")
+    if not gpus:
+        return None, ("on a CPU all logical devices share one allocator, so TensorFlow keeps "
+                      "no per-device peak (get_memory_info raises for CPUs); the bytes each "
+                      "device holds are counted from its variables instead")
+    return {gpu.name: int(tf.config.experimental.get_memory_info(gpu.name)["peak"])
+            for gpu in gpus}, None

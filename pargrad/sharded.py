@@ -1,0 +1,591 @@
+"""Sharded data parallelism (ZeRO stages 1-3) on ``tf.distribute``, equal to the mirrored run.
+
+Taught in the chapter "When the model does not fit".  Data parallelism
+(:class:`pargrad.SyncTrainer`) keeps the whole training state on every
+replica; :class:`ShardedTrainer` splits it into N shards, one per replica
+(the shard's *owner*), as ZeRO (Rajbhandari et al. 2019) and PyTorch's FSDP
+do:
+
+* stage 1: each owner keeps the optimizer state (Adam's two moments,
+  momentum) of its 1/N of the parameters.  Every replica computes the
+  gradient of its rows of the batch (a full-size gradient, kept in a
+  buffer on its device), the gradients are reduce-scattered (the owner of
+  shard s receives the sum of shard s), each owner updates its shard, and
+  the updated shards are all-gathered into every replica's full copy of
+  the weights;
+* stage 2: also the gradients: each replica's gradient is reduce-scattered
+  as soon as it is computed, and only the owner's shard is kept (with
+  ``accumulation_steps`` > 1 the accumulators hold 1/N of the sums);
+* stage 3: also the parameters: each replica stores only its shard; the
+  full weights are gathered onto each replica when a step needs them (the
+  forward and backward pass) as tensors, freed when the step ends, and the
+  model runs on those tensors (Keras 3's ``model.stateless_call``).
+
+The arithmetic is the mirrored run's: every gradient is summed in the same
+order (replica 0, 1, ...) and every update is element-wise, so stages 1 and
+2 equal ``SyncTrainer`` with the same optimizer bit for bit (in float64 and
+float32 alike), and so does stage 3, whose forward pass computes the same
+products on the same (gathered) values.  With ``accumulation_steps`` > 1
+stages 2 and 3 add each micro-batch's reduced shard into the accumulator
+(sum over replicas first, then over micro-batches) where ``SyncTrainer``
+adds the micro-batches on each replica first: the same sum in another
+order, equal within :func:`pargrad.rounding_tolerance`.
+
+Design choices, and why:
+
+* **One flat vector, padded.**  The trainable variables are flattened, in
+  the model's order, into one vector padded with zeros to N x
+  ``ceil(P / N)`` values; owner s keeps values ``s L .. (s + 1) L``.  So
+  every owner holds the same number of values whatever the layer sizes
+  (whole variables, as PyTorch's ``ZeroRedundancyOptimizer`` assigns them,
+  leave the owner of the largest layer with the most: a one-layer model
+  cannot be split at all), and the bytes a device holds are exactly
+  :func:`pargrad.memory.state_bytes`.  The padding's gradient is zero, so
+  its optimizer state and its parameters stay zero (tested).
+* **Owners' optimizers, outside the replica context.**  Keras 3 optimizers
+  all-reduce their gradients by themselves when they run in a replica
+  context (``_backend_update_step``; keras-team/keras#19308): an owner's
+  shard gradient applied inside ``strategy.run`` would be summed with the
+  other owners' (different) shards.  So each owner has its own copy of the
+  optimizer (made from your optimizer's config), created outside the
+  strategy under ``tf.device(owner's device)`` so that its variables (its
+  moments, its step counter) live on the owner's device, and the step
+  calls it in cross-replica context under the same device: a plain
+  one-device update of one variable, the owner's shard.  That shard is a
+  variable of its own: a Keras optimizer updates a variable, and
+  TensorFlow cannot update a slice of another variable in place, so at
+  stages 1 and 2 each owner holds its 1/N of the parameters twice (its
+  shard, and inside its full copy), counted as ``master_weights``.
+* **Reduce-scatter, emulated.**  TensorFlow has none on a CPU
+  (``CollectiveReduceScatterV2`` has no CPU kernel, and ``ReplicaContext``
+  offers only ``all_reduce`` and ``all_gather``).  pargrad sends each
+  replica's slice s of its gradient to owner s (a copy between devices)
+  and the owner adds the N slices with one ``tf.add_n`` in replica order,
+  the order in which ``tf.distribute.ReductionToOneDevice`` (what
+  :func:`pargrad.sync_strategy` uses on one machine) adds the mirrored
+  run's gradients.  Each replica sends (N - 1)/N of its gradient, as in a
+  ring; unlike a ring, all pieces travel at once (N - 1 messages in one
+  round, not N - 1 rounds), the owner holds N slices before adding them
+  (a ring holds two chunks), and every replica first holds its whole
+  gradient, because TensorFlow's ``GradientTape`` returns all of a model's
+  gradients at once (DeepSpeed reduce-scatters layer by layer during the
+  backward pass).  The all-gather is a copy of every shard to every
+  replica, then one ``tf.concat``.
+* **Gradient buffers are variables.**  At stage 1 each replica keeps its
+  full-size gradient in a variable on its device; at stages 2 and 3 each
+  owner keeps its reduced shard in a variable on its device (with
+  accumulation, the accumulator).  So :func:`pargrad.memory.bytes_by_device`
+  counts the gradient memory from what TensorFlow holds, as for
+  PyTorch's ``.grad``.
+* **Stage 3 frees the model's own variables**: after the trainer copies
+  them into the shards it releases each Keras variable's storage, so that
+  only the shards hold parameters; the model runs on gathered tensors
+  (``stateless_call``).  :meth:`ShardedTrainer.gathered_weights` returns the
+  weights; :meth:`ShardedTrainer.unshard` puts them back into the model
+  (after which the trainer no longer trains it).  The gathered weights stay
+  alive from the forward to the end of the backward pass (the tape holds
+  them), so a step gathers them once: stage 3 sends what stages 1 and 2
+  send.  ZeRO frees each layer's weights after its forward and gathers them
+  again for its backward, 1.5 times the bytes
+  (:func:`pargrad.memory.zero_bytes_sent`), to hold one layer at a time;
+  gathering the whole model at once, as here, gains nothing from that.
+
+Not supported (refused with the reason): a model with non-trainable state
+(BatchNorm's moving statistics are updated on every replica by Keras's
+mirrored machinery, which a sharded update bypasses), variables of several
+dtypes, ``mixed_float16``, ``sample_weight``, ``jit_compile``, ``metrics``,
+and ``MultiWorkerMirroredStrategy`` (the owners' optimizers are one
+process's devices).
+"""
+
+import dataclasses
+
+import numpy as np
+
+from pargrad._quiet import import_tensorflow_quietly
+
+tf = import_tensorflow_quietly()
+import keras  # noqa: E402  (after the quiet TensorFlow import)
+
+from pargrad.checks import check_flag  # noqa: E402
+from pargrad.memory import check_stage  # noqa: E402
+from pargrad.strategies import (  # noqa: E402
+    ReplicaEvaluation,
+    check_optimizer_in_scope,
+    check_rate_or_optimizer,
+    tf_variable,
+)
+from pargrad.sync import NON_FINITE_MARK, SyncHistory, SyncTrainer  # noqa: E402
+
+
+@dataclasses.dataclass
+class ShardedHistory(SyncHistory):
+    """What :meth:`ShardedTrainer.fit` recorded: :class:`pargrad.SyncHistory`'s fields, plus
+
+    * ``bytes_sent[k]``: the bytes each replica sends in step ``k``: a
+      reduce-scatter of the gradients and an all-gather of the parameters,
+      each ``(N - 1) / N`` of the (padded) parameters' bytes, as in a ring
+      all-reduce (at stage 3 the all-gather comes before the forward pass;
+      see the module's docstring for ZeRO's 1.5 x);
+    * ``stage``, ``parameter_bytes`` (the padded flat vector's bytes).
+
+    Taught in the chapter "When the model does not fit".
+    """
+
+    bytes_sent: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    stage: int = 1
+    parameter_bytes: int = 0
+
+
+class ShardedTrainer(SyncTrainer):
+    """Sharded data-parallel training (ZeRO stage 1, 2 or 3), the same updates as SyncTrainer.
+
+    Usage::
+
+        strategy = pargrad.sync_strategy(2)
+        with strategy.scope():
+            model = parabola_model(seed=0)
+            optimizer = keras.optimizers.Adam(1e-2)
+        trainer = pargrad.ShardedTrainer(model, strategy, stage=2, optimizer=optimizer)
+        history = trainer.fit(x, y, steps=100)
+        weights = trainer.gathered_weights()
+
+    Arguments as :class:`pargrad.SyncTrainer`'s (``loss``, ``optimizer``
+    or ``learning_rate``, ``accumulation_steps``, ``progress``,
+    ``stop_on_non_finite``), plus ``stage``: 1 (optimizer state sharded),
+    2 (and gradients) or 3 (and parameters).  Your optimizer, created in
+    ``strategy.scope()`` as for SyncTrainer, is the template: each owner
+    gets a copy of it (``trainer.owner_optimizers``), built on its shard
+    on its device; the template itself holds no state.  Make the trainer
+    outside ``strategy.scope()``.
+
+    ``fit``, ``evaluate``, callbacks, validation and exact resume are
+    SyncTrainer's; ``fit`` returns a :class:`ShardedHistory`.  Checkpoint
+    with ``tf.train.Checkpoint(trainer=trainer)``: it holds the model (at
+    stages 1 and 2), the shards, the owners' optimizers and the position;
+    restored into a new trainer, training continues bit for bit.
+
+    What it holds: ``parameter_shards[s]``, ``owner_optimizers[s]`` and
+    ``gradient_buffers[s]`` (on device s), ``parameter_count`` (P) and
+    ``shard_size`` (``ceil(P / N)``); :meth:`gathered_weights`,
+    :meth:`gathered_slots`, :meth:`replica_weights` and :meth:`padding`
+    read them back as NumPy arrays, :meth:`variables_by_component` lists
+    them for :func:`pargrad.memory.bytes_by_device`.  Since the owners'
+    copies do the updates, a callback that changes
+    ``model.optimizer.learning_rate`` (the template's) changes nothing, and
+    the template's ``iterations`` stays 0: use a learning-rate schedule in
+    the optimizer instead (each owner's copy runs it on its own, equal,
+    step count).
+
+    Taught in the chapter "When the model does not fit".
+    """
+
+    def __init__(self, model, strategy, *, stage, optimizer=None, learning_rate=None, loss=None,
+                 accumulation_steps=1, progress=True, stop_on_non_finite=True):
+        stage = check_stage(stage, allowed=(1, 2, 3), advice=(
+            "Pass 1 (optimizer state sharded), 2 (and gradients) or 3 (and parameters); "
+            "for stage 0, plain data parallelism, use pargrad.SyncTrainer."))
+        check_flag("stop_on_non_finite", stop_on_non_finite)
+        if not isinstance(strategy, tf.distribute.MirroredStrategy):
+            raise TypeError(
+                f"ShardedTrainer needs a tf.distribute.MirroredStrategy over this process's "
+                f"devices, got {type(strategy).__name__}; make one with pargrad.sync_strategy(n) "
+                "(without TF_CONFIG).")
+        if isinstance(model, keras.Model) and model.non_trainable_variables:
+            names = [v.path for v in model.non_trainable_variables]
+            raise ValueError(
+                f"ShardedTrainer trains models whose every variable is trainable; this model "
+                f"holds non-trainable state {names[:4]} (BatchNormalization's moving "
+                "statistics?), which Keras updates on every replica outside the optimizer, "
+                "so a sharded update would leave it out. Use pargrad.SyncTrainer for this "
+                "model, or a normalization without state (LayerNormalization).")
+        if tf.distribute.has_strategy():
+            raise ValueError(
+                "Make the ShardedTrainer outside `with strategy.scope():` (build the model and "
+                "the optimizer inside it): the owners' shards and optimizers live on one "
+                "device each, not mirrored.")
+        self._stage = stage
+        super().__init__(model, strategy, loss=loss, optimizer=optimizer,
+                         learning_rate=learning_rate, accumulation_steps=accumulation_steps,
+                         progress=progress, stop_on_non_finite=stop_on_non_finite)
+        hint = ("To train on regardless, pass stop_on_non_finite=False to ShardedTrainer."
+                if self.stop_on_non_finite else None)
+        self._feed = dataclasses.replace(self._feed, finite_hint=hint, trainer="ShardedTrainer")
+        self._evaluation.feed = self._feed
+        self._build_shards()
+
+    # -- what the trainer holds -------------------------------------------------
+
+    @property
+    def stage(self):
+        """1, 2 or 3: which state is sharded (see the module's docstring)."""
+        return self._stage
+
+    def _make_optimizer(self, optimizer, learning_rate):
+        """The template optimizer (checked, unbuilt) and the failing-step records (plain variables)."""
+        check_rate_or_optimizer("ShardedTrainer", optimizer, learning_rate)
+        with self.strategy.scope():
+            if optimizer is None:
+                optimizer = keras.optimizers.SGD(1e-2 if learning_rate is None else learning_rate)
+        check_optimizer_in_scope("optimizer", optimizer, self.strategy)
+        if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) or (
+                getattr(self.model.dtype_policy, "name", None) == "mixed_float16"):
+            raise ValueError("ShardedTrainer does not train in mixed precision (no loss scaling "
+                             "of shards); use a float32 or float64 model.")
+        with tf.device(self._host_device()):
+            self._seen_losses = tf.Variable(tf.zeros([self.replicas], tf.float64),
+                                            trainable=False)
+            self._seen_steps = tf.Variable(tf.constant(0, tf.int64), trainable=False)
+        if getattr(self.model, "optimizer", None) is None:
+            self.model.optimizer = optimizer
+        return optimizer
+
+    def _host_device(self):
+        return tf.DeviceSpec.from_string(self.strategy.extended.worker_devices[0]).replace(
+            device_type="CPU", device_index=0).to_string()
+
+    def _build_shards(self):
+        """The flat layout, the owners' shards, optimizers and gradient buffers."""
+        variables = self.model.trainable_variables
+        dtypes = {v.dtype for v in variables}
+        if len(dtypes) > 1:
+            raise ValueError(f"ShardedTrainer flattens the trainable variables into one vector, "
+                             f"so they must share one dtype; this model's hold {sorted(dtypes)}.")
+        self._dtype = tf.as_dtype(variables[0].dtype)
+        self._shapes = [tuple(v.shape) for v in variables]
+        self._sizes = [int(np.prod(shape)) for shape in self._shapes]
+        self.parameter_count = sum(self._sizes)
+        n = self.replicas
+        self.shard_size = -(-self.parameter_count // n)
+        self._devices = list(self.strategy.extended.worker_devices)
+        flat = np.zeros(n * self.shard_size, self._dtype.as_numpy_dtype)
+        flat[:self.parameter_count] = np.concatenate(
+            [np.asarray(v.numpy()).ravel() for v in variables])
+        L = self.shard_size
+        config = self.optimizer.get_config()
+        self.parameter_shards, self.owner_optimizers, self.gradient_buffers = [], [], []
+        for s, device in enumerate(self._devices):
+            with tf.device(device):
+                shard = keras.Variable(flat[s * L:(s + 1) * L], dtype=self._dtype.name,
+                                       trainable=False, name=f"parameters_shard_{s}")
+                owner = type(self.optimizer).from_config(config)
+                owner.build([shard])
+                self.parameter_shards.append(shard)
+                self.owner_optimizers.append(owner)
+                # Stage 1: each replica's full-size gradient; 2 and 3: the owner's reduced shard.
+                size = self.parameter_count if self._stage == 1 else L
+                self.gradient_buffers.append(tf.Variable(
+                    tf.zeros([size], self._dtype), trainable=False, name=f"gradients_{s}"))
+        if self._stage == 3:
+            self._release_model_variables()
+            self._evaluation = ReplicaEvaluation(self.strategy, _GatheredModel(self),
+                                                 self.loss, [], self._feed)
+
+    def _release_model_variables(self):
+        """Stage 3: drop the storage of the model's variables; the shards hold the parameters."""
+        for variable in self.model.trainable_variables:
+            variable._value = None      # Keras's own "uninitialized" state (see the docstring)
+        self._released = True
+
+    def variables_by_component(self):
+        """``[(component, tf.Variable)]``: every variable holding training state, by component.
+
+        What :func:`pargrad.memory.bytes_by_device` counts: ``parameters``
+        (the model's copies on every replica at stages 1 and 2, the shards
+        at stage 3), ``master_weights`` (the owners' shards at stages 1 and
+        2), ``optimizer_state`` (the owners' slots) and ``gradients`` (the
+        gradient buffers).  Counters (step counts, learning rates) are left
+        out.
+        """
+        rows = []
+        if self._stage < 3:
+            for variable in self.model.trainable_variables:
+                inner = tf_variable(variable)
+                rows += [("parameters", v) for v in getattr(inner, "values", [inner])]
+        kind = "parameters" if self._stage == 3 else "master_weights"
+        rows += [(kind, tf_variable(shard)) for shard in self.parameter_shards]
+        for owner in self.owner_optimizers:
+            rows += [("optimizer_state", tf_variable(v)) for v in self._slots(owner)]
+        rows += [("gradients", buffer) for buffer in self.gradient_buffers]
+        return rows
+
+    @staticmethod
+    def _slots(optimizer):
+        """An optimizer's per-parameter variables (its moments), without its counters."""
+        counters = {id(optimizer.iterations), id(getattr(optimizer, "_learning_rate", None))}
+        return [v for v in optimizer.variables if id(v) not in counters and len(v.shape) > 0]
+
+    # -- gathered views ---------------------------------------------------------
+
+    def _flat_parameters(self):
+        return np.concatenate([np.asarray(s.numpy()) for s in self.parameter_shards])
+
+    def _unflatten(self, flat):
+        pieces, start = [], 0
+        for shape, size in zip(self._shapes, self._sizes):
+            pieces.append(np.asarray(flat[start:start + size]).reshape(shape))
+            start += size
+        return pieces
+
+    def gathered_weights(self):
+        """The weights, gathered from the shards: NumPy arrays in the model's variable order."""
+        return self._unflatten(self._flat_parameters())
+
+    def gathered_slots(self):
+        """The optimizer state gathered from the owners: ``{slot name: [arrays, model's order]}``.
+
+        Slot names as Keras calls them (Adam: ``"momentum"``, ``"velocity"``;
+        SGD with momentum: ``"momentum"``), comparable with
+        :func:`mirrored_slots` of the mirrored optimizer.
+        """
+        by_name = {}
+        for owner in self.owner_optimizers:
+            for slot in self._slots(owner):
+                name = slot.name.rsplit("_", 1)[-1]
+                by_name.setdefault(name, []).append(np.asarray(slot.numpy()))
+        return {name: self._unflatten(np.concatenate(parts)) for name, parts in by_name.items()}
+
+    def padding(self):
+        """The padded tail of the flat vector: parameters, gradient shard and slots (all zero)."""
+        tail = slice(self.parameter_count, None)
+        out = {"parameters": self._flat_parameters()[tail]}
+        for owner_slots in zip(*[self._slots(o) for o in self.owner_optimizers]):
+            name = owner_slots[0].name.rsplit("_", 1)[-1]
+            out[name] = np.concatenate([np.asarray(v.numpy()) for v in owner_slots])[tail]
+        return out
+
+    def replica_weights(self):
+        """Stages 1 and 2: each replica's full copy, ``[replica][variable]`` as NumPy arrays."""
+        if self._stage == 3:
+            raise ValueError("At stage 3 the replicas hold no full copy; read gathered_weights().")
+        copies = [[] for _ in self._devices]
+        for variable in self.model.trainable_variables:
+            for r, value in enumerate(tf_variable(variable).values):
+                copies[r].append(np.asarray(value.numpy()))
+        return copies
+
+    def unshard(self):
+        """Stage 3: put the gathered weights back into the model (mirrored); return the model.
+
+        After it the model predicts and saves as any Keras model; this
+        trainer no longer trains it.
+        """
+        if self._stage == 3 and getattr(self, "_released", False):
+            with self.strategy.scope():
+                for variable, value in zip(self.model.trainable_variables,
+                                           self.gathered_weights()):
+                    variable._initialize(value)
+            self._released = False
+            self._unsharded = True
+        return self.model
+
+    # -- one step ----------------------------------------------------------------
+
+    def _slice(self, s):
+        """The flat vector's values ``[start, stop)`` that owner ``s`` holds (clipped to P)."""
+        start = min(s * self.shard_size, self.parameter_count)
+        return start, min((s + 1) * self.shard_size, self.parameter_count)
+
+    def _gathered(self):
+        """All-gather, on the current (replica's) device: the full flat parameters, unpadded."""
+        full = tf.concat([tf.identity(tf_variable(s)) for s in self.parameter_shards], 0)
+        return full[:self.parameter_count]
+
+    def _values(self, flat):
+        """The flat vector cut into the model's variables' shapes (tensors)."""
+        pieces = tf.split(flat, self._sizes)
+        return [tf.reshape(p, shape) for p, shape in zip(pieces, self._shapes)]
+
+    def _stage3_gradients(self, x, y, global_batch_size):
+        """Stage 3: the loss and flat gradient of ``(x, y)``, run on the gathered weights.
+        """
+        values = self._values(self._gathered())      # all-gather: the weights, as tensors
+        with tf.GradientTape() as tape:
+            tape.watch(values)
+            prediction, _, penalties = self.model.stateless_call(
+                values, [], x, training=True, return_losses=True)
+            loss = tf.nn.compute_average_loss(self.loss(y, prediction),
+                                              global_batch_size=global_batch_size)
+            if penalties:
+                penalty = tf.nn.scale_regularization_loss(
+                    tf.add_n([tf.cast(p, loss.dtype) for p in penalties]))
+                loss += penalty / self.accumulation_steps
+        return loss, tape.gradient(loss, values)       # the gathered weights die with the tape
+
+    def _flat(self, grads):
+        return tf.concat([tf.reshape(tf.convert_to_tensor(g), [-1]) for g in grads], 0)
+
+    def _replica_gradients_flat(self, x, y, global_batch_size, micro):
+        """In replica context: this replica's loss and flat gradient (``micro``: one micro-batch)."""
+        if micro is not None:
+            x, y = x[micro], y[micro]
+        if self._stage == 3:
+            loss, grads = self._stage3_gradients(x, y, global_batch_size)
+        elif micro is not None:
+            loss, grads = self._gradients(x, y, self.model.trainable_variables, global_batch_size)
+        else:
+            loss, grads = self._local_gradients(x, y, global_batch_size)
+        return loss, self._flat(grads)
+
+    def _reduce_scatter(self, flats):
+        """Emulated reduce-scatter: owner s adds the replicas' slices s, in replica order.
+
+        Each replica's slice is cut on its own device and copied to the
+        owner's (the bytes a ring would send); ``tf.add_n`` adds them in
+        the order ``ReductionToOneDevice`` adds the mirrored run's.
+        Returns each owner's shard sum, padded to the shard size, on its device.
+        """
+        shards = []
+        for s, owner in enumerate(self._devices):
+            start, stop = self._slice(s)
+            pieces = []
+            for r, device in enumerate(self._devices):
+                with tf.device(device):
+                    pieces.append(flats[r][start:stop])        # cut where it lives, then sent
+            with tf.device(owner):
+                total = _sum_in_order(*pieces)
+                shards.append(tf.pad(total, [[0, self.shard_size - (stop - start)]]))
+        return shards
+
+    def _distributed_step(self, x, y, position, global_batch_size):
+        """One sharded step: gradients, reduce-scatter, owners' updates, all-gather.
+
+        Runs in cross-replica context; the replicas' part (their gradients)
+        inside ``strategy.run``, the communication and the owners' updates
+        outside it, each on its device.
+
+        Shown in the chapter "When the model does not fit".
+        """
+        k = self.accumulation_steps
+        micros = list(range(k)) if (self._stage >= 2 and k > 1) else [None]
+        losses = 0
+        for i, micro in enumerate(micros):
+            def replica_step(micro=micro):
+                xb, yb = self._shard(x, y, position, global_batch_size)
+                return self._replica_gradients_flat(xb, yb, global_batch_size, micro)
+
+            loss, flat = self.strategy.run(replica_step)
+            loss = self.strategy.experimental_local_results(loss)
+            losses = [tf.cast(l, tf.float64) for l in loss] if i == 0 else [
+                a + tf.cast(l, tf.float64) for a, l in zip(losses, loss)]
+            flats = self.strategy.experimental_local_results(flat)
+            if self._stage == 1:
+                # Each replica keeps its full gradient in its buffer, then reduce-scatter.
+                flats = [self._assigned(self.gradient_buffers[r], f, r)
+                         for r, f in enumerate(flats)]
+            shards = self._reduce_scatter(flats)
+            if self._stage >= 2:
+                shards = [self._assigned(self.gradient_buffers[s], g, s, add=i > 0)
+                          for s, g in enumerate(shards)]
+        check = self._check_finite(losses)
+        with tf.control_dependencies(check):
+            updates = []
+            for s, device in enumerate(self._devices):
+                with tf.device(device):          # the owner's update, outside replica context
+                    self.owner_optimizers[s].apply_gradients([(shards[s],
+                                                               self.parameter_shards[s])])
+                    updates.append(tf.identity(tf_variable(self.parameter_shards[s])))
+            if self._stage < 3:
+                self._all_gather(updates)
+        total = tf.add_n(losses) if len(losses) > 1 else losses[0]
+        return {"loss": total}
+
+    def _assigned(self, buffer, value, device_index, add=False):
+        """``buffer`` set to (or, with ``add``, increased by) ``value``, on its device; its new value."""
+        with tf.device(self._devices[device_index]):
+            written = buffer.assign_add(value) if add else buffer.assign(value)
+            return tf.identity(written)      # read after the write
+
+    def _all_gather(self, shards):
+        """Stages 1 and 2: every replica's full copy of the weights assigned from the shards."""
+        full_flat = None
+        variables = [tf_variable(v) for v in self.model.trainable_variables]
+        for r, device in enumerate(self._devices):
+            with tf.device(device):
+                full_flat = tf.concat([tf.identity(s) for s in shards], 0)[:self.parameter_count]
+                for variable, value in zip(variables, self._values(full_flat)):
+                    variable.values[r].assign(value)
+
+    def _check_finite(self, losses):
+        """The finite-loss check (with ``stop_on_non_finite``) on every replica's loss, on the host."""
+        if not self.stop_on_non_finite:
+            return []
+        with tf.device(self._host_device()):
+            stacked = tf.stack(losses)
+            noted = [self._seen_losses.assign(stacked), self._seen_steps.assign_add(1)]
+            with tf.control_dependencies(noted):
+                return [tf.debugging.Assert(tf.reduce_all(tf.math.is_finite(stacked)),
+                                            [NON_FINITE_MARK])]
+
+    def _counts(self):
+        seen = int(self._seen_steps.numpy()) if self.stop_on_non_finite else 0
+        return seen, 0
+
+    def _non_finite_error(self, step):
+        error = super()._non_finite_error(step)
+        error.args = tuple(str(a).replace("SyncTrainer", "ShardedTrainer") for a in error.args)
+        return error
+
+    # -- the loop ---------------------------------------------------------------
+
+    def fit(self, *args, **kwargs):
+        if getattr(self, "_unsharded", False):
+            raise ValueError("This trainer's model was unsharded (unshard()); make a new "
+                             "ShardedTrainer to train it again.")
+        return super().fit(*args, **kwargs)
+
+    fit.__doc__ = ("Train as :meth:`pargrad.SyncTrainer.fit` does (the same arguments); "
+                   "return a :class:`ShardedHistory`.")
+
+    def _history(self, records, keras_history, source):
+        base = super()._history(records, keras_history, source)
+        padded_bytes = self.replicas * self.shard_size * self._dtype.size
+        per_step = 2 * (self.replicas - 1) / self.replicas * padded_bytes
+        fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(SyncHistory)}
+        return ShardedHistory(**fields, bytes_sent=np.full(len(base.loss), per_step),
+                              stage=self._stage, parameter_bytes=padded_bytes)
+
+
+def _add_in_order(*pieces):
+    return tf.add_n(pieces) if len(pieces) > 1 else tf.identity(pieces[0])
+
+
+# The owner's sum as a function call that Grappler does not inline: inlined, its
+# arithmetic optimizer rewrote the add_n of the slices (measured: some sums of 4
+# replicas came out in another order, one ulp away from the mirrored run's).
+_sum_in_order = tf.function(_add_in_order, autograph=False,
+                            experimental_attributes={"_noinline": True})
+
+
+class _GatheredModel:
+    """Stage 3's model for evaluation: the model run on the weights gathered onto the replica."""
+
+    def __init__(self, trainer):
+        self._trainer = trainer
+
+    def __call__(self, x, training=False):
+        values = self._trainer._values(self._trainer._gathered())
+        prediction, _ = self._trainer.model.stateless_call(values, [], x, training=training)
+        return prediction
+
+    @property
+    def losses(self):
+        values = self._trainer._values(tf.constant(self._trainer._flat_parameters()
+                                                   [:self._trainer.parameter_count]))
+        _, _, losses = self._trainer.model.stateless_call(
+            values, [], tf.zeros([1] + list(self._trainer.model.inputs[0].shape[1:]),
+                                 self._trainer._dtype), return_losses=True)
+        return losses
+
+
+def mirrored_slots(optimizer):
+    """A mirrored (or any Keras) optimizer's slots: ``{slot name: [arrays, in build order]}``.
+
+    The same layout as :meth:`ShardedTrainer.gathered_slots`, for comparing
+    a sharded run with a ``SyncTrainer`` run.  Taught in the chapter "When
+    the model does not fit".
+    """
+    by_name = {}
+    for slot in ShardedTrainer._slots(optimizer):
+        by_name.setdefault(slot.name.rsplit("_", 1)[-1], []).append(np.asarray(slot.numpy()))
+    return by_name

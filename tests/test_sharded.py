@@ -1,0 +1,221 @@
+"""Tests of pargrad.sharded: ShardedTrainer (ZeRO stages 1-3) against SyncTrainer."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import pargrad
+from pargrad.sharded import ShardedHistory, ShardedTrainer, mirrored_slots
+
+STEPS = 50
+
+
+def small_model(strategy, optimizer="adam", inputs=2, hidden=5, layers=None):
+    """A float64 2-5-1 tanh network (21 parameters: neither 2, 4 nor 8 divides it) and its optimizer."""
+    with strategy.scope():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((inputs,), dtype="float64"),
+                                  *(layers or [keras.layers.Dense(hidden, activation="tanh",
+                                                                  dtype="float64"),
+                                               keras.layers.Dense(1, dtype="float64")])])
+        made = (keras.optimizers.Adam(1e-2) if optimizer == "adam"
+                else keras.optimizers.SGD(1e-2, momentum=0.9))
+    return model, made
+
+
+def data(n=32, inputs=2):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n, inputs))
+    return x, np.sin(x.sum(axis=1, keepdims=True))
+
+
+def weights(model):
+    return [np.asarray(v.numpy()) for v in model.trainable_variables]
+
+
+def assert_same(a, b):
+    assert len(a) == len(b)
+    for left, right in zip(a, b):
+        assert np.array_equal(left, right), np.max(np.abs(left - right))
+
+
+@pytest.mark.claim
+@pytest.mark.usefixtures("deterministic_ops")
+@pytest.mark.parametrize("replicas", [2, 4])
+@pytest.mark.parametrize("optimizer", ["adam", "momentum"])
+def test_stages_equal_the_mirrored_run_bit_for_bit(replicas, optimizer):
+    strategy = pargrad.sync_strategy(replicas)
+    x, y = data()
+    model, made = small_model(strategy, optimizer)
+    reference = pargrad.SyncTrainer(model, strategy, optimizer=made, progress=False)
+    expected = reference.fit(x, y, steps=STEPS, batch_size=16, steps_per_call=25)
+    for stage in (1, 2, 3):
+        sharded_model, sharded_optimizer = small_model(strategy, optimizer)
+        trainer = ShardedTrainer(sharded_model, strategy, stage=stage, optimizer=sharded_optimizer,
+                                 progress=False)
+        assert trainer.parameter_count % replicas != 0
+        history = trainer.fit(x, y, steps=STEPS, batch_size=16, steps_per_call=25)
+        assert isinstance(history, ShardedHistory) and len(history) == STEPS
+        assert np.array_equal(history.loss, expected.loss)
+        assert_same(trainer.gathered_weights(), weights(model))
+        slots, mirrored = trainer.gathered_slots(), mirrored_slots(reference.optimizer)
+        assert slots.keys() == mirrored.keys()
+        for name in slots:
+            assert_same(slots[name], mirrored[name])
+        # The padding of the flat vector: parameters and slots stay zero.
+        for name, tail in trainer.padding().items():
+            assert tail.size == replicas * trainer.shard_size - trainer.parameter_count
+            assert not np.any(tail), name
+        if stage < 3:
+            for copy in trainer.replica_weights():
+                assert_same(copy, weights(model))
+
+
+@pytest.mark.claim
+@pytest.mark.usefixtures("deterministic_ops")
+def test_every_replica_holds_the_same_weights_after_every_step():
+    strategy = pargrad.sync_strategy(4)
+    x, y = data()
+    model, made = small_model(strategy)
+    trainer = ShardedTrainer(model, strategy, stage=2, optimizer=made, progress=False)
+    seen = []
+
+    class Check(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            copies = trainer.replica_weights()
+            gathered = trainer.gathered_weights()
+            seen.append(all(np.array_equal(a, b) for copy in copies
+                            for a, b in zip(copy, gathered)))
+
+    trainer.fit(x, y, steps=5, batch_size=16, callbacks=[Check()])
+    assert seen == [True] * 5
+
+
+@pytest.mark.claim
+@pytest.mark.usefixtures("deterministic_ops")
+def test_accumulation_stage_1_bit_for_bit_stages_2_and_3_within_rounding():
+    strategy = pargrad.sync_strategy(2)
+    x, y = data()
+    model, made = small_model(strategy)
+    reference = pargrad.SyncTrainer(model, strategy, optimizer=made, accumulation_steps=2,
+                                    progress=False)
+    reference.fit(x, y, steps=10, batch_size=16, steps_per_call=10)
+    for stage in (1, 2, 3):
+        sharded_model, sharded_optimizer = small_model(strategy)
+        trainer = ShardedTrainer(sharded_model, strategy, stage=stage, optimizer=sharded_optimizer,
+                                 accumulation_steps=2, progress=False)
+        trainer.fit(x, y, steps=10, batch_size=16, steps_per_call=10)
+        if stage == 1:   # the replica adds its micro-batches first, as SyncTrainer does
+            assert_same(trainer.gathered_weights(), weights(model))
+        else:            # the owner adds reduced micro-batch shards: another order
+            gap = max(np.max(np.abs(a - b)) for a, b in zip(trainer.gathered_weights(),
+                                                           weights(model)))
+            assert gap <= pargrad.rounding_tolerance("float64", 10)
+        sizes = {int(buffer.shape[0]) for buffer in trainer.gradient_buffers}
+        assert sizes == ({trainer.parameter_count} if stage == 1 else {trainer.shard_size})
+
+
+def test_bytes_sent_per_step_is_the_ring_all_reduce_count():
+    strategy = pargrad.sync_strategy(4)
+    x, y = data()
+    for stage in (1, 3):
+        model, made = small_model(strategy)
+        trainer = ShardedTrainer(model, strategy, stage=stage, optimizer=made, progress=False)
+        history = trainer.fit(x, y, steps=2, batch_size=16)
+        padded_bytes = 4 * trainer.shard_size * 8          # 4 shards of 6 float64 values
+        assert history.parameter_bytes == padded_bytes == 192
+        assert history.bytes_sent.tolist() == [2 * 3 / 4 * padded_bytes] * 2
+        assert history.stage == stage
+
+
+def test_a_checkpoint_mid_run_restores_the_shards_exactly(tmp_path):
+    strategy = pargrad.sync_strategy(2)
+    x, y = data()
+    model, made = small_model(strategy)
+    whole = ShardedTrainer(model, strategy, stage=2, optimizer=made, progress=False)
+    whole.fit(x, y, steps=8, batch_size=16)
+
+    model, made = small_model(strategy)
+    first = ShardedTrainer(model, strategy, stage=2, optimizer=made, progress=False)
+    first.fit(x, y, steps=4, batch_size=16)
+    path = tf.train.Checkpoint(trainer=first).write(str(tmp_path / "sharded"))
+
+    model, made = small_model(strategy)
+    second = ShardedTrainer(model, strategy, stage=2, optimizer=made, progress=False)
+    tf.train.Checkpoint(trainer=second).read(path).assert_consumed()
+    second.fit(x, y, steps=4, batch_size=16)
+    assert_same(second.gathered_weights(), whole.gathered_weights())
+    for name, values in whole.gathered_slots().items():
+        assert_same(second.gathered_slots()[name], values)
+    for copy in second.replica_weights():
+        assert_same(copy, whole.gathered_weights())
+
+
+def test_stage_3_frees_the_model_and_unshard_gives_it_back():
+    strategy = pargrad.sync_strategy(2)
+    x, y = data()
+    model, made = small_model(strategy)
+    trainer = ShardedTrainer(model, strategy, stage=3, optimizer=made, progress=False)
+    assert all(v._value is None for v in model.trainable_variables)
+    trainer.fit(x, y, steps=3, batch_size=16)
+    loss = trainer.evaluate(x, y)["loss"]
+    trained = trainer.gathered_weights()
+    trainer.unshard()
+    assert_same(weights(model), trained)
+    assert loss == pargrad.SyncTrainer(model, strategy, progress=False).evaluate(x, y)["loss"]
+    with pytest.raises(ValueError, match="unsharded"):
+        trainer.fit(x, y, steps=1, batch_size=16)
+
+
+@pytest.mark.parametrize("stage, error", [(0, ValueError), (4, ValueError), ("1", TypeError),
+                                          (True, TypeError), (None, TypeError)])
+def test_bad_stage_is_refused(stage, error):
+    strategy = pargrad.sync_strategy(2)
+    model, made = small_model(strategy)
+    before = weights(model)
+    with pytest.raises(error, match="stage must be"):
+        ShardedTrainer(model, strategy, stage=stage, optimizer=made)
+    assert_same(weights(model), before)
+
+
+def test_other_bad_input_is_refused_before_any_work():
+    strategy = pargrad.sync_strategy(2)
+    model, _ = small_model(strategy)
+    outside = keras.optimizers.Adam(1e-2)
+    with pytest.raises(ValueError, match="outside this strategy's scope"):
+        ShardedTrainer(model, strategy, stage=1, optimizer=outside)
+    with strategy.scope():
+        inside = keras.optimizers.Adam(1e-2)
+    with pytest.raises(ValueError, match="pass the learning rate to the optimizer"):
+        ShardedTrainer(model, strategy, stage=1, optimizer=inside, learning_rate=0.1)
+    with pytest.raises(TypeError, match="Keras optimizer"):
+        ShardedTrainer(model, strategy, stage=1, optimizer="adam")
+    normalized, made = small_model(strategy, layers=[
+        keras.layers.Dense(3, dtype="float64"), keras.layers.BatchNormalization(dtype="float64"),
+        keras.layers.Dense(1, dtype="float64")])
+    with pytest.raises(ValueError, match="non-trainable state"):
+        ShardedTrainer(normalized, strategy, stage=2, optimizer=made)
+    with strategy.scope():
+        with pytest.raises(ValueError, match="outside `with strategy.scope"):
+            ShardedTrainer(model, strategy, stage=1, optimizer=inside)
+
+
+def test_a_non_finite_loss_stops_before_the_update():
+    strategy = pargrad.sync_strategy(2)
+    x, y = data()
+    model, made = small_model(strategy)
+
+    def loss(target, prediction):     # infinite for a target above 100
+        squared = tf.reduce_sum((target - prediction) ** 2, axis=-1)
+        return tf.where(tf.reduce_max(target, axis=-1) > 100, tf.constant(np.inf, tf.float64),
+                        squared)
+
+    trainer = ShardedTrainer(model, strategy, stage=2, optimizer=made, loss=loss, progress=False)
+    trainer.fit(x, y, steps=1, batch_size=16)
+    before = trainer.gathered_weights()
+    bad = y.copy()
+    bad[[12, 28]] = 1000.0     # replica 1's rows of the next batch (8-15, or 24-31)
+    with pytest.raises(pargrad.NonFiniteLossError, match="replica 1"):
+        trainer.fit(x, bad, steps=1, batch_size=16)
+    assert_same(trainer.gathered_weights(), before)
