@@ -594,15 +594,9 @@ print("two additions of 1 give", float(counter.numpy()))
 # With real threads it happens all the time (the deep-dive page counts it).
 # A native `tf.Variable.assign_add` runs as one kernel under the variable's
 # lock, and `AsyncTrainer` applies every update under a lock: nothing is
-# lost.
-#
-# ## Where asynchronous training stands
-#
-# At scale the direction is the same: Dean et al.'s asynchronous systems
-# needed small rates {cite}`dean2012large`, and synchronous training with
-# backup workers came out ahead {cite}`chen2016revisiting`. Whether
-# synchronous training was "mostly abandoned" is answered in
-# [Sync vs async in the same time](05_sync_vs_async).
+# lost. At scale, synchronous training with backup workers came out ahead
+# {cite}`chen2016revisiting`: [Sync vs async in the same
+# time](05_sync_vs_async) tells that history.
 #
 # ## Summary
 #
