@@ -10,9 +10,9 @@
 # ```
 #
 # The chapter [Accumulating gradients in TF1 graphs](06_accumulation_tf1)
-# fixed the accumulation thread's recipe in a TensorFlow 1 graph. **In this
-# chapter you will** write it in TensorFlow 2, with less ceremony: first a
-# plain loop that equals the big batch, then `pargrad.GradientAccumulator`,
+# fixed the accumulation thread's recipe in a TensorFlow 1 graph.
+# **In this chapter you will** write it in TensorFlow 2, with less ceremony:
+# first a plain loop that equals the big batch, then `pargrad.GradientAccumulator`,
 # which weights micro-batches by their examples, and Keras 3's
 # `gradient_accumulation_steps`, which fails under `MirroredStrategy`
 # (Keras issue 20582, live). Then across replicas, with BatchNorm, memory
