@@ -57,7 +57,8 @@ def test_programs_to_copy_are_framed_and_get_the_copy_button(notebook):
     page = bs4.BeautifulSoup((HTML / "chapters" / f"{notebook.stem}.html").read_text(),
                              "html.parser")
     scripts = [tag.get("src", "") for tag in page.find_all("script")]
-    assert any(src.endswith("copybutton.js") for src in scripts), "sphinx-copybutton is missing"
+    assert any(src.split("?")[0].endswith("copybutton.js") for src in scripts), (
+        "sphinx-copybutton is missing")
     copybutton = (HTML / "_static" / "copybutton.js").read_text()
     selector = re.search(r"COPYBUTTON_SELECTOR = '([^']+)'", copybutton).group(1)
     styles = [tag.get("href", "") for tag in page.find_all("link", rel="stylesheet")]
