@@ -105,16 +105,16 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-# Two logical CPUs. A process splits its devices once, before TensorFlow makes them:
-#   tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-# (this page split the CPU into 5 at its start, so there the call fails and the first 2 serve).
-cpu = tf.config.list_physical_devices("CPU")[0]
+# Two logical CPUs, split before TensorFlow makes its devices; a process splits them once
+# (this page split the CPU into 5 at its start: there the call fails and the first 2 serve).
 try:
-    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-except RuntimeError:  # devices already made
+    tf.config.set_logical_device_configuration(
+        tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+except RuntimeError:  # the devices exist already
     pass
 devices = [device.name for device in tf.config.list_logical_devices("CPU")[:2]]
-strategy = tf.distribute.MirroredStrategy(devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+strategy = tf.distribute.MirroredStrategy(  # one memory: the sum is taken on one device
+    devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
 x = np.linspace(-2.0, 2.0, 50)[:, None]  # the asker's 50 points, in float64
 y = x**2
 B, R = len(x), strategy.num_replicas_in_sync  # the global batch (50) and the replicas (2)
@@ -155,7 +155,8 @@ for _ in range(300):  # one device, the full batch of 50
                                           single.trainable_variables))
 moved = max(np.max(np.abs(a - b)) for a, b in zip(model.get_weights(), new_model().get_weights()))
 gap = max(np.max(np.abs(a - b)) for a, b in zip(model.get_weights(), single.get_weights()))
-print(f"{R} replicas, 300 steps: weights moved {moved:.2f}; largest weight gap to one device {gap:.1e}")
+print(f"{R} replicas, 300 steps: weights moved {moved:.2f}; "
+      f"largest weight gap to one device {gap:.1e}")
 
 # %% tags=["remove-cell"]
 import pargrad  # noqa: E402  (the page's check; the program above does not need pargrad)
