@@ -393,7 +393,6 @@ for name, (history, weights, updates) in runs.items():
           f"final loss {history.loss[-1]:.6f}  weight gap to one device "
           f"{'0' if name == 'one device' else f'below {tolerance:.0e}'}")
     assert gap < tolerance
-    assert gap < tolerance
 
 # %% [markdown]
 # Three different splits, one training run: same weights, same loss. This lets
