@@ -164,16 +164,12 @@ print(f"cores this process may use: {cores}")
 # %% [markdown]
 # The speed-up, if any, is bounded by the cores the machine really has (the
 # cell prints how many this process may use), not by the number of logical
-# devices: on two cores, four logical devices can at best do what two do,
-# where four real devices would take half the time. Timings on a shared
-# machine scatter, so read the printed times as this run's, not as a law.
-# TensorFlow already runs one device's operations on several cores, so the
-# gain is often small. (TensorFlow splits one operation, such as a large
-# matrix product, over the cores with its *intra-op* threads, and runs
-# independent operations at the same time with its *{term}`inter-op threads`*.) Logical devices let us *run* multi-device programs
-# anywhere and check that they compute the right thing; they do not make a
-# program faster than the hardware allows. When a later chapter measures speed,
-# it says which hardware the numbers came from.
+# devices, and TensorFlow already runs one device's operations on several
+# cores: it splits one operation over the cores with its *intra-op* threads
+# and runs independent operations at once with its
+# *{term}`inter-op threads`*. Logical devices let us *run* multi-device
+# programs anywhere and check what they compute; they do not make a program
+# faster than the hardware allows.
 #
 # On a GPU the picture is worse, not better: products this small are bound by
 # the cost of launching each kernel, and the logical GPUs of one GPU share one
@@ -256,9 +252,8 @@ for gpu_gb in (15, 80):
 #   in one logical GPU.
 #
 # What the chapters *compute* is the same on a CPU, on logical GPUs and on real
-# ones, up to the rounding of the last digits (later chapters show how they
-# make sure rounding cannot change a conclusion); the timings change, as
-# [Running on Colab GPUs](a1_colab_gpus) describes chapter by chapter.
+# ones, up to rounding in the last digits; the timings change
+# ([Running on Colab GPUs](a1_colab_gpus)).
 #
 # ## Summary
 #

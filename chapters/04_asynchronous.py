@@ -86,11 +86,11 @@ print(devices)
 # worker 0 applies its update, then worker 1 applies a gradient it computed
 # at the old $w$:
 
-# %%
+# %% tags=["program"]
 gradient = lambda w: 2 * w  # noqa: E731  (the loss w², its minimum at w = 0)
 w, version, rate = 1.0, 0, 0.3  # the shared parameter and the number of updates applied to it
 read = {}  # what each worker read: (w, version)
-schedule = [(0, "read"), (1, "read"), (0, "apply"), (1, "apply"), (0, "read"), (0, "apply")]
+schedule = [(0, "read"), (1, "read"), (0, "apply"), (1, "apply")]
 for worker, action in schedule:
     if action == "read":
         read[worker] = (w, version)
@@ -271,12 +271,8 @@ assert abs(async_path[-1] - sync_double_path[-1]) < 1e-5  # the trainer's float3
 # past the minimum as soon as $\eta a > 1/2$. Two fresh updates end at
 # $(1 - \eta a)^2(w_0 - w^*)$, one synchronous step at
 # $(1 - \eta a)(w_0 - w^*)$. (A hidden cell checks that the trainer did
-# this.)
-#
-# The stale pair is also *one synchronous step at twice the rate*, $2\eta$,
-# the rate the {term}`linear scaling rule` of
-# [Synchronous training](03_synchronous) gives a batch twice as large. A sweep
-# of $\eta a$ finds where the stale pair starts to lose to each run:
+# this.) A sweep of $\eta a$ finds where the stale pair starts to lose to
+# each run:
 
 # %%
 sweep = {"step_times_curvature": np.round(np.arange(0.02, 1.3, 0.02), 2),
@@ -324,23 +320,19 @@ plt.close(figure)  # shown once, by the numbered figure below
 # synchronous step at η.
 # ```
 #
-# {numref}`fig-stale-gradient` shows the article's two claims and where each
-# holds. **Staleness hurts** per update, panel (a) against (b): from
-# $\eta a = 2 - \sqrt 2$ on, the stale pair ends farther from the minimum than
-# the same two gradients made fresh. **In the same time, asynchronous training
-# is not necessarily worse**, (a) against the solid step of (c): the fresh run
-# takes twice the wall time, and the synchronous step at $\eta$ takes the
-# stale pair's time but moves once; the stale pair ends closer up to
-# $\eta a = 2/3$. Both claims
-# hold in the band of panel (d), from {glue:text}`band-low:.2f` to
-# {glue:text}`band-high:.2f` on the sweep's grid; the figure's $\eta a$ =
-# {glue:text}`figure-eta-a:.1f` lies inside it.
-#
-# That comparison is kind to the stale pair: the dashed step at $2\eta$ lands
-# exactly where it does, for every $\eta a$; two stale updates computed at
-# the same point *are* one big synchronous step. With $k$ workers that all
-# read $w_0$ the factor is $1 - k\eta a$: the more workers, the smaller the
-# safe learning rate.
+# {numref}`fig-stale-gradient` holds the article's two claims.
+# **Staleness hurts per update**, (a) against (b): once $\eta a$ passes
+# $2 - \sqrt 2$, the stale pair ends farther from the minimum than the same
+# two gradients taken fresh. **In the same time, asynchronous training is not
+# necessarily worse**, (a) against the solid step of (c): the synchronous step
+# at $\eta$ takes as long as the stale pair but moves once, and the stale pair
+# ends closer while $\eta a < 2/3$. Panel (d) shades the rates where both
+# hold, the figure's among them. The stale pair does well there because both
+# its gradients were taken at $w_0$: it *is* one synchronous step at twice
+# the rate (dashed in (c)), the rate the {term}`linear scaling rule` (scale
+# the learning rate with the batch size) gives a batch twice as large. With
+# $k$ workers that all read $w_0$ the factor is $1 - k\eta a$: the more
+# workers, the smaller the safe learning rate.
 #
 # ### Turn the dials yourself
 #
@@ -588,7 +580,9 @@ glue("bound-factor-7", delay.stable_rate_bound(0) / delay.stable_rate_bound(7))
 # value, and the second write wipes out the first. Keras 3's `Variable.assign_add` is such a
 # read-modify-write:
 
-# %%
+# %% tags=["program"]
+import keras
+
 counter = keras.Variable(0.0)
 read_by_d0 = counter + 0.0  # d0 reads 0
 read_by_d1 = counter + 0.0  # d1 reads 0, before d0 has written
@@ -600,15 +594,9 @@ print("two additions of 1 give", float(counter.numpy()))
 # With real threads it happens all the time (the deep-dive page counts it).
 # A native `tf.Variable.assign_add` runs as one kernel under the variable's
 # lock, and `AsyncTrainer` applies every update under a lock: nothing is
-# lost.
-#
-# ## Where asynchronous training stands
-#
-# At scale the direction is the same: Dean et al.'s asynchronous systems
-# needed small rates {cite}`dean2012large`, and synchronous training with
-# backup workers came out ahead {cite}`chen2016revisiting`. Whether
-# synchronous training was "mostly abandoned" is answered in
-# [Sync vs async in the same time](05_sync_vs_async).
+# lost. At scale, synchronous training with backup workers came out ahead
+# {cite}`chen2016revisiting`: [Sync vs async in the same
+# time](05_sync_vs_async) tells that history.
 #
 # ## Summary
 #

@@ -17,17 +17,12 @@
 # {cite}`thakur2005optimization`, the one the references reason with
 # {cite}`zhang2023dive,sergeev2018horovod,goyal2017accurate`.
 #
-# **In this chapter you will**
-#
-# - derive the cost of one message, of ring and tree all-reduces, of an
-#   all-reduce inside and then across boxes, and of parameter servers;
-# - time all-reduces of growing payloads in one process, in two and three
-#   worker processes and with a parameter server, fit α and β to each, and
-#   test a prediction the fit never saw;
-# - predict the scaling efficiency of small and large models on real
-#   hardware from vendor figures, and see why frameworks all-reduce
-#   gradients in buckets during the backward pass;
-# - use `pargrad.cost`, a calculator you can feed your own numbers.
+# **In this chapter you will** derive what messages, all-reduces and
+# parameter servers cost; fit α and β to all-reduces timed here and test a
+# prediction the fit never saw; predict the scaling of small and large models
+# on real hardware, with a rule of thumb for when communication dominates;
+# see why gradients travel in buckets during the backward pass; and feed
+# `pargrad.cost` your own numbers.
 #
 # The deep dive [Communication costs in depth](d6_communication_in_depth)
 # sets one prediction next to a published measurement.
@@ -535,8 +530,16 @@ plain = efficiency_table(without_overlap)
 # not halve the lost efficiency, because fp16 also computes twice as fast;
 # BERT-large's hundreds of megabytes of gradients need the fat network.
 
-# %%
-
+# %% tags=["remove-cell"]
+# The rule of thumb's numbers: a ring sends each gradient byte about twice, so in a step's
+# compute time t a link of bandwidth beta all-reduces about beta * t / 2 bytes.
+rn50_step = compute_seconds("ResNet-50, fp16 gradients", "A100")
+glue("rn50_step_ms", 1e3 * rn50_step, display=False)
+glue("rn50_fp16_mb", models["ResNet-50, fp16 gradients"][0] * 2 / 1e6, display=False)
+for key, network in (("nvlink", links["NVLink A100"]), ("ib", box_network("InfiniBand HDR", 8)),
+                     ("gbe", box_network("25 GbE", 1))):
+    glue(f"hidden_{key}_mb", network.bandwidth * rn50_step / 2 / 1e6, display=False)
+assert links["NVLink A100"].bandwidth * rn50_step / 2 > 2 * 25.6e6 > links["25 GbE"].bandwidth * rn50_step / 2
 
 # %% tags=["remove-cell"]
 glue("eff_rn50_fp16_64_hdr", 100 * plain["64 boxes, A100, 8 x IB HDR"][2], display=False)
@@ -562,6 +565,17 @@ for cluster in [c for c in clusters if "IB" in c]:
 # row): its step is bound by launching kernels, which the model times the
 # same on both GPUs, and its all-reduce is latency, which a faster network
 # does not shorten.
+#
+# **Rule of thumb: communication dominates when the all-reduce outlasts the
+# compute.** A ring sends each gradient byte about twice, so a step of
+# compute time $t$ keeps pace with a link of bandwidth $\beta$ only while
+# the gradient stays below about $\beta t / 2$ bytes (and its $2(R-1)$
+# latencies stay well below $t$). One ResNet-50 step on an A100 lasts
+# {glue:text}`rn50_step_ms:.0f` ms, its fp16 gradient
+# {glue:text}`rn50_fp16_mb:.0f` MB: NVLink keeps pace up to
+# {glue:text}`hidden_nvlink_mb:.0f` MB, eight InfiniBand HDR ports up to
+# {glue:text}`hidden_ib_mb:.0f` MB, one 25 GbE port only up to
+# {glue:text}`hidden_gbe_mb:.0f` MB.
 #
 # ## Overlap: buckets during the backward pass
 #

@@ -63,7 +63,7 @@ def fit_loop(trainer, reader, *, epochs, callbacks=None, validation=None, progre
     ends the fit after its step; ``on_train_end`` with the last logs.
     ``progress``: None, or the description of a progress bar to show.
 
-    Shown in the chapter "Synchronous training".
+    Shown in the chapter "Synchronous training in depth".
     """
     model = trainer.model
     hooks = keras.callbacks.CallbackList(callbacks, add_history=True, model=model,
@@ -98,7 +98,7 @@ def train_epoch(trainer, reader, hooks, records, bar=None):
     ``steps_per_execution``), with the epoch's running ``loss`` and metrics.
     Returns the epoch's logs.
 
-    Shown in the chapter "Synchronous training".
+    Shown in the chapter "Synchronous training in depth".
     """
     for metric in trainer.metrics:
         metric.reset_state()

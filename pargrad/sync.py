@@ -389,7 +389,7 @@ class SyncTrainer(tf.Module):
         summed and divided by the *global* batch size, so the sum over the
         replicas is the mean over the whole batch.
 
-        Shown in the chapter "Synchronous training".
+        Shown in the chapter "Synchronous training in depth".
         """
         variables = self.model.trainable_variables
         loss, grads = self._replica_gradients(x, y, global_batch_size)  # no communication
@@ -408,7 +408,7 @@ class SyncTrainer(tf.Module):
     def _gradients(self, x, y, variables, global_batch_size):
         """The loss of ``(x, y)`` divided by the *global* batch size, and its gradients.
 
-        Shown in the chapter "Synchronous training".
+        Shown in the chapter "Synchronous training in depth".
         """
         with tf.GradientTape() as tape:
             prediction = self.model(x, training=True)
@@ -550,7 +550,7 @@ class SyncTrainer(tf.Module):
         multi-device buffers run background threads, and TF 2.21 can hang
         for good when such an iterator is garbage collected.
 
-        Shown in the chapter "Synchronous training".
+        Shown in the chapter "Synchronous training in depth".
         """
         replica = tf.distribute.get_replica_context().replica_id_in_sync_group
         per_replica = global_batch_size // self.replicas

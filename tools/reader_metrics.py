@@ -15,6 +15,11 @@ files) and measures each page from its sources, not from the built HTML:
 - **visible assert/glue lines**: lines of code cells that start with
   ``assert`` or call ``glue(``, in cells a reader sees (not tagged
   ``remove-input``, ``remove-cell``, ``hide-input`` or ``hide-cell``);
+- **figures**: a code cell with a figure's name and caption in its
+  metadata (``mystnb.figure``) whose output is not removed, and every
+  glued figure: a ``{glue:figure}`` directive in the markdown (a matplotlib
+  figure glued with ``glue(name, figure, display=False)`` and shown by
+  name);
 - **visible p-values**: ``p = 0.03``, ``p < 1e-4``, ``p = {glue:text}`...```
   or ``p-value of 0.2`` in the markdown (code blocks included: a reader sees
   them) and in the outputs of cells whose output is shown (not tagged
@@ -49,6 +54,7 @@ HIDDEN_OUTPUT = {"remove-output", "remove-cell", "hide-output", "hide-cell"}
 CODE_DIRECTIVES = {"code", "code-block", "code-cell", "sourcecode", "literalinclude", "math",
                    "bibliography", "mermaid", "raw"}
 COLLAPSED_DIRECTIVES = {"dropdown", "toggle"}
+GLUED_FIGURE = re.compile(r"^\s*(`{3,}|:{3,})\{glue:figure\}", re.M)
 CHECK_LINE = re.compile(r"^\s*(?:assert\b|(?:[\w.]+\.)?glue\()")
 P_VALUE = re.compile(
     r"(?<![\w`.-])p(?:\s*(?:=|<|≤|&lt;)|-values?(?:\s*(?:of|is|was|=|<|:))?)\s*(?:\{glue|\d|\.\d)")
@@ -169,18 +175,29 @@ def shown_output_text(cell):
     return "\n".join(parts)
 
 
+def figures(cell):
+    """The figures a cell shows: its glued ones (markdown), or 1 for a shown figure cell."""
+    if cell["cell_type"] == "markdown":
+        return len(GLUED_FIGURE.findall(_text(cell["source"])))
+    metadata = cell.get("metadata", {})
+    removed = {"remove-cell", "remove-output"} & set(metadata.get("tags", []))
+    return int("figure" in metadata.get("mystnb", {}) and not removed)
+
+
 def measure_page(root, page):
-    """``{"prose_words", "visible_checks", "p_values"}`` of one page."""
-    words = checks = p_values = 0
+    """``{"prose_words", "visible_checks", "p_values", "figures"}`` of one page."""
+    words = checks = p_values = shown_figures = 0
     for cell in page_cells(root, page):
         source = _text(cell["source"])
+        shown_figures += figures(cell)
         if cell["cell_type"] == "markdown":
             words += prose_words(source)
             p_values += len(P_VALUE.findall(source))
         elif cell["cell_type"] == "code":
             checks += visible_check_lines(cell)
             p_values += len(P_VALUE.findall(shown_output_text(cell)))
-    return {"prose_words": words, "visible_checks": checks, "p_values": p_values}
+    return {"prose_words": words, "visible_checks": checks, "p_values": p_values,
+            "figures": shown_figures}
 
 
 def measure_book(root=ROOT):
@@ -191,7 +208,7 @@ def measure_book(root=ROOT):
 
     def total(selected):
         return {key: sum(p[key] for p in selected)
-                for key in ("prose_words", "visible_checks", "p_values")}
+                for key in ("prose_words", "visible_checks", "p_values", "figures")}
 
     return {"pages": pages, "core_path": total([p for p in pages if p["core"]]),
             "book": total(pages)}
@@ -205,15 +222,16 @@ def is_chapter(page):
 def rows(metrics):
     """The table's rows: one a page, then the two totals."""
     out = [(p["page"], "core" if p["core"] else "optional", p["prose_words"], p["visible_checks"],
-            p["p_values"]) for p in metrics["pages"]]
+            p["p_values"], p["figures"]) for p in metrics["pages"]]
     for name in ("core_path", "book"):
         t = metrics[name]
         out.append((f"total: {name.replace('_', ' ')}", "", t["prose_words"], t["visible_checks"],
-                    t["p_values"]))
+                    t["p_values"], t["figures"]))
     return out
 
 
-HEADER = ("page", "path", "prose words", "visible assert/glue lines", "visible p-values")
+HEADER = ("page", "path", "prose words", "visible assert/glue lines", "visible p-values",
+          "figures")
 
 
 def main(argv=None):
@@ -227,13 +245,14 @@ def main(argv=None):
         print(json.dumps(metrics, indent=1))
     elif arguments.table:
         print("| " + " | ".join(HEADER) + " |")
-        print("| --- | --- | ---: | ---: | ---: |")
+        print("| --- | --- | ---: | ---: | ---: | ---: |")
         for row in rows(metrics):
             print("| " + " | ".join(str(value) for value in row) + " |")
     else:
-        print(f"{HEADER[0]:42s} {HEADER[1]:8s} {'words':>7s} {'checks':>7s} {'p':>4s}")
-        for page, path, words, checks, p_values in rows(metrics):
-            print(f"{page:42s} {path:8s} {words:7d} {checks:7d} {p_values:4d}")
+        print(f"{HEADER[0]:42s} {HEADER[1]:8s} {'words':>7s} {'checks':>7s} {'p':>4s} "
+              f"{'figures':>7s}")
+        for page, path, words, checks, p_values, shown_figures in rows(metrics):
+            print(f"{page:42s} {path:8s} {words:7d} {checks:7d} {p_values:4d} {shown_figures:7d}")
     return 0
 
 

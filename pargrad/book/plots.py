@@ -354,7 +354,7 @@ def ring_all_reduce_steps(states, sent, counts, title="Ring all-reduce, step by 
     n = len(states[0])
     panels = len(states)
     fig, axes = plt.subplots(1, panels, figsize=(1.9 * panels, 0.55 * n + 1.2), squeeze=False)
-    cmap = plt.get_cmap("Blues")
+    cmap = plt.get_cmap(SCHEMATIC_COLORS["summed"])
     for p, ax in enumerate(axes[0]):
         grid = np.asarray(counts[p])
         ax.imshow(grid, cmap=cmap, vmin=0, vmax=n + 1.5, aspect="equal")
@@ -366,7 +366,7 @@ def ring_all_reduce_steps(states, sent, counts, title="Ring all-reduce, step by 
         if p > 0:
             for sender, receiver, chunk in sent[p - 1]:
                 ax.add_patch(plt.Rectangle((chunk - 0.5, sender - 0.5), 1, 1, fill=False,
-                                           edgecolor="tab:orange", linewidth=2))
+                                           edgecolor=SCHEMATIC_COLORS["sent"], linewidth=2))
         ax.set_xticks(range(grid.shape[1]))
         ax.set_xticklabels([f"c{c}" for c in range(grid.shape[1])], fontsize=9)
         ax.set_yticks(range(n))
@@ -377,7 +377,7 @@ def ring_all_reduce_steps(states, sent, counts, title="Ring all-reduce, step by 
             ax.set_title(f"reduce-scatter {p}", fontsize=9)
         else:
             ax.set_title(f"all-gather {p - n + 1}", fontsize=9)
-    fig.suptitle(title + " (orange: the chunk each replica sends to the next)", fontsize=9)
+    fig.suptitle(title + " (purple: the chunk each replica sends to the next)", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -401,7 +401,8 @@ def device_timeline(history, steps=range(4), ax=None, title="What each replica d
     origin = history.start[steps[0]]
     ms = lambda t: (t - origin) * 1e3  # noqa: E731
     replicas = history.compute.shape[1]
-    colors = {"launch": "0.85", "compute": "tab:blue", "straggler": "tab:orange", "wait": "tab:red"}
+    colors = {"launch": SCHEMATIC_COLORS["launch"], "compute": SCHEMATIC_COLORS["compute"],
+              "straggler": SCHEMATIC_COLORS["compute"], "wait": SCHEMATIC_COLORS["update"]}
     for step in steps:
         for r in range(replicas):
             kind = "straggler" if r in history.stragglers else "compute"
@@ -413,7 +414,8 @@ def device_timeline(history, steps=range(4), ax=None, title="What each replica d
             for begin, end, part in spans:
                 ax.barh(r, ms(end) - ms(begin), left=ms(begin), height=0.6,
                         color=colors[part], alpha=0.45 if part == "wait" else 1.0,
-                        edgecolor="none")
+                        hatch="xx" if part == "straggler" else None,
+                        edgecolor="white" if part == "straggler" else "none")
         ax.axvline(ms(history.start[step] + history.step_time[step]), color="0.3",
                    linestyle=":", linewidth=1)
     handles = [plt.Rectangle((0, 0), 1, 1, color=colors[k], alpha=0.45 if k == "wait" else 1.0)
@@ -421,7 +423,8 @@ def device_timeline(history, steps=range(4), ax=None, title="What each replica d
     labels = ["launch (before the replica starts)", "compute (forward + backward)",
               "wait (all-reduce + update)"]
     if history.stragglers:
-        handles.insert(2, plt.Rectangle((0, 0), 1, 1, color=colors["straggler"]))
+        handles.insert(2, plt.Rectangle((0, 0), 1, 1, facecolor=colors["straggler"], hatch="xx",
+                                        edgecolor="white"))
         labels.insert(2, "compute, straggler")
     ax.legend(handles, labels, fontsize=9, loc="lower center", bbox_to_anchor=(0.5, 1.0),
               ncol=len(labels), frameon=False)
@@ -788,8 +791,11 @@ SCHEMATIC_COMPUTE = (2.0, 3.0)
 SCHEMATIC_ALL_REDUCE = 0.6
 SCHEMATIC_APPLY = 0.3
 SCHEMATIC_END = 7.5
+# One colour a meaning across the figures of the chapter "Synchronous training":
+# the schematic, the ring all-reduce (a chunk sent) and the measured timeline.
 SCHEMATIC_COLORS = {"compute": "tab:blue", "wait": "0.85", "update": "tab:red",
-                    "stale": "tab:orange"}
+                    "stale": "tab:orange", "launch": "#e3d4a6", "sent": "tab:purple",
+                    "summed": "Greens"}
 
 
 def _schematic_sync_spans():

@@ -39,6 +39,8 @@ CITED_CONSTANTS = {
         "2 min": "dawnbench2020leaderboard", "38 s": "dawnbench2020leaderboard",
         "43 s": "dawnbench2020leaderboard", "9 min": "dawnbench2020leaderboard",
         "22 s": "dawnbench2020leaderboard",
+        # the figure the stale-gradient article's page quotes, before the leaderboard's
+        "10 min": "stalegradientarticle", "28 s": "stalegradientarticle",
     },
     "09_beyond_one_machine": {"54 days": "dubey2024llama3"},
     "12_sharded_training": {"7.5": "rajbhandari2019zero"},  # ZeRO's Figure 1: 7.5 B parameters

@@ -149,6 +149,29 @@ def test_totals_of_the_core_path_and_the_book(book):
     assert metrics["book"]["p_values"] == 4
 
 
+def test_figures_count_figure_cells_and_glued_figures(tmp_path):
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: chapters/01_one\n")
+    chapters = tmp_path / "chapters"
+    chapters.mkdir()
+    figure_cell = code("fig = plot()\n")
+    figure_cell["metadata"]["mystnb"] = {"figure": {"caption": "A plot.", "name": "fig-a"}}
+    removed_figure = code("fig = plot()\n", tags=["remove-cell"])
+    removed_figure["metadata"]["mystnb"] = {"figure": {"caption": "Gone.", "name": "fig-b"}}
+    (chapters / "01_one.ipynb").write_text(notebook([
+        {"cell_type": "markdown", "metadata": {}, "source": "# One\n\nText."},
+        figure_cell,
+        removed_figure,
+        code("glue('fig-c', figure, display=False)\n", tags=["remove-cell"]),
+        {"cell_type": "markdown", "metadata": {},
+         "source": "```{glue:figure} fig-c\n:name: fig-c\n\nA glued figure.\n```\n\n"
+                   ":::{glue:figure} fig-d\nAnother.\n:::\n"},
+        code("plt.plot([1, 2])\n"),  # a plot without a name or caption: not a numbered figure
+    ]))
+    metrics = reader_metrics.measure_book(tmp_path)
+    assert metrics["pages"][0]["figures"] == 3
+    assert metrics["book"]["figures"] == 3
+
+
 def test_a_page_missing_from_disk_is_named(book):
     (book / "chapters" / "a1_methods.md").unlink()
     with pytest.raises(FileNotFoundError, match="chapters/a1_methods"):
