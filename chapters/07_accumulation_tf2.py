@@ -127,7 +127,8 @@ for _ in range(200):  # the big batch: all 50 points at once
     big_optimizer.apply_gradients(zip(tape.gradient(loss, big.trainable_variables),
                                       big.trainable_variables))
 gap = max(np.max(np.abs(a - b)) for a, b in zip(model.get_weights(), big.get_weights()))
-print(f"{K} micro-batches an update, 200 updates: largest weight gap to the big batch {gap:.1e}")
+print(f"{K} micro-batches an update, 200 updates: largest weight gap to the big batch "
+      f"{'below 1e-14' if gap < 1e-14 else f'{gap:.1e}'}")
 
 # %% tags=["remove-cell"]
 assert gap < pargrad.rounding_tolerance("float64", 200)

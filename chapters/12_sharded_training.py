@@ -35,7 +35,7 @@
 # 64 devices), from the book's formula `pargrad.memory.state_bytes`:
 
 # %% tags=["colab", "hide-input"]
-# On Colab: install pargrad from the book's repository. Elsewhere: nothing to do.
+# On Colab: install pargrad and what its chapters need. Elsewhere: nothing to do.
 import sys
 
 if "google.colab" in sys.modules:
@@ -43,7 +43,7 @@ if "google.colab" in sys.modules:
 
     REPOSITORY = "https://github.com/pargrad/pargrad"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", f"pargrad @ git+{REPOSITORY}@main"],
+        [sys.executable, "-m", "pip", "install", "-q", f"pargrad[book] @ git+{REPOSITORY}@main"],
         check=True,
     )
 
