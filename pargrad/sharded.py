@@ -526,14 +526,18 @@ class ShardedTrainer(SyncTrainer):
 
     # -- the loop ---------------------------------------------------------------
 
-    def fit(self, *args, **kwargs):
+    def fit(self, x, y=None, *, batch_size=None, epochs=None, steps=None, shuffle=None,
+            seed=None, validation_data=None, validation_batch_size=None, callbacks=None,
+            steps_per_call=1, progress=None):
+        """Train as :meth:`pargrad.SyncTrainer.fit` does (the same arguments); return a
+        :class:`ShardedHistory`.  Taught in the chapter "When the model does not fit"."""
         if getattr(self, "_unsharded", False):
             raise ValueError("This trainer's model was unsharded (unshard()); make a new "
                              "ShardedTrainer to train it again.")
-        return super().fit(*args, **kwargs)
-
-    fit.__doc__ = ("Train as :meth:`pargrad.SyncTrainer.fit` does (the same arguments); "
-                   "return a :class:`ShardedHistory`.")
+        return super().fit(x, y, batch_size=batch_size, epochs=epochs, steps=steps,
+                           shuffle=shuffle, seed=seed, validation_data=validation_data,
+                           validation_batch_size=validation_batch_size, callbacks=callbacks,
+                           steps_per_call=steps_per_call, progress=progress)
 
     def _history(self, records, keras_history, source):
         base = super()._history(records, keras_history, source)
