@@ -464,8 +464,8 @@ class ShardedTrainer(SyncTrainer):
 
             loss, flat = self.strategy.run(replica_step)
             loss = self.strategy.experimental_local_results(loss)
-            losses = [tf.cast(l, tf.float64) for l in loss] if i == 0 else [
-                a + tf.cast(l, tf.float64) for a, l in zip(losses, loss)]
+            # Each replica's loss, its micro-batches added first (as SyncTrainer does).
+            losses = list(loss) if i == 0 else [a + l for a, l in zip(losses, loss)]
             flats = self.strategy.experimental_local_results(flat)
             if self._stage == 1:
                 # Each replica keeps its full gradient in its buffer, then reduce-scatter.
@@ -485,8 +485,9 @@ class ShardedTrainer(SyncTrainer):
                     updates.append(tf.identity(tf_variable(self.parameter_shards[s])))
             if self._stage < 3:
                 self._all_gather(updates)
-        total = tf.add_n(losses) if len(losses) > 1 else losses[0]
-        return {"loss": total}
+        with tf.device(self._devices[0]):     # the replicas' sum, as strategy.reduce adds it
+            total = _sum_in_order(*losses)
+        return {"loss": tf.cast(total, tf.float64)}
 
     def _assigned(self, buffer, value, device_index, add=False):
         """``buffer`` set to (or, with ``add``, increased by) ``value``, on its device; its new value."""
@@ -509,7 +510,7 @@ class ShardedTrainer(SyncTrainer):
         if not self.stop_on_non_finite:
             return []
         with tf.device(self._host_device()):
-            stacked = tf.stack(losses)
+            stacked = tf.stack([tf.cast(loss, tf.float64) for loss in losses])
             noted = [self._seen_losses.assign(stacked), self._seen_steps.assign_add(1)]
             with tf.control_dependencies(noted):
                 return [tf.debugging.Assert(tf.reduce_all(tf.math.is_finite(stacked)),
