@@ -466,8 +466,8 @@ class ShardedTrainer(SyncTrainer):
 
             loss, flat = self.strategy.run(replica_step)
             loss = self.strategy.experimental_local_results(loss)
-            losses = [tf.cast(l, tf.float64) for l in loss] if i == 0 else [
-                a + tf.cast(l, tf.float64) for a, l in zip(losses, loss)]
+            # Each replica's loss, its micro-batches added first (as SyncTrainer does).
+            losses = list(loss) if i == 0 else [a + l for a, l in zip(losses, loss)]
             flats = self.strategy.experimental_local_results(flat)
             if self._stage == 1:
                 # Each replica keeps its full gradient in its buffer, then reduce-scatter.
@@ -487,8 +487,9 @@ class ShardedTrainer(SyncTrainer):
                     updates.append(tf.identity(tf_variable(self.parameter_shards[s])))
             if self._stage < 3:
                 self._all_gather(updates)
-        total = tf.add_n(losses) if len(losses) > 1 else losses[0]
-        return {"loss": total}
+        with tf.device(self._devices[0]):     # the replicas' sum, as strategy.reduce adds it
+            total = _sum_in_order(*losses)
+        return {"loss": tf.cast(total, tf.float64)}
 
     def _assigned(self, buffer, value, device_index, add=False):
         """``buffer`` set to (or, with ``add``, increased by) ``value``, on its device; its new value."""
@@ -511,7 +512,7 @@ class ShardedTrainer(SyncTrainer):
         if not self.stop_on_non_finite:
             return []
         with tf.device(self._host_device()):
-            stacked = tf.stack(losses)
+            stacked = tf.stack([tf.cast(loss, tf.float64) for loss in losses])
             noted = [self._seen_losses.assign(stacked), self._seen_steps.assign_add(1)]
             with tf.control_dependencies(noted):
                 return [tf.debugging.Assert(tf.reduce_all(tf.math.is_finite(stacked)),
@@ -528,14 +529,18 @@ class ShardedTrainer(SyncTrainer):
 
     # -- the loop ---------------------------------------------------------------
 
-    def fit(self, *args, **kwargs):
+    def fit(self, x, y=None, *, batch_size=None, epochs=None, steps=None, shuffle=None,
+            seed=None, validation_data=None, validation_batch_size=None, callbacks=None,
+            steps_per_call=1, progress=None):
+        """Train as :meth:`pargrad.SyncTrainer.fit` does (the same arguments); return a
+        :class:`ShardedHistory`.  Taught in the chapter "When the model does not fit"."""
         if getattr(self, "_unsharded", False):
             raise ValueError("This trainer's model was unsharded (unshard()); make a new "
                              "ShardedTrainer to train it again.")
-        return super().fit(*args, **kwargs)
-
-    fit.__doc__ = ("Train as :meth:`pargrad.SyncTrainer.fit` does (the same arguments); "
-                   "return a :class:`ShardedHistory`.")
+        return super().fit(x, y, batch_size=batch_size, epochs=epochs, steps=steps,
+                           shuffle=shuffle, seed=seed, validation_data=validation_data,
+                           validation_batch_size=validation_batch_size, callbacks=callbacks,
+                           steps_per_call=steps_per_call, progress=progress)
 
     def _history(self, records, keras_history, source):
         base = super()._history(records, keras_history, source)
