@@ -27,8 +27,9 @@ With ``H = 1``, an inner SGD and the outer SGD of rate 1, a round is one
 step of synchronous SGD.  Every round records the bytes each replica sends
 and receives in a ring all-reduce of the parameters and, given a link of
 :mod:`pargrad.cost`, the modelled seconds of that communication, so a run
-on logical devices can be charged for a slow network.  This module is part
-of the library and never imports the book.
+on logical devices can be charged for a slow network; :func:`round_seconds`
+is the one formula of a round's virtual time.  This module is part of the
+library and never imports the book.
 """
 
 import dataclasses
@@ -77,7 +78,10 @@ LINK_EXAMPLE = "Pass for example pargrad.cost.Link(latency=5e-6, bandwidth=25e9)
 # ----------------------------------------------------------------------------
 
 class RoundSeconds(NamedTuple):
-    """A round's modelled seconds: ``compute`` and ``communication`` (NaN: not modelled)."""
+    """A round's modelled seconds: ``compute`` and ``communication`` (NaN: not modelled).
+
+    What :func:`round_seconds` returns.  Taught in the chapter "Communicating rarely".
+    """
 
     compute: float
     communication: float
