@@ -46,7 +46,6 @@ flattened into one vector padded with zeros to a multiple of the replicas
 fraction of a byte.
 """
 
-import math
 import numbers
 
 from pargrad.checks import ArgumentTypeError, check_choice, check_whole_number

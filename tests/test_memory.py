@@ -1,5 +1,7 @@
 """Tests of pargrad.memory: the formula of bytes per device, and the bytes trainers hold."""
 
+import json
+
 import pytest
 
 from pargrad import memory
@@ -121,9 +123,6 @@ rows = [(r, s, o, counted(r, s, o)) for r in {replicas} for s in (0, 1, 2, 3)
         for o in {optimizers}]
 print(json.dumps(rows))
 """
-    import json
-    import pargrad
-    from pargrad import memory as _  # noqa: F401
     namespace = {}
     exec(COUNT_CODE.format(devices=4).replace("devices = pargrad.logical_devices(4)",
                                               "devices = None"), namespace)
