@@ -531,7 +531,7 @@ class ShardedTrainer(SyncTrainer):
 
     def fit(self, x, y=None, *, batch_size=None, epochs=None, steps=None, shuffle=None,
             seed=None, validation_data=None, validation_batch_size=None, callbacks=None,
-            steps_per_call=1, progress=None):
+            steps_per_call=1):
         """Train as :meth:`pargrad.SyncTrainer.fit` does (the same arguments); return a
         :class:`ShardedHistory`.  Taught in the chapter "When the model does not fit"."""
         if getattr(self, "_unsharded", False):
@@ -540,7 +540,7 @@ class ShardedTrainer(SyncTrainer):
         return super().fit(x, y, batch_size=batch_size, epochs=epochs, steps=steps,
                            shuffle=shuffle, seed=seed, validation_data=validation_data,
                            validation_batch_size=validation_batch_size, callbacks=callbacks,
-                           steps_per_call=steps_per_call, progress=progress)
+                           steps_per_call=steps_per_call)
 
     def _history(self, records, keras_history, source):
         base = super()._history(records, keras_history, source)
