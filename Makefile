@@ -210,7 +210,7 @@ $(OLDEST_STAMP): requirements-oldest.txt pyproject.toml
 test-oldest: $(OLDEST_STAMP)
 	$(OLDEST)/bin/python -m pytest -p no:cacheprovider -q tests/repository/test_versions.py \
 	    tests/test_devices.py tests/test_sync.py tests/test_accumulate.py tests/test_tf1.py \
-	    tests/test_asynchronous.py
+	    tests/test_asynchronous.py tests/test_sharded.py tests/test_memory.py tests/test_losses.py
 
 chapter: $(STAMP)
 	@test -n "$(NB)" || (echo "usage: make chapter NB=chapters/01_training_loop" && exit 2)
