@@ -119,6 +119,13 @@ print(table)
 #   (keras-team/keras issue 20582); elsewhere `fit` fails first. Accumulate
 #   in a custom loop instead.
 #
+# `pargrad.ShardedTrainer` ([When the model does not fit](12_sharded_training))
+# is a custom loop under `MirroredStrategy` only: each shard's owner is a
+# device of one process, so it refuses `MultiWorkerMirroredStrategy` and
+# `ParameterServerStrategy` with a message. Its tests pass with TensorFlow
+# 2.16 and Keras 3.7 (the oldest releases pargrad allows) and with the
+# pinned 2.21; its chapter also runs on Colab's TensorFlow 2.19.
+#
 # A hidden cell checks these sentences against the computed table:
 
 # %% tags=["remove-input"]
