@@ -1,4 +1,4 @@
-"""What the benchmarks share: the machine line, interleaved best-of rounds, the RESULT line.
+"""What the benchmarks share: the machine line, the perceptron and its data, interleaved best-of rounds, the RESULT line.
 
 Not a benchmark itself.  A benchmark imports it after ``pargrad`` (which
 imports TensorFlow quietly).
@@ -13,6 +13,28 @@ import numpy as np
 from pargrad._quiet import import_tensorflow_quietly
 
 tf = import_tensorflow_quietly()
+
+import keras  # noqa: E402  (after TensorFlow, imported quietly)
+
+FEATURES, WIDTH, PER_REPLICA, EXAMPLES = 64, 256, 256, 8192
+
+
+def perceptron():
+    """The synchronous and sharded benchmarks' model: 64 -> 256 -> 256 -> 1, seeded."""
+    keras.utils.set_random_seed(0)
+    return keras.Sequential([
+        keras.Input((FEATURES,)),
+        keras.layers.Dense(WIDTH, activation="relu"),
+        keras.layers.Dense(WIDTH, activation="relu"),
+        keras.layers.Dense(1),
+    ])
+
+
+def data():
+    """``EXAMPLES`` seeded standard-normal examples and targets, float32."""
+    rng = np.random.default_rng(0)
+    return (rng.standard_normal((EXAMPLES, FEATURES)).astype(np.float32),
+            rng.standard_normal((EXAMPLES, 1)).astype(np.float32))
 
 
 def describe_machine(devices):

@@ -26,27 +26,9 @@ import pargrad  # first: it imports TensorFlow quietly
 import keras
 import numpy as np
 
-from _common import describe_machine, result_line, timed, verdict
+from _common import (PER_REPLICA, data, describe_machine,
+                     perceptron, result_line, timed, verdict)
 from pargrad.strategies import sync_strategy
-
-FEATURES, WIDTH, PER_REPLICA, EXAMPLES = 64, 256, 256, 8192
-
-
-def perceptron():
-    keras.utils.set_random_seed(0)
-    return keras.Sequential([
-        keras.Input((FEATURES,)),
-        keras.layers.Dense(WIDTH, activation="relu"),
-        keras.layers.Dense(WIDTH, activation="relu"),
-        keras.layers.Dense(1),
-    ])
-
-
-def data():
-    rng = np.random.default_rng(0)
-    return (rng.standard_normal((EXAMPLES, FEATURES)).astype(np.float32),
-            rng.standard_normal((EXAMPLES, 1)).astype(np.float32))
-
 
 def runner(strategy, x, y, batch, stage, steps):
     """``run()``: seconds a step of one fit call of ``steps`` steps in one graph loop."""

@@ -49,29 +49,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from _common import best_of_rounds, describe_machine, result_line, timed, verdict
+from _common import (EXAMPLES, PER_REPLICA, best_of_rounds, data,
+                     describe_machine, perceptron, result_line, timed, verdict)
 from pargrad.book.instruments import InstrumentedSyncTrainer
 from pargrad.strategies import sync_strategy
 from pargrad.sync import SyncTrainer
-
-FEATURES, WIDTH, PER_REPLICA, EXAMPLES = 64, 256, 256, 8192
-
-
-def perceptron():
-    keras.utils.set_random_seed(0)
-    return keras.Sequential([
-        keras.Input((FEATURES,)),
-        keras.layers.Dense(WIDTH, activation="relu"),
-        keras.layers.Dense(WIDTH, activation="relu"),
-        keras.layers.Dense(1),
-    ])
-
-
-def data():
-    rng = np.random.default_rng(0)
-    return (rng.standard_normal((EXAMPLES, FEATURES)).astype(np.float32),
-            rng.standard_normal((EXAMPLES, 1)).astype(np.float32))
-
 
 def squared_error_gradients(model, global_batch):
     """The loss and gradients SyncTrainer computes, as a function of a batch."""
