@@ -123,7 +123,7 @@ print(table)
 # is a custom loop under `MirroredStrategy` only: each shard's owner is a
 # device of one process, so it refuses `MultiWorkerMirroredStrategy` and
 # `ParameterServerStrategy` with a message. Its tests pass with TensorFlow
-# 2.16 and Keras 3.7 (the oldest releases pargrad allows) and with
+# 2.16 and Keras 3.11 (the oldest releases pargrad allows) and with
 # the pinned TensorFlow 2.21; its chapter also runs on Colab's TensorFlow 2.19.
 #
 # A hidden cell checks these sentences against the computed table:
