@@ -421,10 +421,12 @@ glue("cost_verdict", f"{spread}, all on one side of 1, so this measurement resol
 # gradient entries, one number is smaller still.
 #
 # An alternative avoids the extra all-reduce: divide every micro-batch by a
-# constant independent of the data (a full batch's positions), as Keras's
-# default reduction does (below) and some trainers choose {cite}`trlpr3231`:
-# consistent across micro-batches, but the step shrinks with the share of
-# padding.
+# constant independent of the data, the number of positions a full
+# micro-batch can hold. Keras's default reduction does so (below), and so
+# does the `dr_grpo` loss of Hugging Face TRL's `GRPOTrainer`, which divides
+# by the number of completions in the micro-batch times
+# `max_completion_length` {cite}`trlpr3256`: consistent across micro-batches,
+# but the step shrinks with the share of padding.
 #
 # ## Keras 3's `gradient_accumulation_steps` on the same data
 #
