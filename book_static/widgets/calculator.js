@@ -9,17 +9,11 @@
  */
 (function () {
   "use strict";
+  var widgets = window.pargrad.widgets;  // common.js: loaded first
+  var fail = widgets.fail, wholeNumber = widgets.wholeNumber;
+  var el = widgets.el, text = widgets.text;
 
   // ---------------------------------------------------------------- arithmetic
-  function fail(message) { throw new Error(message); }
-
-  function wholeNumber(name, value, minimum) {
-    if (!Number.isInteger(value) || value < minimum) {
-      fail(name + " must be a whole number >= " + minimum + ", got " + value + ".");
-    }
-    return value;
-  }
-
   function positive(name, value, unit) {
     if (typeof value !== "number" || !(value > 0) || !isFinite(value)) {
       fail(name + " must be a positive number of " + unit + ", got " + value + ".");
@@ -187,8 +181,7 @@
     };
   }
 
-  var api = window.pargrad = window.pargrad || {};
-  api.cost = {
+  window.pargrad.cost = {
     link: link, ringPattern: ringPattern, treePattern: treePattern,
     parameterServerPattern: parameterServerPattern, messageTime: messageTime,
     ringAllReduceTime: ringAllReduceTime, treeAllReduceTime: treeAllReduceTime,
@@ -199,21 +192,6 @@
   };
 
   // ------------------------------------------------------------------- the form
-  var SVG = "http://www.w3.org/2000/svg";
-
-  function el(name, attributes, parent) {
-    var node = document.createElementNS(SVG, name);
-    for (var key in attributes) node.setAttribute(key, attributes[key]);
-    if (parent) parent.appendChild(node);
-    return node;
-  }
-
-  function text(parent, x, y, content, attributes) {
-    var node = el("text", Object.assign({x: x, y: y}, attributes || {}), parent);
-    node.textContent = content;
-    return node;
-  }
-
   function linkOptions(selected) {
     return LINKS.map(function (each) {
       return '<option value="' + each.name + '"' + (each.name === selected ? " selected" : "") +
@@ -247,6 +225,10 @@
     '<label><input name="overlap" type="checkbox"> overlap communication with compute</label>' +
     '<label>efficiency to keep (%) <input name="target" type="number" min="1" max="99.9" step="any" value="90"></label>' +
     '</fieldset>';
+
+  var NOTE = "As it opens: about the chapter's ResNet-50 with fp32 gradients on " +
+    "eight boxes of eight A100s with one 100 GbE port a box, as in the section on buckets. " +
+    "The links are the vendors' peak figures and the chapter's assumed latencies.";
 
   function formatSeconds(seconds) {
     if (seconds >= 1) return seconds.toFixed(3) + " s";
@@ -336,23 +318,8 @@
   }
 
   function build(container) {
-    container.classList.add("pargrad-widget");
-    container.innerHTML = "";
-    var form = document.createElement("form");
-    form.className = "pc-controls";
-    form.innerHTML = FORM;
-    form.addEventListener("submit", function (event) { event.preventDefault(); });
-    container.appendChild(form);
-    var note = document.createElement("p");
-    note.className = "pg-legend";
-    note.textContent = "As it opens: about the chapter's ResNet-50 with fp32 gradients on " +
-      "eight boxes of eight A100s with one 100 GbE port a box, as in the section on buckets. " +
-      "The links are the vendors' peak figures and the chapter's assumed latencies.";
-    container.appendChild(note);
-    var output = document.createElement("div");
-    output.className = "pc-output";
-    output.setAttribute("aria-live", "polite");
-    container.appendChild(output);
+    var parts = widgets.panel(container, {form: FORM, note: NOTE});
+    var form = parts.form, output = parts.output;
     var bars = el("svg", {class: "pc-svg pc-bars", role: "img", "aria-label": "the step split into compute and communication"});
     var curve = el("svg", {class: "pc-svg pc-efficiency", role: "img", "aria-label": "efficiency against the batch a replica"});
     var figures = document.createElement("div");
@@ -374,11 +341,7 @@
         settings = readSettings(form);
         result = dataParallelStep(settings);
       } catch (error) {
-        output.innerHTML = '<p class="pc-error"></p>';
-        output.firstChild.textContent = error.message;
-        container.dataset.error = error.message;
-        bars.innerHTML = "";
-        curve.innerHTML = "";
+        widgets.showError(container, output, error, [bars, curve]);
         return;
       }
       delete container.dataset.error;
@@ -401,16 +364,8 @@
       drawEfficiency(curve, settings, result);
     }
 
-    form.addEventListener("input", redraw);
-    form.addEventListener("change", redraw);
-    redraw();
+    widgets.redrawOnEdit(form, redraw);
   }
 
-  function start() {
-    var container = document.getElementById("pargrad-scaling-calculator");
-    if (container) build(container);
-  }
-
-  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
-  else start();
+  widgets.mount("pargrad-scaling-calculator", build);
 })();

@@ -10,10 +10,10 @@
  */
 (function () {
   "use strict";
+  var widgets = window.pargrad.widgets;  // common.js: loaded first
+  var fail = widgets.fail, el = widgets.el, text = widgets.text;
 
   // ---------------------------------------------------------------- arithmetic
-  function fail(message) { throw new Error(message); }
-
   var PRECISIONS = ["float32", "float64", "mixed"];
   var OPTIMIZERS = ["sgd", "momentum", "adam"];
   var STATE_VALUES = {sgd: 0, momentum: 1, adam: 2};  // values of state a parameter
@@ -21,10 +21,7 @@
 
   /* pargrad.checks.check_whole_number: a whole number >= minimum, exactly representable. */
   function wholeNumber(name, value, minimum) {
-    if (typeof value !== "number" || !Number.isSafeInteger(value) || value < minimum) {
-      fail(name + " must be a whole number >= " + minimum + ", got " + value + ".");
-    }
-    return value;
+    return widgets.wholeNumber(name, value, minimum, true);
   }
 
   function choice(name, value, choices) {
@@ -88,26 +85,10 @@
     return held;
   }
 
-  var api = window.pargrad = window.pargrad || {};
-  api.memory = {stateBytes: stateBytes, shardedComponents: shardedComponents,
-                COMPONENTS: COMPONENTS};
+  window.pargrad.memory = {stateBytes: stateBytes, shardedComponents: shardedComponents,
+                           COMPONENTS: COMPONENTS};
 
   // ------------------------------------------------------------------- the form
-  var SVG = "http://www.w3.org/2000/svg";
-
-  function el(name, attributes, parent) {
-    var node = document.createElementNS(SVG, name);
-    for (var key in attributes) node.setAttribute(key, attributes[key]);
-    if (parent) parent.appendChild(node);
-    return node;
-  }
-
-  function text(parent, x, y, content, attributes) {
-    var node = el("text", Object.assign({x: x, y: y}, attributes || {}), parent);
-    node.textContent = content;
-    return node;
-  }
-
   /* Decimal units, as the chapter prints them (1 GB = 1e9 bytes). */
   function formatBytes(bytes) {
     var units = [[1e12, "TB"], [1e9, "GB"], [1e6, "MB"], [1e3, "kB"]];
@@ -137,6 +118,10 @@
     }).join("") + '</select></label>' +
     '</fieldset>';
 
+  var NOTE = "As it opens: the ZeRO paper's Figure 1 (7.5 billion parameters, " +
+    "mixed-precision Adam, 64 replicas). The training state only: activations, buffers " +
+    "and the framework's own memory come on top.";
+
   function drawStages(svg, settings) {
     var width = 420, rowHeight = 26, left = 128, right = 84, top = 22;
     var height = top + 4 * rowHeight + 8;
@@ -158,23 +143,8 @@
   }
 
   function build(container) {
-    container.classList.add("pargrad-widget");
-    container.innerHTML = "";
-    var form = document.createElement("form");
-    form.className = "pc-controls";
-    form.innerHTML = FORM;
-    form.addEventListener("submit", function (event) { event.preventDefault(); });
-    container.appendChild(form);
-    var note = document.createElement("p");
-    note.className = "pg-legend";
-    note.textContent = "As it opens: the ZeRO paper's Figure 1 (7.5 billion parameters, " +
-      "mixed-precision Adam, 64 replicas). The training state only: activations, buffers " +
-      "and the framework's own memory come on top.";
-    container.appendChild(note);
-    var output = document.createElement("div");
-    output.className = "pc-output";
-    output.setAttribute("aria-live", "polite");
-    container.appendChild(output);
+    var parts = widgets.panel(container, {form: FORM, note: NOTE});
+    var form = parts.form, output = parts.output;
     var bars = el("svg", {class: "pc-svg pm-bars", role: "img",
                           "aria-label": "bytes a device at each ZeRO stage"});
     container.appendChild(bars);
@@ -196,10 +166,7 @@
         held = stateBytes(settings.parameters, settings.replicas, settings.stage,
                           settings.precision, settings.optimizer);
       } catch (error) {
-        output.innerHTML = '<p class="pc-error"></p>';
-        output.firstChild.textContent = error.message;
-        container.dataset.error = error.message;
-        bars.innerHTML = "";
+        widgets.showError(container, output, error, [bars]);
         return;
       }
       delete container.dataset.error;
@@ -215,16 +182,8 @@
       drawStages(bars, settings);
     }
 
-    form.addEventListener("input", redraw);
-    form.addEventListener("change", redraw);
-    redraw();
+    widgets.redrawOnEdit(form, redraw);
   }
 
-  function start() {
-    var container = document.getElementById("pargrad-memory-calculator");
-    if (container) build(container);
-  }
-
-  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
-  else start();
+  widgets.mount("pargrad-memory-calculator", build);
 })();

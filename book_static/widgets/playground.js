@@ -8,6 +8,8 @@
  */
 (function () {
   "use strict";
+  var widgets = window.pargrad.widgets;  // common.js: loaded first
+  var el = widgets.el, text = widgets.text;
 
   // ---------------------------------------------------------------- arithmetic
   function checkStaleness(staleness) {
@@ -55,26 +57,11 @@
     return {stale: stale, fresh: fresh, sync: sync, workers: workers};
   }
 
-  var api = window.pargrad = window.pargrad || {};
-  api.delay = {stableRateBound: stableRateBound, delayedGradientPath: delayedGradientPath,
-               threeRuns: threeRuns};
+  window.pargrad.delay = {stableRateBound: stableRateBound, delayedGradientPath: delayedGradientPath,
+                          threeRuns: threeRuns};
 
   // ------------------------------------------------------------------- drawing
-  var SVG = "http://www.w3.org/2000/svg";
   var GRADIENTS = 40;
-
-  function el(name, attributes, parent) {
-    var node = document.createElementNS(SVG, name);
-    for (var key in attributes) node.setAttribute(key, attributes[key]);
-    if (parent) parent.appendChild(node);
-    return node;
-  }
-
-  function text(parent, x, y, content, attributes) {
-    var node = el("text", Object.assign({x: x, y: y}, attributes || {}), parent);
-    node.textContent = content;
-    return node;
-  }
 
   function slider(form, name, label, min, max, step, value) {
     var row = document.createElement("label");
@@ -204,12 +191,7 @@
   }
 
   function build(container) {
-    container.classList.add("pargrad-widget");
-    container.innerHTML = "";
-    var form = document.createElement("form");
-    form.className = "pg-controls";
-    form.addEventListener("submit", function (event) { event.preventDefault(); });
-    container.appendChild(form);
+    var form = widgets.controls(container, "pg-controls");
     var rate = slider(form, "rate", "learning rate × curvature ηλ", 0.02, 2.2, 0.02, 0.6);
     var staleness = slider(form, "staleness", "staleness τ (W = τ + 1 equal workers)", 0, 15, 1, 1);
     var start = slider(form, "start", "starting point w(0)", -3, 3, 0.1, 3);
@@ -270,16 +252,8 @@
       drawBound(bound, r, tau, Number(staleness.max), Number(rate.max));
     }
 
-    form.addEventListener("input", redraw);
-    form.addEventListener("change", redraw);
-    redraw();
+    widgets.redrawOnEdit(form, redraw);
   }
 
-  function start() {
-    var container = document.getElementById("pargrad-staleness-playground");
-    if (container) build(container);
-  }
-
-  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
-  else start();
+  widgets.mount("pargrad-staleness-playground", build);
 })();

@@ -58,6 +58,7 @@ def test_a_served_page_loads_nothing_from_elsewhere(browser, served):
     resources = browser.execute_script(
         "return performance.getEntriesByType('resource').map(e => e.name)")
     assert any("/_static/mathjax/" in name for name in resources)
-    assert any("/_static/widgets/calculator.js" in name for name in resources)
+    for widget in ("common.js", "calculator.js"):
+        assert any(f"/_static/widgets/{widget}" in name for name in resources), widget
     assert [name for name in resources if not name.startswith(served + "/")] == []
     assert script_errors(browser) == []
