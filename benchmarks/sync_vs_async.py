@@ -1,10 +1,10 @@
 """The races of the chapter "Sync vs async in the same time", stored for the chapter.
 
 ``--clock virtual``: every method of ``pargrad.book.race`` swept in every
-scenario on the virtual clock (rates a factor 2^(1/4) apart, the grid grown
-until the best lies inside it, on 10 tuning seeds, scored by the median time
-to the higher target), then run at its best rate *in that scenario* on 30
-other seeds; writes ``pargrad/book/data/sync_vs_async_virtual.json``, with
+scenario on the virtual clock (rates a factor 2^(1/4) apart, on 10 tuning
+seeds, scored by the median time to the higher target; medians within one
+checkpoint interval tie, and the grid grows until the plateau lies inside
+it), then run at its best rate *in that scenario* on 30 other seeds; writes ``pargrad/book/data/sync_vs_async_virtual.json``, with
 how long it took and the machine's load.  Deterministic; the (scenario,
 method) pairs are shared among ``--jobs`` processes (2); ``--cache DIR``
 keeps each finished pair, so an interrupted run resumes.  ``--first-seed
@@ -12,6 +12,14 @@ keeps each finished pair, so an interrupted run resumes.  ``--first-seed
 makes the held-out file, swept again on its own tuning seeds.  Each stored
 file took about 85 minutes in 2 processes, the two made at once on two cores
 shared with other work (each file records its time and load).
+``--extend`` reuses the runs of the ``--output`` file and makes only those
+it lacks: the rates a grid needs under the current rule and, with
+``--density 2``, the midpoints of the density check (the rates halfway
+between the four gaps nearest each best, and the races at a best they
+move); ``--only 'scenario/method'`` limits it to some pairs.  Extending
+the two files with ``--density 2`` took about 48 minutes each for 14 and
+13 of the 16 pairs (the rest still lack their midpoints), the two at once
+on two cores shared with other work (load average 4 to 7).
 
 ``--clock wall`` (the default): the measured race, delegated to
 ``tools/measure_race_sweep.py`` (one clock for every contender, the machine's
@@ -245,7 +253,7 @@ def virtual(arguments):
             dense_best.setdefault(scenario, {})[method] = dense_rate
         results[scenario, method] = races
         dense_results[scenario, method] = dense_races
-    order = [(s, m) for s in race.SCENARIOS for m in methods_of(s)]
+    order = [(s, m) for s in race.SCENARIOS for m in methods_of(s) if (s, m) in done]
     ordered = [run for key in order for run in results[key]]
     dense_ordered = [run for key in order for run in dense_results[key]]
     for runs in (sweep, dense_sweep):
@@ -267,10 +275,11 @@ def virtual(arguments):
                      "targets": list(TARGETS), "sweep_target": max(TARGETS),
                      "grid_step": SWEEP_STEP, "batch_size": race.BATCH_SIZE,
                      "resolution": arguments.virtual_every,
-                     "best_rates": {s: {m: best[s][m] for m in methods_of(s)}
-                                    for s in race.SCENARIOS},
+                     "best_rates": {s: {m: best[s][m] for m in methods_of(s) if m in best[s]}
+                                    for s in race.SCENARIOS if s in best},
                      "dense_best_rates": dense_best,
-                     "grids": {s: {m: grids[s][m] for m in methods_of(s)} for s in race.SCENARIOS},
+                     "grids": {s: {m: grids[s][m] for m in methods_of(s) if m in grids[s]}
+                               for s in race.SCENARIOS if s in grids},
                      "methods": {**race.METHODS, **race.CONTROLS}},
         "sweep": sweep,
         "results": ordered,
@@ -278,6 +287,15 @@ def virtual(arguments):
         "dense_results": dense_ordered,
     }
     if previous:  # what made the file before, and this extension
+        extensions = previous["settings"].get("grid_extensions", {})
+        for scenario, methods in grids.items():
+            for method, grid in methods.items():
+                before = {round(r, 6) for r in previous["settings"]["grids"][scenario][method]}
+                added = [r for r in grid if round(r, 6) not in before]
+                if added:  # the rates a plateau tied at the resolution needed
+                    extensions.setdefault(scenario, {})[method] = sorted(
+                        extensions.get(scenario, {}).get(method, []) + added)
+        stored["settings"]["grid_extensions"] = extensions
         stored["script"] = previous["script"]
         stored["run"] = previous["run"]
         stored["extensions"] = previous.get("extensions", []) + [{
