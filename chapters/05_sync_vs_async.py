@@ -147,6 +147,7 @@ glue("held-out-first", held_out["settings"]["seed_list"][0])
 glue("held-out-last", held_out["settings"]["seed_list"][-1])
 glue("seeds", SEEDS)
 glue("tuning-seeds", len(settings["tuning_seeds"]))
+glue("floor", 100 * experiments.FLOOR)
 glue("target-low", 100 * TARGETS[0])
 glue("target-high", 100 * TARGETS[1])
 plateau = float(np.median([r["accuracy"][-1] for r in results if r["scenario"] == "equal devices"]))
@@ -207,7 +208,7 @@ plt.close(figure)
 # method was faster, and the verdict of the book's rule
 # ([How the book decides](a0_methods)): a paired signed-rank test on the
 # per-seed time ratios of both sets pooled, each set leaning the same way,
-# and a lead of more than 2 %.
+# and a lead of more than {glue:text}`floor:.0f` %.
 
 # %% tags=["remove-input"]
 COMPARED = {scenario: ["sync, 1 backup", "async"] for scenario in race.SCENARIOS}
