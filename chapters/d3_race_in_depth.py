@@ -159,26 +159,35 @@ SEEDS = settings["seeds"]
 print(f"{len(results)} races ({SEEDS} seeds of every method in every scenario) and "
       f"{len(sweep_runs)} learning-rate sweep races on {len(settings['tuning_seeds'])} other seeds")
 print("budgets:", BUDGETS)
-matches = []
+gaps = []  # per re-run: the largest accuracy difference in test images, the largest time difference
+
+
+def describe(live_times, kept_times):
+    return ", ".join(f"{t:.0%} at {a:g} (file {b:g})" for t, a, b in zip(TARGETS, live_times, kept_times))
+
+
 for scenario, method in (("equal devices", "sync"), ("equal devices", "async"),
                          ("one device 3x slower", "sync, 1 backup")):
     kept = next(r for r in results if (r["scenario"], r["method"], r["seed"]) == (scenario, method, 0))
     live = race.race(method, scenario, seed=0, budget=BUDGETS[scenario], every=EVERY, data=data,
                      devices=devices, learning_rate=kept["learning_rate"])
-    matches.append(np.allclose(live["accuracy"], kept["accuracy"], atol=3 / len(y_test))
-                   and all(abs(race.digits_time_to_target(live, t)
-                               - race.digits_time_to_target(kept, t)) <= EVERY for t in TARGETS))
-    print(f"re-run live: {scenario}, {method}: matches the file: {matches[-1]}")
+    images = int(round(np.max(np.abs(live["accuracy"] - kept["accuracy"])) * len(y_test)))
+    live_times = [race.digits_time_to_target(live, t) for t in TARGETS]
+    kept_times = [race.digits_time_to_target(kept, t) for t in TARGETS]
+    gaps.append((images, max(abs(a - b) for a, b in zip(live_times, kept_times))))
+    print(f"re-run live, {scenario}, {method}, seed 0: targets reached at "
+          f"{describe(live_times, kept_times)}; accuracy differs from the file's by at most "
+          f"{images} test images")
 kept = next(r for r in sweep_runs if (r["scenario"], r["method"], r["seed"])
             == ("one device 3x slower", "sync", settings["tuning_seeds"][0]))
 live = race.race("sync", "one device 3x slower", seed=kept["seed"], every=EVERY, data=data,
                  budget=BUDGETS["one device 3x slower"], devices=devices,
                  learning_rate=kept["learning_rate"])
-matches.append(all(abs(race.digits_time_to_target(live, target)
-                       - (np.inf if stored_time is None else stored_time)) <= EVERY
-                   for target, stored_time in zip(TARGETS, kept["time_to_target"])))
-print(f"re-run live: the sweep's run of sync at rate {kept['learning_rate']:.3g}, one device 3x "
-      f"slower, tuning seed {kept['seed']}: matches the file: {matches[-1]}")
+live_times = [race.digits_time_to_target(live, t) for t in TARGETS]
+kept_times = [np.inf if t is None else t for t in kept["time_to_target"]]
+gaps.append((0, max(abs(a - b) for a, b in zip(live_times, kept_times))))
+print(f"re-run live, the sweep's run of sync at rate {kept['learning_rate']:.3g}, one device 3x "
+      f"slower, tuning seed {kept['seed']}: targets reached at {describe(live_times, kept_times)}")
 
 # %% tags=["remove-cell"]
 best_rates = settings["best_rates"]
@@ -196,7 +205,7 @@ def race_figure(runs, target, xlabel):
     return figure
 
 
-assert all(matches)
+assert all(images <= 3 and time <= EVERY for images, time in gaps)  # the file repeats
 held_out = race.stored_sweep("sync_vs_async_virtual_held_out")
 held_out_results = race.stored_results(held_out)
 assert held_out["settings"]["seeds"] == SEEDS and held_out["settings"]["every"] == EVERY
@@ -212,11 +221,13 @@ glue("tuning-seeds", len(settings["tuning_seeds"]))
 # verdicts), over rates a factor $2^{1/4} \approx$
 # {glue:text}`grid-step:.2f` apart, scored by the median time to the higher
 # target. The rule is the book's ([How the book decides](a0_methods)):
-# rates whose medians tie form a *plateau*, the tie goes to the lowest mean
-# time, and a plateau that touches an end of the grid means the grid is too
-# short, so the benchmark grows the grid until the plateau lies inside.
-# Checkpoints one time unit apart keep ties rare. The cell applies the rule
-# again to both stored sweeps (page · held out):
+# rates whose medians lie within one checkpoint interval of the lowest
+# ({glue:text}`every:.0f` time unit, the resolution of a time to a target)
+# tie and form a *plateau*, the tie goes to the lowest mean time, and a
+# plateau that touches an end of the grid means the grid is too short, so
+# the benchmark grows the grid until the plateau lies inside. The cell
+# applies the rule again to both stored sweeps (page · held out), and
+# names the grids that had to grow:
 
 # %%
 fair = {}
@@ -229,6 +240,13 @@ for scenario, methods in settings["best_rates"].items():
         print(f"   {method:26s} best rate " + " · ".join(f"{f.best:.3g}" for f in fair[scenario, method])
               + "   plateau " + " · ".join(f"{len(f.plateau)} rate{'s' * (len(f.plateau) > 1)}"
                                           for f in fair[scenario, method]))
+grown = [(which, scenario, method, rates)
+         for which, f in (("page", stored), ("held-out", held_out))
+         for scenario, methods in f["settings"].get("grid_extensions", {}).items()
+         for method, rates in methods.items()]
+for which, scenario, method, rates in grown:
+    print(f"{which} sweep of {method}, {scenario}: grid grown by the rate"
+          f"{'s' * (len(rates) > 1)} {', '.join(f'{r:.3g}' for r in rates)} to hold its plateau")
 
 # %% tags=["remove-cell"]
 for (scenario, method), sweeps in fair.items():  # the stored races ran at these rates
@@ -237,12 +255,19 @@ for (scenario, method), sweeps in fair.items():  # the stored races ran at these
 glue("grid-step", settings["grid_step"])
 glue("sweeps", 2 * len(fair))
 glue("single", sum(len(f.plateau) == 1 for sweeps in fair.values() for f in sweeps))
+glue("grown", len(grown))
+glue("grown-backup", sum(method == "sync, 1 backup" for _, _, method, _ in grown))
 for name, scenario in (("equal", "equal devices"), ("slow", "one device 3x slower")):
     for which, swept in zip(("page", "held"), fair[scenario, "async"]):
         glue(f"async-rate-{name}-{which}", swept.best)
 
 # %% [markdown]
-# Every one of the {glue:text}`sweeps` sweeps settled inside its grid, and
+# Tied at one checkpoint interval, the plateaus of {glue:text}`grown`
+# sweeps ({glue:text}`grown-backup` of them the backup worker's) reached
+# the top of the grid they were first swept on: their medians differ from
+# the next rate's by less than the clock can tell. Their grids grew by one
+# rate at a time until the plateau lay inside, and now every one of the
+# {glue:text}`sweeps` sweeps settles inside its grid,
 # {glue:text}`single` of them on a single rate. Plain asynchronous training's
 # best rate is {glue:text}`async-rate-equal-page:.3g` and
 # {glue:text}`async-rate-equal-held:.3g` with equal devices,
@@ -253,9 +278,10 @@ for name, scenario in (("equal", "equal devices"), ("slow", "one device 3x slowe
 # ## Every verdict
 #
 # Each question is answered at both targets with the rule of
-# [How the book decides](a0_methods), on the page's seeds and again on the
-# held-out ones; a verdict stands only if both show it. The collapsed output
-# prints every verdict with its wins and median time ratio on both seed sets.
+# [How the book decides](a0_methods): a signed-rank test over the page's
+# seeds and the held-out ones pooled, each set leaning the same way. The
+# collapsed output prints every verdict with its wins, median time ratio
+# and p-value, and each set's wins and losses.
 
 # %% tags=["hide-output"]
 QUESTIONS = {
@@ -280,82 +306,139 @@ for scenario, pairs in QUESTIONS.items():
             print(f"   {target:.0%}: {verdict}")
 
 # %% tags=["remove-cell"]
-FIRST, SECOND, NONE = "first", "second", experiments.NOT_SHOWN
-STATED = {  # (scenario, first, second): the verdict that replicates at the lower target, at the higher
-("equal devices", "sequential, no staleness", "async"): (FIRST, FIRST),
+FIRST, SECOND, NONE, FEW = "first", "second", experiments.NO_DIFFERENCE, experiments.TOO_FEW
+STATED = {  # (scenario, first, second): the pooled verdict at the lower target, at the higher
+    ("equal devices", "sequential, no staleness", "async"): (FIRST, FIRST),
     ("equal devices", "sync", "async"): (FIRST, FIRST),
-    ("equal devices", "sync", "sync, 1 backup"): (NONE, NONE),
-    ("equal devices", "async, staleness-aware", "async"): (NONE, NONE),
+    ("equal devices", "sync", "sync, 1 backup"): (NONE, FEW),
+    ("equal devices", "async, staleness-aware", "async"): (FIRST, NONE),
     ("equal devices", "async, bound 2", "async"): (NONE, NONE),
     ("one device 3x slower", "async", "sync"): (FIRST, FIRST),
     ("one device 3x slower", "sync, 1 backup", "sync"): (FIRST, FIRST),
-    ("one device 3x slower", "sync, 1 backup", "async"): (NONE, NONE),
+    ("one device 3x slower", "sync, 1 backup", "async"): (FIRST, FIRST),
     ("one device 3x slower", "async, staleness-aware", "async"): (NONE, NONE),
     ("one device 3x slower", "async, bound 2", "async"): (SECOND, SECOND),
     ("heavy-tailed delays", "async", "sync"): (FIRST, FIRST),
     ("heavy-tailed delays", "sync, 1 backup", "sync"): (FIRST, FIRST),
-    ("heavy-tailed delays", "sync, 1 backup", "async"): (NONE, NONE),
+    ("heavy-tailed delays", "sync, 1 backup", "async"): (SECOND, NONE),
     ("heavy-tailed delays", "async, staleness-aware", "async"): (NONE, NONE),
     ("heavy-tailed delays", "async, bound 2", "async"): (SECOND, SECOND),
 }
 for (scenario, first, second), expected in STATED.items():
     for target, stated in zip(TARGETS, expected):
         verdict = verdicts[scenario, first, second, target]
-        wanted = {FIRST: f"{first} ahead", SECOND: f"{second} ahead", NONE: NONE}[stated]
+        wanted = {FIRST: f"{first} ahead", SECOND: f"{second} ahead"}.get(stated, stated)
         assert verdict.verdict == wanted, (scenario, first, second, target, verdict)
-        assert verdict.page.seeds == verdict.held_out.seeds == SEEDS >= experiments.MIN_SEEDS
-assert all(v.page.ties == v.held_out.ties == SEEDS for t in TARGETS  # identical runs
+        assert verdict.page.seeds == verdict.held_out.seeds == SEEDS
+        assert verdict.pooled.seeds >= experiments.MIN_SEEDS
+assert all(v.pooled.ties == 2 * SEEDS for t in TARGETS  # identical runs
            for v in [verdicts["equal devices", "async, bound 2", "async", t]])
-assert all(v.page.losses == v.held_out.losses == SEEDS for t in TARGETS
+assert all(v.pooled.losses == 2 * SEEDS for t in TARGETS
            for v in [verdicts["one device 3x slower", "async, bound 2", "async", t]])
-glue("control-wins", min(min(v.page.wins, v.held_out.wins) for t in TARGETS
-                         for v in [verdicts["equal devices", "sequential, no staleness", "async", t]]))
-for scenario, name in (("one device 3x slower", "slow"), ("heavy-tailed delays", "heavy")):
-    for which in ("page", "held_out"):
-        v = getattr(verdicts[scenario, "sync, 1 backup", "async", TARGETS[0]], which)
-        glue(f"{name}-backup-async-{which}", f"{v.wins} to {v.losses}")
-heavy_low = verdicts["heavy-tailed delays", "sync, 1 backup", "async", TARGETS[0]]
-assert heavy_low.page.verdict == "async ahead"
-assert heavy_low.held_out.verdict == experiments.NO_DIFFERENCE
-assert all(v.verdict == experiments.NO_DIFFERENCE for t in TARGETS[1:] for v in [
-    verdicts["heavy-tailed delays", "sync, 1 backup", "async", t].page,
-    verdicts["heavy-tailed delays", "sync, 1 backup", "async", t].held_out])
-bound = [getattr(verdicts["heavy-tailed delays", "async, bound 2", "async", t], which).effect
-         for t in TARGETS for which in ("page", "held_out")]
-glue("heavy-bound-low", min(bound))
-glue("heavy-bound-high", max(bound))
+glue("control-wins", min(verdicts["equal devices", "sequential, no staleness", "async", t].pooled.wins
+                         for t in TARGETS))
+glue("pooled-seeds", 2 * SEEDS)
+
+
+def p_text(p):
+    """A p-value as the text quotes it: "p = 0.0012", or "p < 1e-4"."""
+    shown = experiments.format_p(p)
+    return f"p {shown}" if shown.startswith("<") else f"p = {shown}"
+
+
+def evidence(key):
+    """A verdict's evidence as the text quotes it: pooled wins to losses, ratio and p."""
+    v = verdicts[key].pooled
+    return f"{v.wins} to {v.losses}, ratio {experiments.format_ratio(v.effect)}, {p_text(v.p_value)}"
+
+
+low, high = TARGETS
+glue("slow-backup-async", evidence(("one device 3x slower", "sync, 1 backup", "async", low)))
+glue("slow-backup-async-high", evidence(("one device 3x slower", "sync, 1 backup", "async", high)))
+glue("heavy-backup-async", evidence(("heavy-tailed delays", "sync, 1 backup", "async", low)))
+glue("heavy-backup-async-high", evidence(("heavy-tailed delays", "sync, 1 backup", "async", high)))
+glue("equal-aware", evidence(("equal devices", "async, staleness-aware", "async", low)))
+glue("equal-backup-high", evidence(("equal devices", "sync", "sync, 1 backup", high)))
+bound = [verdicts["heavy-tailed delays", "async, bound 2", "async", t].pooled for t in TARGETS]
+glue("heavy-bound-low", min(v.effect for v in bound))
+glue("heavy-bound-high", max(v.effect for v in bound))
+glue("heavy-bound-p", p_text(max(v.p_value for v in bound)))
 
 # %% [markdown]
-# What both seed sets show:
+# What the {glue:text}`pooled-seeds` seeds of both sets show (wins to
+# losses of the first named, median time ratio, p-value):
 #
 # - **Staleness costs (equal devices).** The zero-staleness control
-#   reaches both targets before the asynchronous workers on
-#   {glue:text}`control-wins` of the {glue:text}`seeds` seeds of either set.
+#   reaches both targets before the asynchronous workers on at least
+#   {glue:text}`control-wins` of the {glue:text}`pooled-seeds` seeds.
 # - **Synchronous training ahead with equal devices, at both targets**, and
 #   plain synchronous training behind asynchronous training and behind one
 #   backup worker with either kind of straggler: the core page's verdicts.
-# - **Backup worker vs asynchronous training: not shown.** Behind the slow
-#   device the page's seeds lean towards the backup worker at the lower
-#   target ({glue:text}`slow-backup-async-page`), the held-out seeds less
-#   ({glue:text}`slow-backup-async-held_out`); with heavy-tailed delays
-#   the page's seeds put asynchronous training ahead at the lower target
-#   ({glue:text}`heavy-backup-async-page` for the backup worker), the
-#   held-out seeds do not ({glue:text}`heavy-backup-async-held_out`), and at
-#   the higher target neither set shows a difference.
-# - **The staleness-aware rate: not shown** ahead of or behind plain
-#   asynchronous training in any scenario.
+# - **Backup worker vs asynchronous training: a small lead, that depends on
+#   the straggler.** Behind the slow device the backup worker is ahead at
+#   both targets ({glue:text}`slow-backup-async` at the lower,
+#   {glue:text}`slow-backup-async-high` at the higher); with heavy-tailed
+#   delays asynchronous training is ahead at the lower target
+#   ({glue:text}`heavy-backup-async` for the backup worker) and no
+#   difference is shown at the higher ({glue:text}`heavy-backup-async-high`).
+#   The old rule, two sign tests that both had to agree, saw neither lead.
+# - **The staleness-aware rate** is ahead of plain asynchronous training
+#   with equal devices at the lower target ({glue:text}`equal-aware`); at
+#   the higher target and behind either straggler no difference is shown.
 # - **Bounded staleness** never binds with equal devices (its runs are the
 #   plain asynchronous ones, seed for seed). Behind the persistent straggler
 #   it is behind plain asynchronous training on every seed, because the fast
 #   workers must wait for the slow one; with heavy-tailed delays it is
 #   behind too, by less (median time ratios
-#   {glue:text}`heavy-bound-low:.2f` to {glue:text}`heavy-bound-high:.2f`).
-# - **A backup worker with equal devices: not shown** ahead of or behind
-#   plain synchronous training: nobody is late, and it drops a quarter of the
-#   examples.
+#   {glue:text}`heavy-bound-low:.2f` to {glue:text}`heavy-bound-high:.2f`,
+#   the larger {glue:text}`heavy-bound-p`). A third seed set, tuned on its
+#   own seeds (`tests/claims/test_sync_vs_async_conclusions.py`), confirms
+#   it at the higher target and leans the same way at the lower one, with
+#   too few seeds to tell.
+# - **A backup worker with equal devices:** no difference is shown at the
+#   lower target; at the higher one plain synchronous training leans ahead
+#   on both sets, with too few seeds to tell ({glue:text}`equal-backup-high`):
+#   nobody is late, and the backup worker drops a quarter of the examples.
 #
 # {numref}`fig-time-to-target` shows every seed of every method at the
 # higher target, and the collapsed table below it both targets.
+
+# %% [markdown]
+# **Does the grid decide a verdict?** The grids are a factor
+# {glue:text}`grid-step:.2f` apart. For the pairs below, the rates halfway
+# between (a factor $2^{1/8}$) were measured too, in the four gaps nearest
+# each method's best rate on both sets; each method is swept again on that
+# grid twice as dense, raced at its new best where it moved, and the
+# verdict decided again:
+
+# %% tags=["hide-output"]
+def measured_densely(scenario, method):
+    return all(method in f["settings"].get("dense_best_rates", {}).get(scenario, {})
+               for f in (stored, held_out))
+
+
+dense_verdicts = {}
+for scenario, pairs in QUESTIONS.items():
+    for first, second in pairs:
+        if not (measured_densely(scenario, first) and measured_densely(scenario, second)):
+            continue
+        for target in TARGETS:
+            dense = race.stored_verdict(stored, held_out, scenario, first, second, target, density=2)
+            dense_verdicts[scenario, first, second, target] = dense
+            print(f"{scenario}, {target:.0%}, {first} vs {second}: twice as dense, "
+                  f"faster on {dense.pooled.wins} seeds and slower on {dense.pooled.losses}, "
+                  f"median ratio {experiments.format_ratio(dense.pooled.effect)}, "
+                  f"{p_text(dense.pooled.p_value)} -> {dense.verdict} (on the stored grid: "
+                  f"{verdicts[scenario, first, second, target].verdict})")
+
+# %% tags=["remove-cell"]
+assert all(dense.verdict == verdicts[key].verdict for key, dense in dense_verdicts.items())
+glue("dense-checked", len(dense_verdicts))
+glue("verdicts", len(verdicts))
+
+# %% [markdown]
+# None of these {glue:text}`dense-checked` verdicts (of the
+# {glue:text}`verdicts`) changes on the denser grids.
 
 # %% tags=["remove-cell"]
 table = race.time_to_target_table(results, TARGETS[1])
@@ -460,18 +543,20 @@ for target in wall_settings["targets"]:
                   + " ".join(f"{t:5.2f}" if np.isfinite(t) else "    -" for t in times)
                   + "   load " + " ".join(f"{r['load_before']:.1f}" for r in runs))
 claims = race.wall_clock_claims(walls, wall_settings["targets"][0], wall_settings["every"])
-for claim, holds in claims.items():
-    print(f"{'holds' if holds else 'FAILS'} on all {WALL_SEEDS} seeds (sign test): {claim}")
+for claim, v in claims.items():
+    print(f"{claim}: faster on {v.wins} of {v.seeds} seeds, slower on {v.losses} "
+          f"(signed-rank {p_text(v.p_value)}): {v.verdict}")
 
 # %% tags=["remove-cell"]
 # what the text says: measured at each scenario's own (stored) rates, and the claims hold
 assert all(rate == best_rates[s][m] for s, rates in wall_rates.items() for m, rate in rates.items())
-assert all(claims.values())
+assert all(v.verdict == f"{v.first} ahead" for v in claims.values())
 glue("wall-seeds", WALL_SEEDS)
 
 # %% [markdown]
 # The claim the cell checks holds on all {glue:text}`wall-seeds` seeds of the
-# stored sweep (over so few seeds the sign test needs nearly all of them): with a
+# stored sweep (over so few seeds the signed-rank test needs every one of
+# them, and they are one set, not two): with a
 # device three times slower, asynchronous training and one backup worker
 # both reach the lower target before plain synchronous training. The other
 # comparisons are printed seed by seed and not claimed: with this few seeds,
@@ -547,6 +632,10 @@ plt.close(figure)
 #     --output pargrad/book/data/sync_vs_async_virtual_held_out.json
 # ```
 #
+# `--extend --density 2` then grows each stored grid where its plateau
+# touches an end and measures the midpoints of the density check, reusing
+# every run the file holds (each file records its extensions).
+#
 # ## Summary
 #
 # - The mitigations are trainer options: `backup_workers=b` weights the
@@ -555,10 +644,16 @@ plt.close(figure)
 #   makes a worker that is too far ahead wait.
 # - The stored races repeat live; every sweep settles inside its grid, on
 #   the page's seeds and on held-out seeds tuned on their own.
-# - A verdict stands only if both seed sets show it: the core page's three,
-#   the zero-staleness control's lead, and bounded staleness behind plain
-#   asynchronous training with stragglers; the backup worker against
-#   asynchronous training and the staleness-aware rate are not shown.
+# - Every verdict pools two seed sets, each tuned on its own seeds, which
+#   must lean the same way: the core page's three, the zero-staleness
+#   control's lead, and bounded staleness behind plain asynchronous
+#   training with stragglers (at the higher target also on a third set);
+#   the backup worker's lead over asynchronous training depends on the
+#   straggler, and the staleness-aware rate is ahead only with equal
+#   devices at the lower target.
+# - Tied at one checkpoint interval, the backup worker's plateaus reached
+#   the top of their grids, which grew until the optimum lay inside; a grid
+#   twice as dense changes none of the verdicts checked.
 # - On the wall clock, over few seeds, the slow device's cost to plain
 #   synchronous training shows as on the virtual clock; the rest is an
 #   illustration.

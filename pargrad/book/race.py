@@ -313,15 +313,18 @@ def paired_verdict(results, scenario, first, second, target=TARGET, resolution=0
     weights, batches and delays); times closer than ``resolution`` (the
     checkpoint interval of a wall-clock race) count as ties.  Returns
     :func:`pargrad.book.experiments.compare`'s :class:`Verdict` (at least
-    ``min_seeds`` seeds, default the rule's 20); with ``held_out`` (the
+    ``min_seeds`` seeds, default the rule's
+    :data:`~pargrad.book.experiments.MIN_SEEDS`); with ``held_out`` (the
     races of a held-out seed set, tuned on its own seeds), the
-    :class:`~pargrad.book.experiments.Replicated` verdict of both.  Taught in
-    the chapter "Sync vs async in the same time".
+    :class:`~pargrad.book.experiments.Replicated` verdict of both sets
+    pooled, which needs that many seeds together.  Taught in the chapter
+    "Sync vs async in the same time".
     """
     if held_out is not None:
-        return experiments.replicated(*(paired_verdict(runs, scenario, first, second, target,
-                                                       resolution, min_seeds)
-                                        for runs in (results, held_out)))
+        return experiments.replicated(
+            *(paired_verdict(runs, scenario, first, second, target, resolution, min_seeds=1)
+              for runs in (results, held_out)),
+            min_seeds=experiments.MIN_SEEDS if min_seeds is None else min_seeds)
     seeds_a, a = times_by_seed(results, scenario, first, target)
     seeds_b, b = times_by_seed(results, scenario, second, target)
     if not np.array_equal(seeds_a, seeds_b):
@@ -347,13 +350,12 @@ def race_results_table(results, reference, methods, target=TARGET, held_out=None
 
     ``methods`` maps each scenario to the methods compared with the
     scenario's ``reference`` run.  Per row: the median time, the median
-    per-seed ratio to the reference, the seeds on which the method was
-    faster, and the verdict of :data:`pargrad.book.experiments.RULE` (each
-    method at the rate stored with ``results``), as
-    :func:`pargrad.book.experiments.results_table` makes them.  With
-    ``held_out`` (races on other seeds, tuned on their own), the ratio and
-    wins of both seed sets, and the verdict that replicates
-    (:data:`pargrad.book.experiments.REPLICATION_RULE`).  Returns a
+    per-seed ratio to the reference (over the seeds where they differ), the
+    seeds on which the method was faster, and the verdict of
+    :data:`pargrad.book.experiments.RULE` (each method at the rate stored
+    with ``results``), as :func:`pargrad.book.experiments.results_table`
+    makes them.  With ``held_out`` (races on other seeds, tuned on their
+    own), every column pools both seed sets, as the verdict does.  Returns a
     :class:`pargrad.book.experiments.ResultsTable` with a scenario column.
     Shown in the chapter "Sync vs async in the same time".
     """
@@ -376,21 +378,19 @@ WALL_CLOCK_CLAIMS = (("one device 3x slower", "async", "sync"),
 
 
 def wall_clock_claims(results, target, resolution):
-    """Whether each of :data:`WALL_CLOCK_CLAIMS` holds on a wall-clock race: ``{claim: bool}``.
+    """The verdict on each of :data:`WALL_CLOCK_CLAIMS` in a wall-clock race: ``{claim: Verdict}``.
 
-    A claim "A reaches the target before B" holds when A is ahead of B by
+    A claim "A reaches the target before B" holds when the verdict of
     :func:`paired_verdict` over all the seeds of ``results`` (times within
-    ``resolution`` tie).  With 6 seeds the sign test needs all 6: p = 2/64.
-    Checked in the chapter "Sync vs async in the same time" on the stored
-    sweep, and by ``tools/measure_race_sweep.py``'s file.
+    ``resolution`` tie) is "A ahead".  With 6 seeds the signed-rank test
+    needs all 6: p = 2/64.  Checked in the chapter "The race in depth" on
+    the stored sweep, and by ``tools/measure_race_sweep.py``'s file.
     """
     claims = {}
     for scenario, first, second in WALL_CLOCK_CLAIMS:
         seeds = len(times_by_seed(results, scenario, first, target)[0])
-        verdict = paired_verdict(results, scenario, first, second, target, resolution,
-                                 min_seeds=seeds)
-        claims[f"{scenario}: {first} reaches {target:.0%} before {second}"] = (
-            verdict.verdict == f"{first} ahead")
+        claims[f"{scenario}: {first} reaches {target:.0%} before {second}"] = paired_verdict(
+            results, scenario, first, second, target, resolution, min_seeds=seeds)
     return claims
 
 
@@ -449,28 +449,92 @@ def stored_results(stored):
             for r in stored["results"]]
 
 
+def _lookup(runs, what):
+    """``{(rate, seed): value}`` as a function of (rate, seed) that finds a rate within 1e-5."""
+    rates = np.array(sorted({rate for rate, _ in runs}))
+
+    def find(rate, seed):
+        near = rates[np.isclose(rates, rate, rtol=1e-5, atol=0)] if len(rates) else rates
+        if not len(near) or (float(near[0]), int(seed)) not in runs:
+            raise ValueError(f"the file holds no {what} at rate {rate:.6g} and seed {int(seed)}; "
+                             "measure it with benchmarks/sync_vs_async.py --clock virtual "
+                             "--extend (--density 2 for the midpoints of the density check).")
+        return runs[float(near[0]), int(seed)]
+    return find
+
+
 def stored_sweep_method(stored, scenario, method, target=None):
     """One (scenario, method) of a :func:`stored_sweep`'s rate sweep as a harness method.
 
-    An :class:`pargrad.book.experiments.Method` over the stored rates whose
-    run reads each tuning seed's time to ``target`` (default: the one the
-    sweep was scored by) from the file (``inf`` where it never got there)
-    instead of training, so that the book's rule
-    (:func:`pargrad.book.experiments.sweep`) can be applied to the file
-    again.  Shown in the chapter "The race in depth".
+    An :class:`pargrad.book.experiments.Method` over the stored grid of rates
+    (``step=None``: the file has no other rates, but the midpoints of the
+    density check, when they were measured) whose run reads each tuning
+    seed's time to ``target`` (default: the one the sweep was scored by)
+    from the file (``inf`` where it never got there) instead of training,
+    so that the book's rule (:func:`pargrad.book.experiments.sweep`) can be
+    applied to the file again.  Medians within one checkpoint interval tie
+    (``resolution``): a time to a target is known to no finer.  Shown in the
+    chapter "The race in depth".
     """
-    targets = stored["settings"]["targets"]
-    target = stored["settings"]["sweep_target"] if target is None else target
+    settings = stored["settings"]
+    targets = settings["targets"]
+    target = settings["sweep_target"] if target is None else target
     if target not in targets:
         raise ValueError(f"target must be one of the file's targets {targets}, got {target!r}.")
     column = targets.index(target)
-    kept = {(r["learning_rate"], r["seed"]): r["time_to_target"][column]
-            for r in stored["sweep"] if (r["scenario"], r["method"]) == (scenario, method)}
-    if not kept:
+    pick = lambda r: (r["scenario"], r["method"]) == (scenario, method)  # noqa: E731
+    grid = sorted({r["learning_rate"] for r in stored["sweep"] if pick(r)})
+    if not grid:
         raise ValueError(f"the file holds no sweep of {method!r} in {scenario!r}; pass one of "
                          f"{sorted({(r['scenario'], r['method']) for r in stored['sweep']})}.")
+    find = _lookup({(r["learning_rate"], r["seed"]): r["time_to_target"][column]
+                    for r in stored["sweep"] + stored.get("dense_sweep", []) if pick(r)},
+                   f"sweep run of {method!r} in {scenario!r}")
 
     def run(rate, seeds):
-        return [np.inf if kept[rate, int(s)] is None else kept[rate, int(s)] for s in seeds]
+        return [np.inf if find(rate, s) is None else find(rate, s) for s in seeds]
 
-    return Method(method, run, sorted({rate for rate, _ in kept}))
+    return Method(method, run, grid, resolution=settings.get("every", 0.0), step=None)
+
+
+def stored_experiment(stored, scenario, methods, target=TARGET, density=1):
+    """The methods of one scenario of a :func:`stored_sweep`, each at its best rate; an Experiment.
+
+    Each method is swept again from the file (:func:`stored_sweep_method`);
+    with ``density=2``, again on a grid twice as dense around its best
+    (:func:`pargrad.book.experiments.denser`: the density check), and its
+    scores are the times to ``target`` of the file's races at that best
+    rate (``dense_results`` hold the races at a best the denser grid
+    moved).  A method without a sweep (none here) would raise.  Checked by
+    the density test of the chapter "Sync vs async in the same time".
+    """
+    settings = stored["settings"]
+    tuning, seeds = settings["tuning_seeds"], settings["seed_list"]
+    scores, rates, sweeps = {}, {}, {}
+    for method in methods:
+        swept = stored_sweep_method(stored, scenario, method)
+        sweeps[method] = experiments.sweep(swept, tuning)
+        if density == 2:
+            sweeps[method] = experiments.sweep(experiments.denser(swept, sweeps[method].best),
+                                               tuning)
+        rates[method] = sweeps[method].best
+        pick = lambda r: (r["scenario"], r["method"]) == (scenario, method)  # noqa: E731
+        find = _lookup({(r["learning_rate"], r["seed"]): r for r in
+                        stored["results"] + stored.get("dense_results", []) if pick(r)},
+                       f"race of {method!r} in {scenario!r}")
+        scores[method] = np.array([
+            time_to_target(np.array(find(rates[method], s)["time"], float),
+                           np.array(find(rates[method], s)["accuracy"], float), target)
+            for s in seeds])
+    return experiments.Experiment(np.array(seeds), scores, rates, sweeps)
+
+
+def stored_verdict(page, held_out, scenario, first, second, target=TARGET, density=1):
+    """The verdict of two methods over a stored file and its held-out twin, both swept again.
+
+    :func:`stored_experiment` on each file (``density=2``: the density
+    check), pooled by :class:`pargrad.book.experiments.Replication`.
+    """
+    return experiments.Replication(
+        *(stored_experiment(f, scenario, (first, second), target, density)
+          for f in (page, held_out))).compare(first, second)

@@ -1,9 +1,11 @@
 """pargrad.book.race: sync and async on the same virtual clock, evaluated against time."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
-from pargrad.book import race
+from pargrad.book import experiments, race
 from pargrad.book.instruments import sync_step_times
 
 
@@ -97,53 +99,57 @@ def result(scenario, method, seed, reached_at):
 
 
 def test_paired_verdict_follows_the_books_rule():
-    results = ([result("s", "a", seed, 1.0 + seed % 3) for seed in range(20)]
-               + [result("s", "b", seed, 2.5 + seed % 3) for seed in range(20)]
-               + [result("s", "c", seed, 1.0 + (seed + 1) % 3) for seed in range(20)])
+    results = ([result("s", "a", seed, 1.0 + seed % 3) for seed in range(50)]
+               + [result("s", "b", seed, 2.5 + seed % 3) for seed in range(50)]
+               + [result("s", "c", seed, 1.0 + (seed + 1) % 3) for seed in range(50)])
     assert race.paired_verdict(results, "s", "a", "b").verdict == "a ahead"
     assert race.paired_verdict(results, "s", "b", "a").verdict == "a ahead"
     assert race.paired_verdict(results, "s", "a", "c").verdict == "no difference shown"
     # closer than the resolution: a tie
     assert race.paired_verdict(results, "s", "a", "b", resolution=1.5).verdict == \
         "no difference shown"
-    with pytest.raises(ValueError, match="at least 20"):
-        race.paired_verdict(results[:5] + results[20:25], "s", "a", "b")
+    with pytest.raises(ValueError, match="at least 50"):
+        race.paired_verdict(results[:20] + results[50:70], "s", "a", "b")
 
 
 def test_the_results_table_compares_each_method_with_the_reference_by_scenario():
-    results = ([result("s", "ref", seed, 2.0 + seed % 3) for seed in range(20)]
-               + [result("s", "fast", seed, 1.0 + seed % 3) for seed in range(20)]
-               + [result("s", "same", seed, 2.0 + (seed + 1) % 3) for seed in range(20)]
-               + [result("t", "ref", seed, 1.0 + seed % 3) for seed in range(20)]
-               + [result("t", "fast", seed, 3.0 + seed % 3) for seed in range(20)])
+    seeds = range(50)
+    results = ([result("s", "ref", seed, 2.0 + seed % 3) for seed in seeds]
+               + [result("s", "fast", seed, 1.0 + seed % 3) for seed in seeds]
+               + [result("s", "same", seed, 2.0 + (seed + 1) % 3) for seed in seeds]
+               + [result("t", "ref", seed, 1.0 + seed % 3) for seed in seeds]
+               + [result("t", "fast", seed, 3.0 + seed % 3) for seed in seeds])
     table = race.race_results_table(results, "ref", {"s": ["fast", "same"], "t": ["fast"]},
                                     target=0.9)
     rows = {(row[0], row[1]): row for row in table.rows}
     assert table.columns[0] == "scenario" and "90%" in table.columns[2]
     assert rows["s", "ref"][-1] == "reference"
-    assert rows["s", "fast"][-1] == "fast ahead" and rows["s", "fast"][4] == "20 of 20"
+    assert rows["s", "fast"][-1] == "fast ahead" and rows["s", "fast"][4] == "50 of 50"
     assert rows["s", "same"][-1] == "no difference shown"
-    assert rows["t", "fast"][-1] == "ref ahead" and rows["t", "fast"][4] == "0 of 20"
+    assert rows["t", "fast"][-1] == "ref ahead" and rows["t", "fast"][4] == "0 of 50"
     assert "| s | fast |" in table.to_markdown()
 
 
-def test_a_verdict_on_held_out_races_stands_only_if_both_seed_sets_show_it():
+def test_a_verdict_on_held_out_races_pools_both_seed_sets_which_must_lean_alike():
     def races(fast_at, seeds):
         return ([result("s", "ref", seed, 2.0 + seed % 3) for seed in seeds]
                 + [result("s", "fast", seed, fast_at + seed % 3) for seed in seeds])
 
-    page, again, reversed_ = races(1.0, range(20)), races(1.5, range(1000, 1020)), \
-        races(3.0, range(1000, 1020))
+    page, again, reversed_ = races(1.0, range(30)), races(1.5, range(1000, 1030)), \
+        races(3.0, range(1000, 1030))
     both = race.paired_verdict(page, "s", "fast", "ref", held_out=again)
     assert both.verdict == "fast ahead"
-    assert (both.page.wins, both.held_out.wins) == (20, 20)
+    assert (both.page.wins, both.held_out.wins, both.pooled.wins) == (30, 30, 60)
+    # 30 seeds a set are too few alone, enough pooled
+    with pytest.raises(ValueError, match="at least 50"):
+        race.paired_verdict(page, "s", "fast", "ref")
     assert race.paired_verdict(page, "s", "fast", "ref", held_out=reversed_).verdict == \
-        "not shown"
+        "no difference shown"
     table = race.race_results_table(page, "ref", {"s": ["fast"]}, target=0.9, held_out=reversed_)
     row = table.rows[1]
-    assert row[1] == "fast" and row[4] == "20 of 20 · 0 of 20" and row[-1] == "not shown"
-    # the median per-seed ratio on each seed set: of (1+k)/(2+k) and (3+k)/(2+k), k = 0, 1, 2
-    assert row[3] == "0.667 · 1.33"
+    # one ratio and one count of wins, over both sets pooled
+    assert row[1] == "fast" and row[4] == "30 of 60" and row[-1] == "no difference shown"
+    assert row[3] == "1"   # the median of (1+k)/(2+k) and (3+k)/(2+k) over 60 seeds, k = 0, 1, 2
 
 
 def test_wall_clock_claims_can_fail():
@@ -153,9 +159,11 @@ def test_wall_clock_claims_can_fail():
                                    ("sync", sync_at)) for seed in range(6)]
 
     good = race.wall_clock_claims(races(2.0, 2.5, float("inf")), 0.95, resolution=0.2)
-    assert len(good) == 2 and all(good.values())
+    assert len(good) == 2
+    assert [v.verdict for v in good.values()] == ["async ahead", "sync, 1 backup ahead"]
+    assert all((v.wins, v.seeds) == (6, 6) and v.p_value == 2 / 64 for v in good.values())
     bad = race.wall_clock_claims(races(2.0, 4.0, 3.0), 0.95, resolution=0.2)
-    assert list(bad.values()) == [True, False]
+    assert [v.verdict for v in bad.values()] == ["async ahead", "sync ahead"]
 
 
 def test_race_arguments_say_what_to_pass(devices, data):
@@ -170,20 +178,42 @@ def test_race_arguments_say_what_to_pass(devices, data):
 
 
 def test_a_stored_sweep_method_reads_the_file_s_times():
-    stored = {"settings": {"targets": [0.9, 0.93], "sweep_target": 0.93},
+    stored = {"settings": {"targets": [0.9, 0.93], "sweep_target": 0.93, "every": 1.0},
               "sweep": [{"scenario": "s", "method": "async", "learning_rate": rate, "seed": seed,
                          "time_to_target": [low, high]}
                         for rate, seed, low, high in [(0.1, 7, 3.0, 5.0), (0.2, 7, 2.0, None),
                                                       (0.1, 8, 4.0, 6.0), (0.2, 8, 1.0, 9.0),
-                                                      (0.4, 7, 5.0, 8.0), (0.4, 8, 5.0, 8.0)]]}
+                                                      (0.4, 7, 5.0, 8.0), (0.4, 8, 5.0, 8.0)]],
+              "dense_sweep": [{"scenario": "s", "method": "async", "learning_rate": 0.141421,
+                               "seed": seed, "time_to_target": [1.0, 2.0]} for seed in (7, 8)]}
     method = race.stored_sweep_method(stored, "s", "async")
-    assert method.settings() == [0.1, 0.2, 0.4]
+    assert method.settings() == [0.1, 0.2, 0.4]                # the grid, not the midpoints
+    assert method.step is None and method.resolution == 1.0     # ties within a checkpoint
     assert method.run(0.2, [7, 8]) == [np.inf, 9.0]            # never reached: inf
     assert race.stored_sweep_method(stored, "s", "async", 0.9).run(0.2, [7, 8]) == [2.0, 1.0]
+    # a midpoint is found at float32 precision, as experiments.denser computes it
+    assert method.run(float(np.float32(np.sqrt(0.02))), [7]) == [2.0]
+    with pytest.raises(ValueError, match="no sweep run of 'async' in 's' at rate 0.3"):
+        method.run(0.3, [7])
     with pytest.raises(ValueError, match="no sweep of 'sync' in 's'"):
         race.stored_sweep_method(stored, "s", "sync")
     with pytest.raises(ValueError, match="target must be one of the file's targets"):
         race.stored_sweep_method(stored, "s", "async", 0.95)
+
+
+def test_medians_one_checkpoint_apart_tie_in_a_stored_sweep():
+    # medians 5, 5.5 and 9 (one checkpoint interval 1.0): 0.1 and 0.2 tie, the lower mean wins
+    stored = {"settings": {"targets": [0.93], "sweep_target": 0.93, "every": 1.0},
+              "sweep": [{"scenario": "s", "method": "m", "learning_rate": rate, "seed": seed,
+                         "time_to_target": [t]}
+                        for rate, times in ((0.05, (9, 9)), (0.1, (5, 5)), (0.2, (5, 6)),
+                                            (0.4, (9, 9)))
+                        for seed, t in zip((1, 2), times)]}
+    swept = experiments.sweep(race.stored_sweep_method(stored, "s", "m"), [1, 2])
+    assert swept.plateau == (0.1, 0.2) and swept.best == 0.1
+    exact = experiments.sweep(dataclasses.replace(race.stored_sweep_method(stored, "s", "m"),
+                                                  resolution=0), [1, 2])
+    assert exact.plateau == (0.1,)
 
 
 def test_stored_results_hold_the_curves_as_arrays():
