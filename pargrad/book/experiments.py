@@ -214,7 +214,7 @@ class Verdict:
     def __str__(self):
         return (f"{self.first} vs {self.second}: better in {self.wins} of {self.seeds} seeds, "
                 f"worse in {self.losses}, tied in {self.ties}; median ratio "
-                f"{format_ratio(self.effect)}, signed-rank p = {format_p(self.p_value)} "
+                f"{format_ratio(self.effect)}, signed-rank p {_p_text(self.p_value)} "
                 f"-> {self.verdict}")
 
 
@@ -721,6 +721,12 @@ def results_table(result, reference, methods=None):
                      f"{pooled.wins} of {pooled.seeds}", pooled.verdict))
     columns = ("method", "median", f"ratio to {reference}", f"wins vs {reference}", "verdict")
     return ResultsTable(columns, tuple(rows))
+
+
+def _p_text(p):
+    """"= 0.0012" or "< 1e-4": a p-value after its name."""
+    text = format_p(p)
+    return text if text.startswith("<") else f"= {text}"
 
 
 def format_p(p):
