@@ -327,8 +327,8 @@ glue("ex2-sync-async", verdict("one device 3x slower", "sync", "async", TARGETS[
 #   all-reduce to TensorFlow, and PyTorch's DistributedDataParallel
 #   {cite}`li2020pytorch` overlaps it with the backward pass;
 #   `MirroredStrategy` and `MultiWorkerMirroredStrategy` are TensorFlow's
-#   own. DAWNBench's time-to-accuracy entries up to April 2018 were
-#   dominated by synchronous all-reduce training
+#   own. Analysing DAWNBench's entries, its authors found that "distributed
+#   entries can spend more than half of their time on communication"
 #   {cite}`coleman2019analysis`. The page of the stale-gradient article
 #   quotes ResNet-50 trained on ImageNet in 10 min 28 s
 #   {cite}`stalegradientarticle`, a figure from a 2018 press report, not the
