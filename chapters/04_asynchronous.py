@@ -560,6 +560,7 @@ remedy = remedies.compare(plain.name, rule.name)
 assert remedy.verdict == experiments.NO_DIFFERENCE, remedy
 glue("remedy-verdict", remedy.verdict)
 glue("remedy-wins", remedy.pooled.wins)
+glue("floor", 100 * experiments.FLOOR)  # the rule's floor: "negligible" within 2 %
 glue("bound-factor-7", delay.stable_rate_bound(0) / delay.stable_rate_bound(7))
 
 # %% [markdown]
@@ -587,7 +588,7 @@ glue("bound-factor-7", delay.stable_rate_bound(0) / delay.stable_rate_bound(7))
 # "{glue:text}`remedy-verdict`": the constant ends lower on
 # {glue:text}`remedy-wins` of 60 seeds, but the two seed sets lean opposite
 # ways. [Stale gradients in depth](d2_stale_gradients_in_depth) has the sweeps,
-# and DC-ASGD, within 2 % of the tuned constant rate. Bounding the staleness instead (a worker too far ahead waits
+# and DC-ASGD, within {glue:text}`floor:.0f` % of the tuned constant rate. Bounding the staleness instead (a worker too far ahead waits
 # {cite}`ho2013more`) is run in
 # [Sync vs async in the same time](05_sync_vs_async).
 #
