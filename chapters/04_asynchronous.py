@@ -477,9 +477,10 @@ plt.close(figure)  # shown once, by the numbered figure below
 #
 # We ask the title question as [How the book decides](a0_methods) prescribes:
 # over 30 seeds (each fixes the initial weights), each method at the
-# best learning rate of its own sweep on 20 other *tuning* seeds, repeated on
-# held-out seeds with their own tuning seeds; a verdict stands only if both
-# sets agree. Every method makes 400 updates. Each of 2, 4 and 8 asynchronous
+# best learning rate of its own sweep on 20 other *tuning* seeds (refined
+# until the best rate's neighbours are within a factor $2^{1/4}$), repeated
+# on held-out seeds with their own tuning seeds; a verdict pools both sets
+# and stands only if each leans the same way. Every method makes 400 updates. Each of 2, 4 and 8 asynchronous
 # workers gets a **zero-staleness control**: one worker taking the same $n$
 # shards in turn, every gradient fresh. Its gap to one worker is the cost of
 # seeing each shard less often; the asynchronous workers' gap to it is the
@@ -512,9 +513,8 @@ replication = experiments.replicate(methods, SEEDS, TUNING_SEEDS, HELD_OUT, HELD
 Markdown(experiments.results_table(replication, "1 worker").to_markdown())
 
 # %% [markdown]
-# The table: median final loss on the page's seeds; the median per-seed ratio
-# to one worker and the seeds on which the method ended lower, page's seeds
-# first, held-out seeds second; the verdict over both.
+# The table, over both seed sets: median final loss; the median per-seed
+# ratio to one worker; the seeds on which the method ended lower; the verdict.
 
 # %% tags=["remove-cell"]
 glue("seeds", len(SEEDS))
@@ -528,13 +528,15 @@ for n in (2, 4, 8):
     assert control.verdict == "1 worker ahead", control          # part of the gap is examples
     staleness = replication.compare(f"{n} async workers", f"{n} shards in turn")
     assert staleness.verdict == f"{n} shards in turn ahead", staleness  # the rest is staleness
-    examples_ratios += [control.page.effect, control.held_out.effect]
-    staleness_ratios += [staleness.page.effect, staleness.held_out.effect]
-    for part in ("page", "held_out"):
-        effects[part, n] = (getattr(control, part).effect, getattr(staleness, part).effect)
-for part in ("page", "held_out"):  # staleness's part grows with the workers, most of it from 4 on
-    assert effects[part, 2][1] < effects[part, 4][1] < effects[part, 8][1], effects
-    assert all(effects[part, n][1] > 3 * effects[part, n][0] for n in (4, 8)), effects
+    examples_ratios.append(control.pooled.effect)
+    staleness_ratios.append(staleness.pooled.effect)
+    # staleness's share of the gap, in logs: log(async / in turn) / log(async / 1 worker)
+    effects[n] = np.log(staleness.pooled.effect) / np.log(verdict.pooled.effect)
+# staleness's ratio grows with the workers; its share of the gap is most of it from 4 on, flat
+assert staleness_ratios[0] < staleness_ratios[1] < staleness_ratios[2], staleness_ratios
+assert all(effects[n] > 0.5 for n in (4, 8)) and abs(effects[8] - effects[4]) < 0.1, effects
+glue("share-4", 100 * effects[4])
+glue("share-8", 100 * effects[8])
 two = replication.compare("2 async workers", "1 worker")
 assert two.page.wins > 0  # not on every seed
 glue("two-wins-page", two.page.wins)
@@ -547,6 +549,18 @@ for run in (replication.page, replication.held_out):
     best = [run.rates[m.name] for m in methods if "async" in m.name or m.name == "1 worker"]
     assert best == sorted(best, reverse=True), best  # more staleness, smaller best rate
 glue("bound-7", delay.stable_rate_bound(7))
+
+# %% tags=["remove-cell"]
+# The remedies, tuned (the sweeps are in "Stale gradients in depth"): four workers, one slow
+plain, rule, _ = parabola_async.remedy_methods()
+remedies = experiments.replicate(
+    [plain, rule], SEEDS, np.arange(100, 100 + parabola_async.REMEDY_TUNING), HELD_OUT,
+    np.arange(1100, 1100 + parabola_async.REMEDY_TUNING))
+remedy = remedies.compare(plain.name, rule.name)
+assert remedy.verdict == experiments.NO_DIFFERENCE, remedy
+glue("remedy-verdict", remedy.verdict)
+glue("remedy-wins", remedy.pooled.wins)
+glue("floor", 100 * experiments.FLOOR)  # the rule's floor: "negligible" within 2 %
 glue("bound-factor-7", delay.stable_rate_bound(0) / delay.stable_rate_bound(7))
 
 # %% [markdown]
@@ -559,17 +573,22 @@ glue("bound-factor-7", delay.stable_rate_bound(0) / delay.stable_rate_bound(7))
 # {glue:text}`examples-low:.2f` to {glue:text}`examples-high:.2f`: part of
 # the gap is examples. The rest is staleness: each control beats its asynchronous
 # workers on both sets, by a median ratio of {glue:text}`staleness-low:.1f`
-# to {glue:text}`staleness-high:.1f`, growing with the workers: from 4
-# workers on, it is most of the gap.
+# to {glue:text}`staleness-high:.1f`, growing with the workers. From 4
+# workers on it is most of the gap, and a steady share of it: measured in
+# logarithms, {glue:text}`share-4:.0f` % of the gap at 4 workers and
+# {glue:text}`share-8:.0f` % at 8.
 #
 # ## Remedies: a guard, not a gain
 #
 # The staleness-aware rate and delay-compensated asynchronous SGD (DC-ASGD)
 # {cite}`zheng2017asynchronous`, which corrects a stale gradient for the
 # distance the parameters moved since the read, both keep a too-high learning
-# rate from blowing up; tuned on both seed sets, neither is ahead of a tuned
-# constant rate ([Stale gradients in depth](d2_stale_gradients_in_depth) has
-# the sweeps). Bounding the staleness instead (a worker too far ahead waits
+# rate from blowing up. Tuned, with four workers of which one is ten times
+# slower, the staleness-aware rate against a tuned constant rate gives
+# "{glue:text}`remedy-verdict`": the constant ends lower on
+# {glue:text}`remedy-wins` of 60 seeds, but the two seed sets lean opposite
+# ways. [Stale gradients in depth](d2_stale_gradients_in_depth) has the sweeps,
+# and DC-ASGD, within {glue:text}`floor:.0f` % of the tuned constant rate. Bounding the staleness instead (a worker too far ahead waits
 # {cite}`ho2013more`) is run in
 # [Sync vs async in the same time](05_sync_vs_async).
 #
@@ -615,8 +634,8 @@ print("two additions of 1 give", float(counter.numpy()))
 #   than 2, 4 and 8 asynchronous workers at theirs, though not on every seed;
 #   a zero-staleness control puts part of the gap on examples and, from 4
 #   workers on, most of it on staleness.
-# - The staleness-aware rate and DC-ASGD guard against a too-high rate but
-#   gain nothing over a tuned one.
+# - The staleness-aware rate and DC-ASGD guard against a too-high rate;
+#   tuned, neither is ahead of a tuned constant rate.
 # - Updates to shared parameters must be atomic.
 #
 # ## Exercises

@@ -22,10 +22,12 @@ The chapter and ``tests/book/test_parabola_async.py`` check it against the
 trainer: same schedule, same losses up to float32 rounding.
 """
 
+import dataclasses
+
 import numpy as np
 
-from pargrad.book import replay
-from pargrad.checks import check_positive, check_whole_number
+from pargrad.book import experiments, replay
+from pargrad.checks import check_positive, check_seeds, check_whole_number
 from pargrad.scenario import Scenario, virtual_schedule
 from pargrad.book.parabola import parabola_data
 
@@ -93,3 +95,137 @@ def final_losses(workers, learning_rate, seeds, updates=400, speeds=None, stalen
     return replay.train_async(replay.stacked_weights(seeds), x, y, workers, schedule,
                               learning_rate, staleness_aware=staleness_aware, momentum=momentum,
                               delay_compensation=delay_compensation)
+
+
+# ----------------------------------------------------------------------------
+# Sweeps that resolve a second knob (DC-ASGD's λ)
+# ----------------------------------------------------------------------------
+
+def remembered(run):
+    """``run(setting, seeds)``, each setting and seed set run once: refined sweeps repeat settings.
+
+    A sweep that refines a knob in several passes, and the density check
+    that sweeps again, ask for the same settings many times; the replays
+    are deterministic, so their scores can be kept.
+    """
+    scores = {}
+
+    def run_once(setting, seeds):
+        key = (tuple(sorted(setting.items())) if isinstance(setting, dict) else setting,
+               tuple(int(seed) for seed in seeds))
+        if key not in scores:
+            scores[key] = np.asarray(run(setting, seeds), float)
+        return scores[key].copy()
+
+    return run_once
+
+
+def _between(low, high):
+    """The value between two of a knob's values: the geometric midpoint, half of ``high`` above 0."""
+    return experiments.midpoint(low, high) if low > 0 else float(np.float32(high / 2))
+
+
+def resolve_knob(method, seeds, knob, step=experiments.RATE_STEP):
+    """``method`` with its grid of ``knob`` refined around the best; ``(method, sweep)``.
+
+    :func:`pargrad.book.experiments.sweep` refines the learning rate only.
+    For another knob of a grid (DC-ASGD's λ), this sweeps, adds the
+    geometric midpoint between the best value and each neighbour farther
+    than ``step`` away, and sweeps again, until the best's neighbours are
+    within ``step`` (a best at a declared limit, λ = 0, is an answer).
+    Taught in the chapter "Stale gradients in depth".
+    """
+    limits = (method.limits or {}).get(knob, ())
+    for _ in range(32):
+        swept = experiments.sweep(method, seeds)
+        values = [float(v) for v in method.grid[knob]]
+        at = values.index(swept.best[knob])
+        if values[at] in limits:
+            return method, swept
+        added = [_between(min(values[at], values[j]), max(values[at], values[j]))
+                 for j in (at - 1, at + 1) if 0 <= j < len(values)
+                 and (min(values[at], values[j]) == 0
+                      or max(values[at], values[j]) / min(values[at], values[j])
+                      > step * (1 + 1e-9))]
+        added = [value for value in added if value not in values]
+        if not added:
+            return method, swept
+        method = dataclasses.replace(method, grid={**method.grid, knob: sorted(values + added)})
+    raise RuntimeError(f"{method.name}: the refinement of {knob} did not settle.")  # pragma: no cover
+
+
+def denser_knob(method, best, knob):
+    """``method`` with ``knob``'s values twice as dense around ``best``: midpoints of the four nearest gaps."""
+    values = [float(v) for v in method.grid[knob]]
+    at = values.index(best[knob])
+    gaps = [(values[j], values[j + 1]) for j in range(max(0, at - 2), min(len(values) - 1, at + 2))]
+    return dataclasses.replace(method, grid={**method.grid, knob: sorted(
+        set(values) | {_between(low, high) for low, high in gaps})})
+
+
+def replicate_resolved(methods, seeds, tuning_seeds, held_out_seeds, held_out_tuning_seeds,
+                       knobs=None, density=1, step=experiments.RATE_STEP):
+    """:func:`pargrad.book.experiments.replicate`, with ``knobs`` (``{method name: knob}``) resolved.
+
+    On each seed set, each method named in ``knobs`` first has that knob
+    refined on the set's own tuning seeds (:func:`resolve_knob`; with
+    ``density=2`` then made twice as dense around its best, as the density
+    check does for the rate); then every method is run as
+    :func:`pargrad.book.experiments.run_experiment` runs it.  Taught in the
+    chapter "Stale gradients in depth".
+    """
+    knobs = knobs or {}
+    sets = [check_seeds(s, distinct=True)
+            for s in (seeds, tuning_seeds, held_out_seeds, held_out_tuning_seeds)]
+    if len(np.unique(np.concatenate(sets))) != sum(len(s) for s in sets):
+        raise ValueError("the four seed sets must not share a seed; held-out seeds must be new.")
+    runs = []
+    for seeds, tuning in ((seeds, tuning_seeds), (held_out_seeds, held_out_tuning_seeds)):
+        resolved = []
+        for method in methods:
+            if method.name in knobs:
+                method, swept = resolve_knob(method, tuning, knobs[method.name], step)
+                if density == 2:
+                    method = denser_knob(method, swept.best, knobs[method.name])
+            resolved.append(method)
+        runs.append(experiments.run_experiment(resolved, seeds, tuning, density))
+    return experiments.Replication(*runs)
+
+
+# ----------------------------------------------------------------------------
+# The remedies for staleness, as methods of the harness
+# ----------------------------------------------------------------------------
+
+UNEVEN = (1.0, 1.0, 1.0, 0.1)    # four workers, one ten times slower: uneven staleness
+REMEDY_RATES = (0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.14, 0.2, 0.3, 0.4, 0.6)
+DC_RATES = (0.02, 0.03, 0.05, 0.07, 0.1)    # DC-ASGD's rates, around the constant's optimum
+LAMBDAS = (0.0, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0)   # 0: plain asynchronous SGD
+LAMBDA_STEP = 2 ** 0.5   # λ is refined until the best's neighbours are this factor away
+REMEDY_TUNING = 40       # tuning seeds a set: 20 give ragged medians near the rates' cliff
+
+
+def remedy_methods(speeds=UNEVEN, updates=400):
+    """The tuned constant rate, the staleness-aware rule and DC-ASGD (rate x λ), as Methods.
+
+    Four asynchronous workers with ``speeds``; each method's runs are
+    remembered (:func:`remembered`), so that a refined or denser sweep does
+    not repeat them.  DC-ASGD's λ is a second knob: sweep it with
+    :func:`replicate_resolved` and ``knobs=REMEDY_KNOBS``.  Taught in the
+    chapter "Stale gradients in depth".
+    """
+    speeds = tuple(speeds)
+    workers = len(speeds)
+
+    def run(rate, seeds, **options):
+        return final_losses(workers, rate, seeds, updates, speeds=speeds, **options)
+
+    return [experiments.Method("best constant rate", remembered(run), REMEDY_RATES),
+            experiments.Method("rate / (staleness + 1)", remembered(
+                lambda rate, seeds: run(rate, seeds, staleness_aware=True)), REMEDY_RATES),
+            experiments.Method("DC-ASGD", remembered(
+                lambda setting, seeds: run(setting["rate"], seeds,
+                                           delay_compensation=setting["λ"])),
+                grid={"rate": DC_RATES, "λ": LAMBDAS}, limits={"λ": (0.0,)})]
+
+
+REMEDY_KNOBS = {"DC-ASGD": "λ"}

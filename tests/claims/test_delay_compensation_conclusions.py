@@ -1,12 +1,13 @@
-"""The conclusions of the page "Stale gradients in depth" on delay compensation (DC-ASGD),
-re-run on other seeds at a reduced count: two sets of 20 paired seeds (the rule's minimum),
-each with 10 tuning seeds, four workers, one ten times slower, as on the page. DC-ASGD is
-tuned over rate and λ together, on a λ grid wide enough that its optimum lies inside (on
-fresh tuning seeds the best λ is not one of the small ones). The
-staleness-aware rule's verdicts too: a tuned constant rate is ahead of it;
-at a fixed base rate it is ahead of that constant (a guard), but against a constant with the
-same mean step its lead is not shown. And the page's exercise 1: with equal workers DC-ASGD
-gains nothing either."""
+"""The conclusions of the page "Stale gradients in depth" on the remedies for staleness, re-run
+on a third seed set tuned on its own seeds (issue 39): 50 paired seeds (2000-2049, the rule's
+minimum for one set) with 40 tuning seeds (2100-2139), four workers, one ten times slower, as
+on the page. Every method at its best: rates refined to 2^(1/4), DC-ASGD's λ refined to
+sqrt(2) (parabola_async.resolve_knob). Tuned, neither remedy is ahead of the constant rate nor
+the constant ahead of them; DC-ASGD is within 2 % of the constant; DC-ASGD and the
+staleness-aware rule: neither ahead. At a fixed base rate the rule is a guard (ahead of that
+constant), but against a constant with the same mean step no difference is shown. And the
+page's exercise 1: with equal workers DC-ASGD gains nothing either. The guards' counts run on
+seeds 1000-1019 (the page's held-out set) and 2000-2019."""
 
 import numpy as np
 import pytest
@@ -15,55 +16,52 @@ from pargrad.book import experiments, parabola_async, replay
 from pargrad.book.parabola import parabola_data
 from pargrad.scenario import Scenario, virtual_schedule
 
-UNEVEN = [1.0, 1.0, 1.0, 0.1]
-RATES = [0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.14, 0.2, 0.3, 0.4]
-LAMBDAS = [0.0, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0]  # 0: plain asynchronous SGD
+UNEVEN = list(parabola_async.UNEVEN)
 UPDATES = 400
+SEEDS = np.arange(2000, 2050)
+TUNING = np.arange(2100, 2100 + parabola_async.REMEDY_TUNING)
+NOT_AHEAD = (experiments.NO_DIFFERENCE, experiments.TOO_FEW, experiments.NEGLIGIBLE)
 
 
 def final_losses(rate, seeds, speeds=UNEVEN, **options):
     return parabola_async.final_losses(4, rate, seeds, UPDATES, speeds=speeds, **options)
 
 
-def method(name, **options):
-    return experiments.Method(name, lambda rate, seeds: final_losses(rate, seeds, **options),
-                              RATES + [0.6])
+def tuned(speeds):
+    """The three remedies' methods, each at its best on the third set's own tuning seeds."""
+    methods = parabola_async.remedy_methods(speeds)
+    methods[2], swept = parabola_async.resolve_knob(methods[2], TUNING, "λ",
+                                                    parabola_async.LAMBDA_STEP)
+    return experiments.run_experiment(methods, SEEDS, TUNING), swept
 
 
-@pytest.fixture(scope="module", params=[(range(1000, 1020), range(1100, 1110)),
-                                        (range(2000, 2020), range(2100, 2110))],
-                ids=["seeds 1000-1019", "seeds 2000-2019"])
-def outcome(request):
-    seeds, tuning = (np.arange(r.start, r.stop) for r in request.param)
-    dc = experiments.Method("DC-ASGD", lambda setting, seeds: final_losses(
-        setting["rate"], seeds, delay_compensation=setting["λ"]),
-        grid={"rate": RATES, "λ": LAMBDAS}, limits={"λ": (0.0,)})  # raises if the optimum is at an edge
-    swept = experiments.sweep(dc, tuning)
-    tuned = experiments.run_experiment(
-        [method("best constant rate"), method("rule", staleness_aware=True)], seeds, tuning)
-    compensated = final_losses(swept.best["rate"], seeds, delay_compensation=swept.best["λ"])
-    return dict(seeds=seeds, strength=swept.best["λ"], tuned=tuned, compensated=compensated)
+@pytest.fixture(scope="module")
+def third():
+    return tuned(UNEVEN)
 
 
-def test_the_best_lambda_lies_below_the_top_of_the_grid(outcome):
-    assert outcome["strength"] < max(LAMBDAS)   # λ = 0 (no compensation) is a limit, not an edge
+def test_the_best_lambda_lies_inside_its_grid(third):
+    _, swept = third
+    assert swept.best["λ"] < max(parabola_async.LAMBDAS)   # λ = 0 is a limit, not an edge
 
 
-def test_tuned_dc_asgd_is_not_ahead_of_the_best_constant_rate(outcome):
-    verdict = experiments.compare(outcome["compensated"],
-                                  outcome["tuned"].scores["best constant rate"], "DC-ASGD", "constant")
-    assert verdict.verdict != "DC-ASGD ahead", verdict
+def test_tuned_neither_the_constant_nor_the_staleness_aware_rule_is_ahead(third):
+    result, _ = third
+    verdict = result.compare("best constant rate", "rate / (staleness + 1)")
+    assert verdict.verdict in NOT_AHEAD, verdict
 
 
-def test_tuned_dc_asgd_ends_below_the_staleness_aware_rule_on_most_seeds(outcome):
-    # The page shows "DC-ASGD ahead" on 30 + 30 seeds; 20 seeds with 10 tuning seeds do not
-    # always reach the sign test's level (13-7 on seeds 1000-1019), but the direction holds.
-    verdict = experiments.compare(outcome["compensated"], outcome["tuned"].scores["rule"],
-                                  "DC-ASGD", "rule")
-    assert verdict.verdict != "rule ahead" and verdict.wins > verdict.losses, verdict
-    assert verdict.effect < 1, verdict
-    if outcome["seeds"][0] == 2000:   # the third set: the page's verdict itself (15-5 here)
-        assert verdict.verdict == "DC-ASGD ahead", verdict
+def test_tuned_dc_asgd_is_within_two_percent_of_the_constant_rate(third):
+    result, _ = third
+    verdict = result.compare("DC-ASGD", "best constant rate")
+    assert verdict.verdict in (experiments.NEGLIGIBLE, experiments.NO_DIFFERENCE), verdict
+    assert abs(verdict.effect - 1) <= experiments.FLOOR, verdict
+
+
+def test_tuned_neither_dc_asgd_nor_the_staleness_aware_rule_is_ahead(third):
+    result, _ = third
+    verdict = result.compare("DC-ASGD", "rate / (staleness + 1)")
+    assert verdict.verdict in NOT_AHEAD, verdict
 
 
 def above_start(seeds, rate, **options):
@@ -73,8 +71,9 @@ def above_start(seeds, rate, **options):
     return int(np.sum(~(final_losses(rate, seeds, **options) < start)))
 
 
-def test_compensation_is_a_guard_narrower_than_the_staleness_aware_rule(outcome):
-    seeds = outcome["seeds"]
+@pytest.mark.parametrize("seeds", [np.arange(1000, 1020), np.arange(2000, 2020)],
+                         ids=["seeds 1000-1019", "seeds 2000-2019"])
+def test_compensation_is_a_guard_narrower_than_the_staleness_aware_rule(seeds):
     assert above_start(seeds, 0.14) > 0
     assert above_start(seeds, 0.14, delay_compensation=0.3) == 0
     assert above_start(seeds, 0.2) == len(seeds)
@@ -84,34 +83,20 @@ def test_compensation_is_a_guard_narrower_than_the_staleness_aware_rule(outcome)
     assert above_start(seeds, 0.3, staleness_aware=True) == 0
 
 
-def test_a_tuned_constant_rate_is_ahead_of_the_staleness_aware_rule(outcome):
-    verdict = outcome["tuned"].compare("best constant rate", "rule")
-    assert verdict.verdict != "rule ahead" and verdict.wins > verdict.losses, verdict
-    assert verdict.effect < 1, verdict
-    if outcome["seeds"][0] == 2000:   # the third set; 1000-1019, part of the page's held-out
-        assert verdict.verdict == "best constant rate ahead", verdict   # set, gives 13-7
-
-
 @pytest.mark.parametrize("base", [0.1, 0.2])
-def test_the_rule_is_a_guard_at_its_base_rate_but_not_ahead_of_the_same_mean_step(outcome, base):
-    seeds = outcome["seeds"]
-    by_rule = final_losses(base, seeds, staleness_aware=True)
-    at_base = experiments.compare(by_rule, final_losses(base, seeds), "rule", "constant")
+def test_the_rule_is_a_guard_at_its_base_rate_but_not_ahead_of_the_same_mean_step(base):
+    by_rule = final_losses(base, SEEDS, staleness_aware=True)
+    at_base = experiments.compare(by_rule, final_losses(base, SEEDS), "rule", "constant")
     assert at_base.verdict == "rule ahead", at_base
     same_mean = parabola_async.mean_rate(virtual_schedule(Scenario(UNEVEN), UPDATES), base,
                                          staleness_aware=True)
-    matched = experiments.compare(by_rule, final_losses(same_mean, seeds), "rule", "same mean")
+    matched = experiments.compare(by_rule, final_losses(same_mean, SEEDS), "rule", "same mean")
     assert matched.verdict in (experiments.NO_DIFFERENCE, experiments.NEGLIGIBLE), matched
+    if base == 0.1:   # the page: within 2 % of 1 at base 0.1 (at 0.2, 25-25 here, ratio 1.07)
+        assert abs(matched.effect - 1) <= experiments.FLOOR, matched
 
 
 def test_with_equal_workers_dc_asgd_gains_nothing():
-    seeds, tuning = np.arange(2000, 2020), np.arange(2100, 2110)
-    equal = [1.0] * 4
-    dc = experiments.Method("DC-ASGD", lambda setting, seeds: final_losses(
-        setting["rate"], seeds, equal, delay_compensation=setting["λ"]),
-        grid={"rate": RATES, "λ": LAMBDAS}, limits={"λ": (0.0,)})
-    plain = experiments.Method("constant", lambda rate, seeds: final_losses(rate, seeds, equal),
-                               RATES + [0.6])
-    result = experiments.run_experiment([dc, plain], seeds, tuning)
-    verdict = result.compare("DC-ASGD", "constant")
+    result, _ = tuned([1.0] * 4)
+    verdict = result.compare("DC-ASGD", "best constant rate")
     assert verdict.verdict != "DC-ASGD ahead", verdict
