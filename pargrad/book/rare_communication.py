@@ -27,13 +27,15 @@ the chapter's problem:
 Its figures are in :mod:`pargrad.book.plots` (``dial_figure``, ``seeds_figure``).
 """
 
+import dataclasses
+
 import numpy as np
 
 import pargrad
 from pargrad import cost, local_sgd
 from pargrad.book import replay
-from pargrad.book.experiments import (Experiment, Method, Replication, Sweep, last_quarter_mean,
-                                      scores_as_array, sweep)
+from pargrad.book.experiments import (Experiment, Method, Replication, Sweep, compare, denser,
+                                      last_quarter_mean, scores_as_array, sweep)
 from pargrad.book.parabola import parabola_data, parabola_model
 from pargrad.checks import check_choice, check_seeds, check_whole_number
 from pargrad.local_sgd import LocalSGDTrainer
@@ -415,37 +417,62 @@ def sweep_at_edge_too(method, seeds):
         return Sweep(method.name, settings, medians, scores, best, plateau), str(error)
 
 
+def refined_sweep(method, seeds):
+    """Sweep ``method``'s whole grid as given, then refine its rate along the line through the best.
+
+    Returns ``(coarse, line, edge)``.  :func:`pargrad.book.experiments.sweep`
+    refines the rate for every combination of the other knobs; with hundreds
+    of combinations (DiLoCo's H, outer rate and momentum) that multiplies
+    minutes of replay.  Here the grid given is swept once (``coarse``, with
+    ``step=None``); then the rate axis through its best, the other knobs
+    held there, is swept with the method's ``step``
+    (:data:`pargrad.book.experiments.RATE_STEP`) until the best rate's
+    neighbours are that close (``line``).  The best setting is the line's
+    best rate with the coarse best's other knobs.  ``edge`` as in
+    :func:`sweep_at_edge_too` (no line is swept then).  Taught in the
+    chapter "Communicating rarely in depth".
+    """
+    coarse, edge = sweep_at_edge_too(dataclasses.replace(method, step=None), seeds)
+    if edge is not None or method.step is None or "rate" not in method.axes:
+        return coarse, None, edge
+    others = {k: v for k, v in coarse.best.items() if k != "rate"} \
+        if isinstance(coarse.best, dict) else None
+    run = method.run if others is None else (
+        lambda rate, run_seeds: method.run({**others, "rate": rate}, run_seeds))
+    return coarse, sweep(Method(method.name, run, method.axes["rate"], step=method.step),
+                         seeds), None
+
+
 def measure_sweep(seed_set, set_name, name):
     """Sweep one method of :func:`experiment_sets` on a seed set's tuning seeds; a dict for JSON.
 
     ``seed_set``: ``"page"`` (:data:`TUNING_SEEDS`), ``"held_out"``
     (:data:`HELD_OUT_TUNING_SEEDS`) or ``"third"`` (:data:`THIRD_TUNING_SEEDS`,
-    read only by the claim tests).  Keeps the grid given, its limits, the
-    rates after the sweep refined them to :data:`pargrad.book.experiments.RATE_STEP`
-    (``rates``, ``added``), every setting's median, the best setting, the
-    tied plateau, the per-seed scores along the rate axis through the best
-    (``line``: what the density check starts from) and, if the plateau
-    touches a grid edge that is not a limit, the sweep's message.  What ``tools/measure_rare_communication.py``
-    stores (minutes of NumPy), so that the chapter only runs the test seeds.
+    read only by the claim tests).  :func:`refined_sweep`: keeps the grid
+    given, its limits, every setting's median, the coarse best and its
+    tied plateau, the rates the refinement added, the per-seed scores along
+    the refined rate line through the best (``line``: what the density
+    check starts from), the best setting and, if the plateau touches a grid
+    edge that is not a limit, the sweep's message.  What
+    ``tools/measure_rare_communication.py`` stores (minutes of NumPy), so
+    that the chapter only runs the test seeds.
     """
     check_choice("seed_set", seed_set, MEASURED_SETS)
     methods = {method.name: method for method in experiment_sets()[check_choice(
         "set_name", set_name, list(experiment_sets()))]}
     method = methods[check_choice("name", name, list(methods))]
-    result, edge = sweep_at_edge_too(method, MEASURED_SETS[seed_set][1])
+    coarse, line, edge = refined_sweep(method, MEASURED_SETS[seed_set][1])
     finite = lambda a: np.where(np.isfinite(a), a, -1.0).tolist()  # noqa: E731
-    settings = [s if isinstance(s, dict) else {"rate": s} for s in np.ravel(result.rates).tolist()] \
-        if method.grid is None else list(result.rates)
-    best = result.best if isinstance(result.best, dict) else {"rate": result.best}
-    others = {k: v for k, v in best.items() if k != "rate"}
-    line = sorted((s["rate"], i) for i, s in enumerate(settings)
-                  if {k: v for k, v in s.items() if k != "rate"} == others)
+    if line is None:
+        best, rates, scores, added = coarse.best, [], [], []
+    else:
+        best = line.best if not isinstance(coarse.best, dict) else {**coarse.best,
+                                                                    "rate": line.best}
+        rates, scores, added = np.ravel(line.rates).tolist(), finite(line.scores), list(line.added)
     return {"axes": method.axes, "limits": {k: list(v) for k, v in (method.limits or {}).items()},
-            "rates": sorted({s["rate"] for s in settings}), "added": list(result.added),
-            "settings": settings, "medians": finite(result.medians), "best": result.best,
-            "plateau": list(result.plateau), "edge": edge,
-            "line": {"rates": [r for r, _ in line],
-                     "scores": [finite(result.scores[i]) for _, i in line]}}
+            "medians": finite(coarse.medians), "coarse_best": coarse.best,
+            "plateau": list(coarse.plateau), "edge": edge, "best": best, "added": added,
+            "line": {"rates": rates, "scores": scores}}
 
 
 def stored_sweeps():
@@ -498,6 +525,50 @@ def replication_at_stored_rates(set_name, stored=None, race_score="last quarter"
                          for which in SEED_SETS))
 
 
+def denser_experiment(set_name, seed_set="page", stored=None, experiment=None):
+    """The density check of a stored set: each method's rates twice as dense around its best.
+
+    For every method, the rate axis through its stored best (the other
+    knobs at their best) gets the midpoints of the four gaps nearest the
+    best (:func:`pargrad.book.experiments.denser`) and is swept again on the
+    set's tuning seeds: the stored scores where the rate was measured, live
+    runs for the new rates.  A method whose best rate moves runs again on
+    the test seeds.  Returns ``(experiment, moved)``: an ``Experiment`` at
+    the denser grids' bests and the methods whose best moved.  (Re-sweeping
+    every combination of the other knobs as well would take the
+    measurement's minutes; their optimum was found on the stored grid.)
+    ``experiment`` is :func:`experiment_at_stored_rates` of the set, if
+    already run.
+    """
+    stored = stored_sweeps() if stored is None else stored
+    check_choice("seed_set", seed_set, MEASURED_SETS)
+    experiment = experiment_at_stored_rates(set_name, stored=stored, seed_set=seed_set) \
+        if experiment is None else experiment
+    seeds, tuning = MEASURED_SETS[seed_set]
+    scores, rates, moved = dict(experiment.scores), dict(experiment.rates), []
+    for method in experiment_sets()[set_name]:
+        kept = stored["sweeps"][seed_set][set_name][method.name]
+        best = kept["best"]
+        others = {k: v for k, v in best.items() if k != "rate"} if isinstance(best, dict) else None
+        known = {rate: np.where(np.asarray(line) < 0, np.inf, line)
+                 for rate, line in zip(kept["line"]["rates"], kept["line"]["scores"])}
+        single = getattr(method.run, "single", method.run)
+
+        def run(rate, run_seeds, others=others, known=known, single=single):
+            if rate in known and np.array_equal(run_seeds, tuning):
+                return known[rate]
+            return single(rate if others is None else {**others, "rate": rate}, run_seeds)
+
+        line = Method(method.name, run, sorted(known), step=None)
+        best_rate = best["rate"] if isinstance(best, dict) else best
+        dense = sweep(denser(line, best_rate), tuning)
+        if dense.best != best_rate:
+            moved.append(method.name)
+            rates[method.name] = dense.best if others is None else {**others, "rate": dense.best}
+            scores[method.name] = scores_as_array(single(rates[method.name], seeds), seeds)
+    return Experiment(experiment.seeds, scores, rates, {}), moved
+
+
 def stored_edges(stored=None):
     """``{(seed set, set, method): message}`` for every stored sweep whose best touches a grid edge."""
     stored = stored_sweeps() if stored is None else stored
@@ -532,6 +603,38 @@ def phase_scores(phases, setting, seeds, local_steps=LOCAL_STEPS, reset_momentum
         curves.append(curve)
     curves = np.concatenate(curves)
     return last_quarter_mean(curves), curves[-1]
+
+
+CHURN, STAYED = "one left, one joined", "3 throughout"
+HANDED_OVER, DROPPED = "momentum handed over", "momentum dropped"
+
+
+def churn_verdict(experiment, score="last quarter"):
+    """Churn against 3 workers throughout, on ``experiment``'s seeds at its DiLoCo, H = 16 setting.
+
+    :data:`CHURN_PHASES` against ``[(3, 24)]``, the same rounds, scored by the
+    mean over the last quarter of the rounds (``score="final point"``: the
+    last loss); a :class:`pargrad.book.experiments.Verdict` of one seed set
+    (pool two with :func:`pargrad.book.experiments.replicated`).  Taught in
+    the chapter "Communicating rarely in depth".
+    """
+    index = check_choice("score", score, ("last quarter", "final point")) == "final point"
+    setting = experiment.rates[method_name(replay.NESTEROV, LOCAL_STEPS)]
+    stayed = phase_scores([(3, sum(r for _, r in CHURN_PHASES))], setting, experiment.seeds)
+    churned = phase_scores(CHURN_PHASES, setting, experiment.seeds)
+    return compare(churned[index], stayed[index], CHURN, STAYED, min_seeds=1)
+
+
+def handover_verdict(experiment):
+    """The outer momentum handed over between the churn's phases against dropped (reset to 0).
+
+    Each on ``experiment``'s seeds at its DiLoCo, H = 16 setting, scored by the
+    mean over the last quarter of the rounds: the chapter's exercise 4.
+    """
+    setting = experiment.rates[method_name(replay.NESTEROV, LOCAL_STEPS)]
+    kept = phase_scores(CHURN_PHASES, setting, experiment.seeds)[0]
+    dropped = phase_scores(CHURN_PHASES, setting, experiment.seeds, reset_momentum=True)[0]
+    return compare(kept, dropped, HANDED_OVER, DROPPED, min_seeds=1)
 
 
 def outer_optimizer(outer, outer_rate=0.7, momentum=0.9):
