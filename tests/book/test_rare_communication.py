@@ -120,7 +120,8 @@ SYNC, MOMENTUM = rc.SYNC, rc.SYNC_MOMENTUM
 # Every row of the results tables of "Communicating rarely" and its deep dive, every pair the deep
 # dive prints and every verdict the prose states: (set, first, second) -> the pooled verdict
 # (experiments.RULE over the page's and the held-out seeds): "first" or "second" ahead, or
-# experiments.TOO_FEW, NEGLIGIBLE or NO_DIFFERENCE.
+# experiments.TOO_FEW, NEGLIGIBLE or NO_DIFFERENCE, or a tuple of the verdicts the page's words
+# allow.
 STATED = {
     # what communicating rarely costs per step: from H = 16 on, issue 39 (was "not shown")
     ("dial", "DiLoCo, H=4", MOMENTUM): experiments.NO_DIFFERENCE,   # the sets lean apart
@@ -133,7 +134,10 @@ STATED = {
     # the races, every method at its best on its knobs (issue 39: sync and async get momentum)
     (FAST, MOMENTUM, rc.ASYNC): "first",
     (FAST, MOMENTUM, rc.LOCAL_TUNED): "first",
-    (FAST, MOMENTUM, rc.DILOCO_TUNED): experiments.TOO_FEW,  # both lean DiLoCo's way, p 0.5
+    # neither ahead: "too few seeds to tell" on the stored grids (both sets lean DiLoCo's way,
+    # p 0.5), "no difference shown" on grids twice as dense (the sets lean apart): the page
+    # states only that neither is ahead
+    (FAST, MOMENTUM, rc.DILOCO_TUNED): (experiments.TOO_FEW, experiments.NO_DIFFERENCE),
     (FAST, rc.ASYNC, rc.LOCAL_TUNED): "first",
     (FAST, rc.ASYNC, rc.DILOCO_TUNED): "second",
     (FAST, rc.LOCAL_TUNED, rc.DILOCO_TUNED): "second",
@@ -149,7 +153,8 @@ WANTED = {"first": "{first} ahead", "second": "{second} ahead"}
 
 def wanted(key):
     _, first, second = key
-    return WANTED.get(STATED[key], STATED[key]).format(first=first, second=second)
+    allowed = STATED[key] if isinstance(STATED[key], tuple) else (STATED[key],)
+    return {WANTED.get(each, each).format(first=first, second=second) for each in allowed}
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +167,7 @@ def replications(dial, races):
 def test_every_stated_verdict_holds(replications, key):
     set_name, first, second = key
     verdict = replications[set_name].compare(first, second)
-    assert verdict.verdict == wanted(key), verdict
+    assert verdict.verdict in wanted(key), verdict
 
 
 @pytest.mark.claim
@@ -176,7 +181,7 @@ def test_every_verdict_stands_on_rate_grids_twice_as_dense(replications, set_nam
                                                          ("held_out", replication.held_out))))
     for key in STATED:
         if key[0] == set_name:
-            assert dense.compare(*key[1:]).verdict == wanted(key), key
+            assert dense.compare(*key[1:]).verdict in wanted(key), key
     if set_name == "dial":      # the churn and the handover run at DiLoCo, H = 16's setting
         for verdict in (rc.churn_verdict, rc.handover_verdict):
             assert experiments.replicated(verdict(dense.page), verdict(dense.held_out)).verdict \
