@@ -53,7 +53,7 @@ def jobs_for(arguments):
     sets = rc.experiment_sets()
     wanted = [a.split("::") for a in arguments] or [[s] for s in sets]
     jobs = [(seed_set, want[0], method.name) for want in wanted for method in sets[want[0]]
-            if len(want) == 1 or method.name == want[1] for seed_set in rc.SEED_SETS]
+            if len(want) == 1 or method.name == want[1] for seed_set in rc.MEASURED_SETS]
     heavy = lambda job: len(sets[job[1]][[m.name for m in sets[job[1]]].index(job[2])].settings())
     return sorted(jobs, key=lambda job: (-("between" in job[1]), -heavy(job)))
 
@@ -61,7 +61,7 @@ def jobs_for(arguments):
 def main(arguments):
     began = time.perf_counter()
     stored = json.loads(PATH.read_text()) if arguments and PATH.exists() else {
-        "sweeps": {seed_set: {} for seed_set in rc.SEED_SETS}}
+        "sweeps": {seed_set: {} for seed_set in rc.MEASURED_SETS}}
     runs = stored.setdefault("runs", [])
     load_before = os.getloadavg()
     jobs = jobs_for(arguments)
@@ -71,8 +71,8 @@ def main(arguments):
             print(f"done {seed_set} | {set_name} | {name}: best {kept['best']} in {seconds:.0f} s"
                   f"{'  AT THE EDGE' if kept['edge'] else ''}", flush=True)
     stored.update({"grid": list(rc.GRID), "updates": rc.UPDATES,
-                   "tuning_seeds": {k: v[1].tolist() for k, v in rc.SEED_SETS.items()},
-                   "test_seeds": {k: v[0].tolist() for k, v in rc.SEED_SETS.items()}})
+                   "tuning_seeds": {k: v[1].tolist() for k, v in rc.MEASURED_SETS.items()},
+                   "test_seeds": {k: v[0].tolist() for k, v in rc.MEASURED_SETS.items()}})
     runs.append({"command": "cd tools && python measure_rare_communication.py "
                  + " ".join(f"'{a}'" for a in arguments), "measured": len(jobs),
                  "seconds": round(time.perf_counter() - began, 1),
