@@ -18,11 +18,13 @@ help:
 	@echo "make venv         create .venv and install the pinned requirements and pargrad"
 	@echo "make lint         the linter (ruff: unused imports, undefined names)"
 	@echo "make test         lint, unit tests, every chapter under nbval, checks of the built"
-	@echo "                  book, then test-other-numerics"
-	@echo "make test-other-numerics  the claims again without oneDNN, one thread an op"
+	@echo "                  book, then test-stress and test-other-numerics; the tests run in"
+	@echo "                  JOBS=2 processes (pytest-xdist), those that time work alone after"
+	@echo "make test-other-numerics  the claims again without oneDNN, one thread an op (JOBS processes)"
 	@echo "make test-stress  the multi-process measurements 10 times in a row (part of make test)"
 	@echo "make test-colab   every chapter executed as on Colab: another TensorFlow, pargrad from"
-	@echo "                  a git URL with its declared dependencies, no requirements.txt"
+	@echo "                  a git URL with its declared dependencies, no requirements.txt;"
+	@echo "                  JOBS chapters at a time, each in its own kernel, the timed ones alone"
 	@echo "make test-oldest  unit tests on the oldest TensorFlow and Keras pargrad allows"
 	@echo "make test-browser the book's widgets and offline MathJax in headless Chromium"
 	@echo "                  (installs Chromium with apt-get when run as root)"
@@ -83,6 +85,22 @@ book-static:
 	        > $(MATHJAX_DIR)/tex-mml-chtml.js; \
 	fi
 
+# Two test processes at once: the book's TensorFlow work is tiny operations that keep one core
+# of a process busy, so one pytest process uses one core of CI's two.  JOBS=1 runs everything in
+# one process, as before.  What may not run beside another process (tests/conftest.py):
+# * items marked `timing` (chapters "Devices", "What communication costs" and its deep dive,
+#   tests that assert on wall-clock time or speed ratios) run in a second pass, alone, one at
+#   a time, with no other test process beside them (the stress run below is serial too);
+# * a notebook's cells and a test file's tests stay in one process, in order (one kernel, one
+#   module's fixtures and state);
+# * every file that starts multi-process clusters is in one group, "clusters", run in one
+#   process one file after the other: two clusters never start at once, and each test
+#   process takes its clusters' ports from its own block outside the kernel's ephemeral
+#   range, so that no other process's cluster or Jupyter kernel can pick them.
+JOBS  ?= 2
+XDIST := -n $(JOBS) --dist loadfile --no-loadscope-reorder
+PYTEST := $(PY) -m pytest -p no:cacheprovider
+
 NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=180 --nbval-sanitize-with nbval_sanitize.cfg
 
 # pyflakes' checks through ruff (pyproject.toml's [tool.ruff]): a second or two.
@@ -90,9 +108,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check --no-cache .
 
 # The linter first; unit tests of pargrad, checks of the built book, every
-# chapter under nbval; then the book's claims under other numerics.
+# chapter under nbval (in JOBS processes, then the `timing` items alone: see
+# JOBS above); then the book's claims under other numerics.
 test: lint book
-	PARGRAD_REQUIRE_HTML=1 $(PY) -m pytest -p no:cacheprovider --durations=25 tests chapters $(NBVAL)
+	PARGRAD_REQUIRE_HTML=1 $(PYTEST) $(XDIST) --durations=25 -m "not timing" tests chapters $(NBVAL)
+	PARGRAD_REQUIRE_HTML=1 $(PYTEST) --durations=5 -m timing tests chapters $(NBVAL)
 	$(MAKE) --no-print-directory test-stress
 	$(MAKE) --no-print-directory test-other-numerics
 
@@ -102,13 +122,16 @@ test: lint book
 # one of its updates (the unit tests run that race once more): a race at a
 # cluster's end fails here before it fails on a reader's machine.
 # (tools/stress_clusters.py --runs 50 and
-# --runs 0 --kills 30 are the long forms.)
+# --runs 0 --kills 30 are the long forms.)  One cluster at a time, alone: it
+# times the all-reduces and aims a kill at a moment of a run.
 test-stress: $(STAMP)
 	$(PY) tools/stress_clusters.py --runs 10 --quick --kills 1
 
 # The claims again under another order of additions, as on another CPU or a
 # GPU: no oneDNN kernels, one thread in each operation.  A number or an
 # equality that holds only on the machine that made the outputs fails here.
+# One pytest run: the claim tests and the chapters below, in JOBS processes
+# grouped as in `make test` (one thread an operation: one core a process).
 OTHER_NUMERICS := TF_ENABLE_ONEDNN_OPTS=0 TF_NUM_INTRAOP_THREADS=1 OMP_NUM_THREADS=1
 
 # Every chapter whose checked outputs TensorFlow computes.  Left out, to keep
@@ -129,20 +152,25 @@ ORDER_FREE := chapters/02_devices.ipynb chapters/10_communication_costs.ipynb \
               chapters/12_sharded_training.ipynb \
               chapters/d5_rare_communication_in_depth.ipynb \
               chapters/d6_communication_in_depth.ipynb
+# Chapters that time work and assert on the times: never beside another job
+# (the same three as in tests/conftest.py's TIMING).
+TIMED := chapters/02_devices.ipynb chapters/10_communication_costs.ipynb \
+         chapters/d6_communication_in_depth.ipynb
 NUMERIC_CHAPTERS := $(filter-out $(ORDER_FREE),$(sort $(wildcard chapters/*.ipynb)))
 
 test-other-numerics: $(STAMP)
-	$(OTHER_NUMERICS) $(PY) -m pytest -p no:cacheprovider -m claim tests
-	$(OTHER_NUMERICS) $(PY) -m pytest -p no:cacheprovider $(NUMERIC_CHAPTERS) $(NBVAL)
+	$(OTHER_NUMERICS) $(PYTEST) $(XDIST) --durations=10 -m "claim or notebook" \
+	    tests $(NUMERIC_CHAPTERS) $(NBVAL)
 
 # Every chapter executed as a reader on Colab runs it: another TensorFlow
 # (COLAB_TF), pargrad installed from this clone's last commit as a git URL
 # with only its declared dependencies, nothing from requirements.txt, and
 # the kernel and notebook runner Colab has.  Not compared with the stored
 # outputs (another TensorFlow prints other digits); the chapters' asserts
-# run.  About five minutes on an idle two-core machine, plus the download of
-# a second TensorFlow: not part of `make test` (a reader's check needs no
-# second TensorFlow), but .ci/run runs it.
+# run.  JOBS chapters at a time, each in its own kernel; the chapters that
+# time work and assert on it (TIMED) run alone after them.  Not part of
+# `make test` (a reader's check needs no second TensorFlow), but .ci/run
+# runs it.
 COLAB    := .venv-colab
 COLAB_TF ?= 2.19.0
 
@@ -164,7 +192,8 @@ colab-venv: $(COLAB_STAMP)
 test-colab: $(COLAB_STAMP)
 	$(COLAB)/bin/python -m pip uninstall --quiet --yes pargrad 2>/dev/null || true
 	$(COLAB)/bin/python -m pip install --quiet "pargrad[book] @ git+file://$(CURDIR)@$$(git rev-parse HEAD)"
-	cd chapters && TF_CPP_MIN_LOG_LEVEL=3 ../$(COLAB)/bin/python ../tools/execute_chapters.py *.ipynb
+	cd chapters && TF_CPP_MIN_LOG_LEVEL=3 ../$(COLAB)/bin/python ../tools/execute_chapters.py \
+	    --jobs $(JOBS) $(addprefix --alone ,$(notdir $(TIMED))) *.ipynb
 
 # The book's widgets in a real browser (tests/browser): headless Chromium,
 # driven by Selenium through Debian's chromium-driver, on the built book.

@@ -57,3 +57,127 @@ def devices():
 def run_python():
     """``run_python(code, timeout=120, env=None)``: run code in a fresh process."""
     return _run_python
+
+
+# -- make test runs two pytest workers (pytest-xdist) ------------------------------------------------
+#
+# The Makefile's first pass runs everything not marked `timing` in two worker processes
+# (-n 2 --dist loadfile); its second pass runs the `timing` items alone, one at a time, with no
+# other test process beside them.  The hooks below say which items go where (a test file that
+# cannot carry a mark itself is named here by its node id):
+#
+# * timing: an item that asserts on wall-clock time or a speed ratio.  Beside another test
+#   process it would measure the other process too, so it runs in the serial pass.
+# * one unit of work a file, run by one worker in order (a notebook's cells share one kernel, a
+#   module's tests share its module fixtures and state, e.g. tests/claims/test_programs.py's
+#   budget), except the files that start multi-process clusters on 127.0.0.1 (CLUSTERS): they
+#   are one unit together, so two clusters never start at the same moment, and the 3 to 5
+#   processes of one cluster never share two cores with those of another.
+#   (pytest-xdist's own xdist_group marks do not work with pytest 9: xdist 3.8 renames
+#   `item._nodeid`, which pytest 9 no longer reads; hence a scheduler of our own.)
+
+TIMING = {
+    # the chapters that time work and assert on the times or their ratios
+    # (the Makefile's TIMED names the same three for make test-colab)
+    "chapters/02_devices.ipynb",
+    "chapters/10_communication_costs.ipynb",
+    "chapters/d6_communication_in_depth.ipynb",
+    # wall-clock bounds, ratios of times
+    "tests/test_asynchronous.py::test_a_failing_worker_ends_fit_promptly_and_leaves_no_thread",
+    "tests/test_asynchronous.py::test_a_time_limit_stops_a_free_running_fit",
+    "tests/test_asynchronous.py::test_hold_core_keeps_the_thread_busy_for_the_time_asked",
+    "tests/test_asynchronous.py::test_hold_core_stops_when_the_run_stops",
+    "tests/test_cluster.py::test_a_time_out_raises_and_stops_every_worker",
+    "tests/book/test_instruments.py::test_a_straggler_holds_its_core",
+    "tests/book/test_instruments.py::test_a_straggler_computes_about_factor_times_as_long",
+    "tests/book/test_instruments.py::"
+    "test_emulated_steps_last_step_seconds_times_the_nth_fastest_and_drop_the_rest",
+}
+
+CLUSTERS = {
+    "tests/test_cluster.py", "tests/test_sync.py", "tests/test_local_sgd.py",
+    "tests/book/test_multiworker.py", "tests/book/test_parameter_server.py",
+    "tests/book/test_rare_communication.py",
+    "chapters/03_synchronous.ipynb", "chapters/09_beyond_one_machine.ipynb",
+    "chapters/11_communicating_rarely.ipynb", "chapters/a2_compatibility.ipynb",
+}
+
+# Handed out first (the workers take units in collection order, --no-loadscope-reorder): the
+# cluster unit and the notebooks, the longest units, so that short test files fill the end
+# of the run on both workers.
+FIRST = ["clusters", "chapters/", "tests/claims/test_programs.py", "tests/test_sharded.py"]
+
+
+def _unit(nodeid):
+    """The unit of work of an item: its file, or "clusters"."""
+    file = nodeid.split("::", 1)[0]
+    return "clusters" if file in CLUSTERS else file
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.nodeid.split("::", 1)[0] in TIMING or item.nodeid.split("[")[0] in TIMING:
+            item.add_marker(pytest.mark.timing)
+        if item.nodeid.split("::", 1)[0].endswith(".ipynb"):
+            item.add_marker(pytest.mark.notebook)
+
+    def rank(item):
+        unit = _unit(item.nodeid)
+        return next((i for i, prefix in enumerate(FIRST) if unit.startswith(prefix)), len(FIRST))
+
+    items.sort(key=rank)  # stable: the order within a file (a notebook's cells) is kept
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile, with the files of CLUSTERS as one unit."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class LoadFileAndClusters(LoadFileScheduling):
+        def _split_scope(self, nodeid):
+            return _unit(nodeid)
+
+    return LoadFileAndClusters(config, log)
+
+
+# Under xdist every worker takes the ports of the clusters it starts from its own block below
+# the kernel's ephemeral range (32768-60999 here, where bind(0), and so Jupyter kernels and
+# pargrad.cluster.free_ports, pick ports): a port chosen and released by one worker, not yet
+# bound by its cluster's processes, cannot be chosen by the other worker's kernels.  Only the
+# choice is replaced (LocalCluster's own port handling, and pargrad.cluster.free_ports itself
+# in tests/test_cluster.py, are tested unchanged); without xdist nothing changes.
+PORTS_FROM, PORTS_A_WORKER = 20000, 1000
+
+
+def _worker_index():
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else None
+
+
+if _worker_index() is not None and _worker_index() < 12:
+    import itertools
+    import socket
+
+    import pargrad.cluster
+
+    _LOW = PORTS_FROM + PORTS_A_WORKER * _worker_index()
+    _NEXT = itertools.cycle(range(_LOW, _LOW + PORTS_A_WORKER))
+
+    def _free_ports_of_this_worker(n, host=pargrad.cluster.HOST):
+        """``n`` distinct ports of this worker's block that are free on ``host`` right now."""
+        ports = []
+        for port in itertools.islice(_NEXT, PORTS_A_WORKER):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+            ports.append(port)
+            if len(ports) == n:
+                return ports
+        raise RuntimeError(f"fewer than {n} free ports in {_LOW}-{_LOW + PORTS_A_WORKER - 1}")
+
+    pargrad.cluster.free_ports = _free_ports_of_this_worker
