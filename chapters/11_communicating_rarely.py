@@ -2,12 +2,12 @@
 # # Communicating rarely
 #
 # ```{admonition} Takeaway
-# Let every replica train alone for `H` steps and average only then: `H`
-# times fewer all-reduces. Where a step's communication costs more than its
-# computation (between data centres), that wins: in the same time, DiLoCo
-# ends {glue:text}`slow-gain` times lower than synchronous SGD. The price is
-# paid per step: at equal local steps, each `H` ends higher. Inside a box,
-# communicate every step.
+# Let every replica train alone for `H` steps, then average: `H` times
+# fewer all-reduces. Where communication costs more than computation
+# (between data centres), that wins: in the same time, DiLoCo ends
+# {glue:text}`slow-gain` times lower than synchronous SGD. The price is paid
+# per step: at equal steps, each `H` ends higher. Inside a box, communicate
+# every step.
 # ```
 #
 # **What communicating `H` times less buys, and what it costs.** Between two

@@ -3,12 +3,11 @@
 #
 # ```{admonition} Takeaway
 # A gradient $\tau$ updates old converges on a parabola only while
-# $\eta\lambda < 2\sin(\pi/(2(2\tau+1)))$, and the y = x² network's largest
-# stable rate shrinks by that factor. Two remedies, the staleness-aware rate
-# and delay compensation (DC-ASGD), keep a too-high rate stable. Tuned, with
-# four workers of which one is slow, neither is ahead of a tuned constant
-# rate: DC-ASGD is within {glue:text}`floor:.0f` % of it, and the staleness-aware rule's lead or
-# lag changes with the seed set.
+# $\eta\lambda < 2\sin(\pi/(2(2\tau+1)))$; a network's stable rate
+# shrinks alike. The staleness-aware rate and delay
+# compensation (DC-ASGD) keep a too-high rate stable, but tuned, with one
+# slow worker of four, neither beats a tuned constant rate: DC-ASGD is
+# within {glue:text}`floor:.0f` % of it, and the rule's lead changes with the seed set.
 # ```
 #
 # The evidence behind [Asynchronous training](04_asynchronous).

@@ -119,8 +119,15 @@ for steps in rc.DIAL:
 # momentum's swing stands at the last round:
 
 # %%
+def said(result):
+    """One verdict as a sentence: what it says, wins and losses over both sets, the ratio."""
+    v = getattr(result, "pooled", result)
+    return (f"{v.first} vs {v.second}: {v.verdict}; better on {v.wins} of {v.seeds} seeds, "
+            f"worse on {v.losses}, median ratio {experiments.format_ratio(v.effect)}")
+
+
 for steps in rc.DIAL[1:]:
-    print(dial.compare(f"DiLoCo, H={steps}", rc.SYNC_MOMENTUM))
+    print(said(dial.compare(f"DiLoCo, H={steps}", rc.SYNC_MOMENTUM)))
 
 
 def final_point(experiment, name, seeds):
@@ -137,7 +144,7 @@ for steps in (4, 16):
                                     f"DiLoCo, H={steps}", rc.SYNC_MOMENTUM, min_seeds=1)
                 for run in (dial.page, dial.held_out)]
     final_verdicts.append(experiments.replicated(*verdicts))
-    print(f"final point, {final_verdicts[-1]}")
+    print(f"final point, {said(final_verdicts[-1])}")
 
 # %% [markdown]
 # **2. Local SGD loses when `H` grows too large.** At ImageNet scale, less
@@ -167,9 +174,9 @@ for steps in rc.DIAL:
     print(f"H = {steps}: tuned (page · held-out): " + " · ".join(
         f"inner {p['rate']:.3g}, outer {p['outer_rate']:g}, momentum "
         f"{p['momentum']:g}" for p in picked))
-    print("   ", dial.compare(diloco, local))
+    print("   ", said(dial.compare(diloco, local)))
 paper = f"DiLoCo, paper's step, H={rc.PAPER_H}"
-print(f"{paper} (0.7, 0.9):", dial.compare(paper, f"local SGD, H={rc.PAPER_H}"))
+print(f"outer step fixed (0.7, 0.9): {said(dial.compare(paper, f'local SGD, H={rc.PAPER_H}'))}")
 
 # %% tags=["remove-cell"]
 tuned64 = dial.compare("DiLoCo, H=64", "local SGD, H=64")
@@ -235,7 +242,7 @@ for link_name, race in races.items():
     names = list(race.page.scores)
     for i, first in enumerate(names):
         for second in names[i + 1:]:
-            print("   ", race.compare(first, second))
+            print("   ", said(race.compare(first, second)))
 
 # %% tags=["remove-cell"]
 pairs = [(link_name, first, second) for link_name, race in races.items()
@@ -268,7 +275,7 @@ churn = {score: experiments.replicated(*[rc.churn_verdict(run, score)
                                            for run in (dial.page, dial.held_out)])
          for score in ("last quarter", "final point")}
 for score, verdict in churn.items():
-    print(f"scored by the {score}: {verdict}")
+    print(f"scored by the {score}: {said(verdict)}")
 
 # %% tags=["remove-cell"]
 CHURN_VERDICTS = {"last quarter": f"{rc.CHURN} ahead", "final point": f"{rc.CHURN} ahead"}
