@@ -93,8 +93,9 @@ book-static:
 #   a time, with no other test process beside them (the stress run below is serial too);
 # * a notebook's cells and a test file's tests stay in one process, in order (one kernel, one
 #   module's fixtures and state);
-# * every file that starts multi-process clusters is in one group, "clusters", run in one
-#   process one file after the other: two clusters never start at once, and each test
+# * every file that starts multi-process clusters is in one unit of work, "clusters" (--dist
+#   loadfile with tests/conftest.py's scheduler), run in one process one file after the
+#   other: two clusters never start at once, and each test
 #   process takes its clusters' ports from its own block outside the kernel's ephemeral
 #   range, so that no other process's cluster or Jupyter kernel can pick them.
 JOBS  ?= 2
