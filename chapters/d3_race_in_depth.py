@@ -340,16 +340,10 @@ glue("control-wins", min(verdicts["equal devices", "sequential, no staleness", "
 glue("pooled-seeds", 2 * SEEDS)
 
 
-def p_text(p):
-    """A p-value as the text quotes it: "p = 0.0012", or "p < 1e-4"."""
-    shown = experiments.format_p(p)
-    return f"p {shown}" if shown.startswith("<") else f"p = {shown}"
-
-
 def evidence(key):
     """A verdict's evidence as the text quotes it: pooled wins to losses, ratio and p."""
     v = verdicts[key].pooled
-    return f"{v.wins} to {v.losses}, ratio {experiments.format_ratio(v.effect)}, {p_text(v.p_value)}"
+    return f"{v.wins} to {v.losses}, ratio {experiments.format_ratio(v.effect)}, {experiments.p_phrase(v.p_value)}"
 
 
 low, high = TARGETS
@@ -362,7 +356,7 @@ glue("equal-backup-high", evidence(("equal devices", "sync", "sync, 1 backup", h
 bound = [verdicts["heavy-tailed delays", "async, bound 2", "async", t].pooled for t in TARGETS]
 glue("heavy-bound-low", min(v.effect for v in bound))
 glue("heavy-bound-high", max(v.effect for v in bound))
-glue("heavy-bound-p", p_text(max(v.p_value for v in bound)))
+glue("heavy-bound-p", experiments.p_phrase(max(v.p_value for v in bound)))
 
 # %% [markdown]
 # What the {glue:text}`pooled-seeds` seeds of both sets show (wins to
@@ -428,7 +422,7 @@ for scenario, pairs in QUESTIONS.items():
             print(f"{scenario}, {target:.0%}, {first} vs {second}: twice as dense, "
                   f"faster on {dense.pooled.wins} seeds and slower on {dense.pooled.losses}, "
                   f"median ratio {experiments.format_ratio(dense.pooled.effect)}, "
-                  f"{p_text(dense.pooled.p_value)} -> {dense.verdict} (on the stored grid: "
+                  f"{experiments.p_phrase(dense.pooled.p_value)} -> {dense.verdict} (on the stored grid: "
                   f"{verdicts[scenario, first, second, target].verdict})")
 
 # %% tags=["remove-cell"]
@@ -545,7 +539,7 @@ for target in wall_settings["targets"]:
 claims = race.wall_clock_claims(walls, wall_settings["targets"][0], wall_settings["every"])
 for claim, v in claims.items():
     print(f"{claim}: faster on {v.wins} of {v.seeds} seeds, slower on {v.losses} "
-          f"(signed-rank {p_text(v.p_value)}): {v.verdict}")
+          f"(signed-rank {experiments.p_phrase(v.p_value)}): {v.verdict}")
 
 # %% tags=["remove-cell"]
 # what the text says: measured at each scenario's own (stored) rates, and the claims hold

@@ -214,7 +214,7 @@ class Verdict:
     def __str__(self):
         return (f"{self.first} vs {self.second}: better in {self.wins} of {self.seeds} seeds, "
                 f"worse in {self.losses}, tied in {self.ties}; median ratio "
-                f"{format_ratio(self.effect)}, signed-rank p {_p_text(self.p_value)} "
+                f"{format_ratio(self.effect)}, signed-rank {p_phrase(self.p_value)} "
                 f"-> {self.verdict}")
 
 
@@ -723,10 +723,10 @@ def results_table(result, reference, methods=None):
     return ResultsTable(columns, tuple(rows))
 
 
-def _p_text(p):
-    """"= 0.0012" or "< 1e-4": a p-value after its name."""
+def p_phrase(p):
+    """A p-value as prose quotes it: "p = 0.0012", or "p < 1e-4"."""
     text = format_p(p)
-    return text if text.startswith("<") else f"= {text}"
+    return f"p {text}" if text.startswith("<") else f"p = {text}"
 
 
 def format_p(p):
