@@ -18,8 +18,11 @@ it lacks: the rates a grid needs under the current rule and, with
 between the four gaps nearest each best, and the races at a best they
 move); ``--only 'scenario/method'`` limits it to some pairs.  Extending
 the two files with ``--density 2`` took about 48 minutes each for 14 and
-13 of the 16 pairs (the rest still lack their midpoints), the two at once
-on two cores shared with other work (load average 4 to 7).
+13 of the 16 pairs, the two at once on two cores shared with other work
+(load average 4 to 7); the last three pairs (the staleness-aware rate
+with equal devices and with the slow device, bounded staleness with equal
+devices) took 5 and 9 minutes with ``--jobs 1``, the two files at once.
+Each file records every extension with its load.
 
 ``--clock wall`` (the default): the measured race, delegated to
 ``tools/measure_race_sweep.py`` (one clock for every contender, the machine's

@@ -20,7 +20,9 @@
 # the same 1024 local steps, DiLoCo's loss is {glue:text}`cost-16` times that
 # of synchronous SGD with momentum at `H` = 16 and {glue:text}`cost-256`
 # times at `H` = 256. Inside a box, where an all-reduce costs microseconds,
-# there is nothing to buy: {glue:text}`fast-answer`.
+# there is nothing to buy: the sweep of `H` picks {glue:text}`fast-h`, the smallest
+# it may, and there DiLoCo gains nothing over synchronous SGD with momentum that our
+# seeds resolve.
 #
 # Where the network is slow or workers come and go, training went back to
 # communicating *rarely*: every replica takes `H` steps alone, then the
@@ -374,9 +376,6 @@ asynchronous = {name: race.compare(rc.ASYNC, rc.SYNC_MOMENTUM) for name, race in
 glue("slow-local-gain", f"{1 / slow_local.pooled.effect:.1f}")
 glue("fast-h", int(fast_race.page.rates[rc.DILOCO_TUNED]["H"]))
 glue("fast-ratio", f"{fast_diloco.pooled.effect:.2f}")
-glue("fast-answer", f"the sweep of `H` picks {int(fast_race.page.rates[rc.DILOCO_TUNED]['H'])}, "
-     "the smallest it may, and there DiLoCo gains nothing over synchronous SGD with momentum "
-     "that our seeds resolve")
 glue("async-fast", f"{asynchronous[FAST.name].pooled.effect:.1f}")
 glue("async-slow", f"{asynchronous[SLOW.name].pooled.effect:.1f}")
 for race in races.values():   # every seed set's sweep picks the same H for DiLoCo

@@ -6,7 +6,8 @@ own 10 tuning seeds (2100-2109) by tools/measure_rare_communication.py as the ot
 are.  Thirty seeds alone are below the rule's minimum, so the third set does not decide: it
 must lean the way the pooled verdict says (its signed-rank rank sums, experiments.Verdict.lean),
 and where the page says a difference is negligible or not shown, its median ratio must stay
-near 1.  The runs are the float64 replays at the stored settings (seconds).
+near 1.  The runs are the float64 replays at the stored settings (seconds), in NumPy: not run
+again under other numerics (no ``claim`` mark).
 """
 
 import pytest
@@ -36,7 +37,6 @@ def third():
             for set_name in ("dial", FAST, SLOW)}
 
 
-@pytest.mark.claim
 @pytest.mark.parametrize("key", list(RE_DECIDED), ids=" | ".join)
 def test_each_re_decided_statement_leans_the_same_way_on_a_third_seed_set(third, key):
     set_name, first, second = key
@@ -44,7 +44,6 @@ def test_each_re_decided_statement_leans_the_same_way_on_a_third_seed_set(third,
     assert verdict.lean == RE_DECIDED[key], verdict
 
 
-@pytest.mark.claim
 def test_inside_a_box_diloco_is_not_ahead_of_synchronous_sgd_with_momentum(third):
     # "too few seeds to tell" on the page's and the held-out sets (both lean DiLoCo's way by
     # about 7 %); the statement the page makes, that communicating rarely buys nothing it can
@@ -53,14 +52,12 @@ def test_inside_a_box_diloco_is_not_ahead_of_synchronous_sgd_with_momentum(third
     assert not (verdict.lean == AHEAD and verdict.p_value < experiments.ALPHA), verdict
 
 
-@pytest.mark.claim
 def test_the_h_4_verdict_stays_undecided_or_behind_on_a_third_set(third):
     # "no difference shown" at H = 4 (the two sets lean apart); never "DiLoCo ahead"
     verdict = third["dial"].compare("DiLoCo, H=4", MOMENTUM, min_seeds=1)
     assert not (verdict.lean == AHEAD and verdict.p_value < experiments.ALPHA), verdict
 
 
-@pytest.mark.claim
 def test_churn_ends_lower_and_dropping_the_momentum_ends_lower_on_a_third_set(third):
     # d5's churn (was "does not replicate") and the chapter's exercise 4, each at the third
     # set's own DiLoCo, H = 16 setting

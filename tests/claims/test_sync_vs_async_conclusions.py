@@ -13,8 +13,7 @@ must lean the same way (:func:`pargrad.book.experiments.replicated`).  Here:
 * the verdicts the pages state are recomputed from the two files;
 * the density check: every verdict again with each method swept on a grid
   twice as dense around its best rate (the midpoints of the four gaps
-  nearest it, measured and stored with the files), for the pairs whose
-  midpoints were measured (:data:`DENSITY_CHECKED`).
+  nearest it, measured and stored with the files).
 """
 
 import json
@@ -128,22 +127,25 @@ def test_a_stored_sweep_run_repeats(devices):
                    - (np.inf if stored is None else stored)) <= settings["every"]
 
 
-def measured_densely(scenario, method):
-    """Whether both files hold the midpoints of ``method``'s density check in ``scenario``."""
-    return all(method in f["settings"].get("dense_best_rates", {}).get(scenario, {})
-               for f in FILES.values())
+def test_both_files_hold_the_midpoints_of_every_compared_method():
+    for f in FILES.values():
+        dense = f["settings"]["dense_best_rates"]
+        for scenario, first, second in STATED:
+            assert {first, second} <= dense.get(scenario, {}).keys(), (scenario, first, second)
 
 
-# The verdicts whose two methods' midpoints were measured in both files.
-DENSITY_CHECKED = sorted(key for key in STATED
-                         if measured_densely(key[0], key[1]) and measured_densely(key[0], key[2]))
+# On the denser grids one undecided verdict moves, as "The race in depth" states: with the
+# slow device, at the higher target, the two sets lean apart on the stored grid and both
+# towards plain asynchronous training on the denser one.  Every other verdict is the same.
+DENSE_STATED = {**STATED,
+                ("one device 3x slower", "async, staleness-aware", "async"): (None, "too few")}
 
 
-@pytest.mark.parametrize("key", DENSITY_CHECKED)
-def test_a_grid_twice_as_dense_changes_no_verdict(key):
+@pytest.mark.parametrize("key", sorted(STATED))
+def test_on_a_grid_twice_as_dense_every_verdict_is_the_stated_one(key):
     """Each method swept again with the midpoints of the four gaps nearest its best: same verdict."""
     scenario, first, second = key
-    for target, stated in zip(TARGETS, STATED[key]):
+    for target, stated in zip(TARGETS, DENSE_STATED[key]):
         dense = race.stored_verdict(STORED, HELD_OUT, scenario, first, second, target, density=2)
         assert dense.verdict == wanted(first, second, stated), (target, dense)
 
