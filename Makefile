@@ -146,9 +146,13 @@ OTHER_NUMERICS := TF_ENABLE_ONEDNN_OPTS=0 TF_NUM_INTRAOP_THREADS=1 OMP_NUM_THREA
 # fit" (its equalities are bit for bit between two runs of the same kernels,
 # the sharded and the mirrored one, under any numerics; the library's claim
 # tests in tests/test_sharded.py re-run them under other numerics; its byte
-# counts are integers).
+# counts are integers), and "Stale gradients in depth" (its many-seed results
+# are float64 NumPy replays; its TensorFlow side, AsyncTrainer against the
+# replay and against the delayed recursion, is in the claims run above:
+# tests/book/test_parabola_async.py).
 ORDER_FREE := chapters/02_devices.ipynb chapters/10_communication_costs.ipynb \
               chapters/a2_compatibility.ipynb chapters/05_sync_vs_async.ipynb \
+              chapters/d2_stale_gradients_in_depth.ipynb \
               chapters/11_communicating_rarely.ipynb \
               chapters/12_sharded_training.ipynb \
               chapters/d5_rare_communication_in_depth.ipynb \

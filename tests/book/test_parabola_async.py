@@ -1,5 +1,5 @@
 """The NumPy replica of AsyncTrainer's scheduled runs, and the conclusions of the chapter
-"Asynchronous training" that rest on it, each at a reduced seed count (20, the rule's minimum).
+"Asynchronous training" that rest on it, each at a reduced seed count (20 seeds).
 The delay bound's, momentum's and the staleness-aware rule's verdicts are re-run on seeds the
 pages were not chosen on in tests/claims/test_stale_gradients_conclusions.py and
 tests/claims/test_delay_compensation_conclusions.py."""
@@ -23,6 +23,7 @@ def devices():
     return pargrad.logical_devices(4)
 
 
+@pytest.mark.claim
 @pytest.mark.parametrize("speeds, jitter, aware, rate", [
     ([1.0, 1.0, 1.0, 1.0], 0.0, False, 0.03),
     ([1.0, 1.0, 1.0, 0.1], 0.0, True, 0.1),
@@ -95,6 +96,7 @@ def test_the_mean_matched_control_really_matches():
     assert parabola_async.mean_rate(schedule, 0.1, False) == 0.1
 
 
+@pytest.mark.claim
 def test_trainer_on_repeated_data_follows_the_delayed_recursion(devices):
     import keras
 
