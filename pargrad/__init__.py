@@ -32,8 +32,8 @@ from pargrad.scenario import Scenario, random_delay  # noqa: E402
 from pargrad.sharded import ShardedHistory, ShardedTrainer  # noqa: E402
 from pargrad.strategies import DevicesNotReadyError, choose_cross_device_ops, sync_strategy  # noqa: E402
 from pargrad.sync import SyncHistory, SyncTrainer  # noqa: E402
+from pargrad.data import NonFiniteDataError  # noqa: E402
 from pargrad.losses import (  # noqa: E402
-    NonFiniteDataError,
     NonFiniteLossError,
     per_example_loss,
     squared_error_per_example,

@@ -43,7 +43,7 @@ from pargrad.checks import (  # noqa: E402
     ArgumentTypeError, check_choice, check_flag, check_instance, check_positive, check_whole_number,
 )
 from pargrad.data import prepare_arrays, validation_arrays  # noqa: E402
-from pargrad.loop import keras_history, progress_bar, show_progress  # noqa: E402
+from pargrad.loop import KerasHistory, keras_history, progress_bar, show_progress  # noqa: E402
 from pargrad.losses import check_finite_loss, keras_metrics, mean_loss  # noqa: E402
 from pargrad.scenario import Scenario, check_scenario, virtual_clock  # noqa: E402
 from pargrad.strategies import check_rate_or_optimizer  # noqa: E402
@@ -56,7 +56,7 @@ HISTORY_KEYS = (
 
 
 @dataclasses.dataclass
-class AsyncHistory:
+class AsyncHistory(KerasHistory):
     """What :meth:`AsyncTrainer.fit` recorded: per update, in the order applied, and as Keras does.
 
     Per update (one entry an applied update): ``worker``, ``read_version``
@@ -70,7 +70,8 @@ class AsyncHistory:
     ``val_version`` (the updates applied by then), ``val_loss`` and
     ``val_<metric name>``, one entry an evaluation.
 
-    Per fit, as Keras's ``History`` (a fit is one epoch, as
+    Per fit, as Keras's ``History`` (the fields of
+    :class:`pargrad.loop.KerasHistory`; a fit is one epoch, as
     :class:`pargrad.SyncHistory`'s by steps): ``history`` (``loss``, the
     mean of the updates' losses; the last ``val_*``), ``epoch``, ``params``.
     Taught in the chapter "Asynchronous training".
@@ -85,9 +86,6 @@ class AsyncHistory:
     read_time: np.ndarray
     time: np.ndarray
     validation: dict = dataclasses.field(default_factory=dict)
-    history: dict = dataclasses.field(default_factory=dict)
-    epoch: list = dataclasses.field(default_factory=list)
-    params: dict = dataclasses.field(default_factory=dict)
 
     def __len__(self):
         return len(self.loss)
@@ -208,7 +206,7 @@ class AsyncTrainer:
     ``metrics`` (Keras metric objects) are computed with the loss on
     ``fit``'s ``validation_data`` and by :meth:`evaluate`.  ``progress``
     shows a progress bar during :meth:`fit` (in the constructor, as for
-    the other two trainers).  ``scenario`` and ``step_seconds`` are
+    the other three trainers).  ``scenario`` and ``step_seconds`` are
     arguments of :meth:`fit`, not of the constructor: here they decide the
     order and the timing of one fit's updates, and one trainer, its
     workers compiled once, runs under many scenarios (the book's races).

@@ -4,8 +4,10 @@ Taught in the chapter "Your own model".  Every cast of a reader's data
 happens here: :func:`prepare_arrays` checks arrays and casts features to the
 model's input dtype (:func:`input_dtype`) and floating-point targets to the
 dtype its loss is computed in (:func:`loss_dtype`), with an error that says
-what to pass for anything it cannot read.  The losses those data reach, and
-the checks for NaN and infinity, are in :mod:`pargrad.losses`.
+what to pass for anything it cannot read; :class:`NonFiniteDataError`,
+:func:`check_finite_data` and :func:`first_non_finite_row` refuse a NaN or
+an infinity in them.  The losses those data reach are in
+:mod:`pargrad.losses`.
 
 Beyond the casts, this module plays the part of
 Keras's ``EpochIterator`` (``keras/src/trainers/epoch_iterator.py``) for the
@@ -56,11 +58,58 @@ tf = import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
 
 from pargrad.checks import ArgumentTypeError, check_whole_number  # noqa: E402
-from pargrad.losses import (  # noqa: E402
-    NonFiniteDataError,
-    check_finite_data,
-    first_non_finite_row,
-)
+
+
+# ----------------------------------------------------------------------------
+# Finite data: a NaN or an infinity refused before any update uses it
+# ----------------------------------------------------------------------------
+
+class NonFiniteDataError(ValueError):
+    """The data hold a NaN or an infinity; training refused them before any update used them.
+
+    ``where`` names the place (``"row 40 of x"``, ``"the batch of step 3"``).
+    Checked in the data itself, before any layer sees them: whether a NaN
+    input reaches the loss depends on the kernels (max-pooling on some CPUs
+    returns the largest finite value of a window that holds a NaN).  Taught
+    in the chapter "Your own model".
+    """
+
+    def __init__(self, where, value, hint=""):
+        self.where, self.value = str(where), float(value)
+        message = (
+            f"The data hold {self.value} at {self.where}; no update has used it. Remove or "
+            "fill the non-finite values first (np.isfinite(x).all(axis=tuple(range(1, x.ndim))) "
+            "marks the rows to keep)."
+        )
+        super().__init__(message + (f" {hint}" if hint else ""))
+
+
+def first_non_finite_row(array):
+    """``(row, value)`` of the first row of ``array`` holding a NaN or inf, or None.
+
+    Integer and boolean arrays are always finite.  Taught in the chapter
+    "Your own model".
+    """
+    array = np.asarray(array)
+    if array.dtype.kind not in "fc" or array.size == 0:
+        return None
+    finite = np.isfinite(array).reshape(len(array), -1).all(axis=1)
+    if finite.all():
+        return None
+    row = int(np.argmin(finite))
+    values = array[row].reshape(-1)
+    return row, values[~np.isfinite(values)][0]
+
+
+def check_finite_data(x, y, hint="", name=("x", "y")):
+    """Raise :class:`NonFiniteDataError` naming the first row of ``x`` or ``y`` with a NaN or inf.
+
+    Taught in the chapter "Your own model".
+    """
+    for label, array in zip(name, (x, y)):
+        found = first_non_finite_row(array)
+        if found is not None:
+            raise NonFiniteDataError(f"row {found[0]} of {label}", found[1], hint)
 
 
 # ----------------------------------------------------------------------------
@@ -494,7 +543,7 @@ def validation_source(data, batch_size, model):
 
 
 def validation_arrays(data, model, accepted="arrays"):
-    """``validation_data=(x_val, y_val)`` checked and cast for ``model``: both trainers' one check.
+    """``validation_data=(x_val, y_val)`` checked and cast for ``model``: the trainers' one check.
 
     Anything but a pair raises :class:`pargrad.checks.ArgumentTypeError`
     naming what the trainer takes (``accepted``).  Taught in the chapter

@@ -57,7 +57,7 @@ from pargrad.data import (  # noqa: E402
     dataset_source,
     validation_source,
 )
-from pargrad.loop import StoppedCall, fit_loop  # noqa: E402
+from pargrad.loop import KerasHistory, StoppedCall, fit_loop  # noqa: E402
 from pargrad.scenario import check_scenario  # noqa: E402
 from pargrad.strategies import (  # noqa: E402
     ReplicaEvaluation,
@@ -125,7 +125,7 @@ def round_seconds(local_steps, parameter_bytes, replicas, *, link=None, step_sec
 # ----------------------------------------------------------------------------
 
 @dataclasses.dataclass
-class LocalSGDHistory:
+class LocalSGDHistory(KerasHistory):
     """What :meth:`LocalSGDTrainer.fit` recorded, one entry a round.
 
     * ``loss[k]``: the mean over replicas and local steps of the replicas'
@@ -149,7 +149,8 @@ class LocalSGDHistory:
       slow replica does not make it longer: the scenario moves only the
       virtual clock).
 
-    Per epoch, as Keras's ``History`` (a fit is one epoch): ``history``
+    Per epoch, as Keras's ``History`` (the fields of
+    :class:`pargrad.loop.KerasHistory`; a fit is one epoch): ``history``
     (``loss``, ``val_loss`` with ``validation_data``), ``epoch``, ``params``.
 
     Taught in the chapter "Communicating rarely".
@@ -167,9 +168,6 @@ class LocalSGDHistory:
     local_steps: int
     batch_size: int
     parameter_bytes: int
-    history: dict = dataclasses.field(default_factory=dict)
-    epoch: list = dataclasses.field(default_factory=list)
-    params: dict = dataclasses.field(default_factory=dict)
 
     @property
     def updates(self):
@@ -241,13 +239,13 @@ class LocalSGDTrainer(tf.Module):
     trainer and never change what it computes; :class:`pargrad.AsyncTrainer`
     takes its ``scenario`` in ``fit``, where it orders one fit's updates.
 
-    A run's length is ``fit(rounds=...)``, not ``steps=`` as in the other two
+    A run's length is ``fit(rounds=...)``, not ``steps=`` as in the other three
     trainers, on purpose: a round (``H`` local steps on every replica, then
     one average) is one update of the shared parameters, and ``steps`` would
     read as either the updates or the local steps, which differ by the
     factor ``H`` that the chapter varies.  The history has one entry a
     round.  ``progress`` shows a progress bar during ``fit`` (a constructor
-    argument, as in the other two trainers).
+    argument, as in the other three trainers).
 
     Where training stands (the next batch, the local steps taken) is
     ``trainer.position``, a :class:`pargrad.data.TrainingPosition`;

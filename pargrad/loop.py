@@ -17,7 +17,11 @@ rest as Keras's ``fit`` does (``keras/src/backend/tensorflow/trainer.py``):
 * :func:`progress_bar`: a tqdm bar (notebook-aware) or nothing, for every
   trainer's fit (:class:`pargrad.AsyncTrainer`'s too);
 * :func:`keras_history`: Keras's ``History`` of a fit run by a loop of its
-  own (:class:`pargrad.AsyncTrainer`'s workers).
+  own (:class:`pargrad.AsyncTrainer`'s workers);
+* :class:`KerasHistory`: the per-epoch fields of Keras's ``History`` that
+  the four trainers' histories extend (:class:`pargrad.SyncHistory`,
+  :class:`pargrad.ShardedHistory`, :class:`pargrad.LocalSGDHistory`,
+  :class:`pargrad.AsyncHistory`).
 
 What the loop asks of a trainer (composition, not a base class):
 ``model`` (its ``stop_training`` flag), ``metrics`` (Keras metrics its
@@ -30,6 +34,7 @@ validation data).  It knows nothing of strategies.
 """
 
 import contextlib
+import dataclasses
 
 import numpy as np
 
@@ -37,6 +42,25 @@ from pargrad._quiet import import_tensorflow_quietly
 
 import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
+
+
+@dataclasses.dataclass(kw_only=True)
+class KerasHistory:
+    """The per-epoch record of a fit, as Keras's ``History``: the fields every trainer's history has.
+
+    ``history``: one list an epoch's log (``history["loss"]``, one entry per
+    metric, ``val_loss`` and ``val_<metric>`` with validation data);
+    ``epoch``: the epochs' indices; ``params``: what the callbacks were told
+    (``epochs``, ``steps``).  Keyword-only, so that each trainer's history
+    (:class:`pargrad.SyncHistory`, :class:`pargrad.ShardedHistory`,
+    :class:`pargrad.LocalSGDHistory`, :class:`pargrad.AsyncHistory`) puts
+    its own per-step fields first.  Taught in the chapter "Synchronous
+    training".
+    """
+
+    history: dict = dataclasses.field(default_factory=dict)
+    epoch: list = dataclasses.field(default_factory=list)
+    params: dict = dataclasses.field(default_factory=dict)
 
 
 class StoppedCall(Exception):

@@ -1,11 +1,12 @@
 """Losses and their checks: one loss per example, the batch's mean, metrics, finite values.
 
 Taught in the chapter "Your own model".  Every trainer
-(:class:`pargrad.SyncTrainer`, :class:`pargrad.AsyncTrainer`,
-:class:`pargrad.LocalSGDTrainer`) resolves its ``loss=`` here, checks its
-``metrics=`` here, and stops here on a NaN or an infinity, in the data or
-in a loss, with an error that says what to do.  How data are read and cast
-before they reach a loss is in :mod:`pargrad.data`.
+(:class:`pargrad.SyncTrainer`, :class:`pargrad.ShardedTrainer`,
+:class:`pargrad.AsyncTrainer`, :class:`pargrad.LocalSGDTrainer`) resolves
+its ``loss=`` here, checks its ``metrics=`` here, and stops here on a NaN or
+an infinity in a loss, with an error that says what to do.  How data are
+read, cast and checked for NaN and infinity before they reach a loss is in
+:mod:`pargrad.data`.
 
 * :func:`per_example_loss`: a trainer's ``loss=`` (None, a Keras loss name
   or object, a function) as ``f(y, prediction)`` with one value per
@@ -14,16 +15,12 @@ before they reach a loss is in :mod:`pargrad.data`.
   :func:`squared_error_per_example`: the y = x² question's loss.
 * :func:`keras_metrics`: the one check of a ``metrics=`` argument.
 * :class:`NonFiniteLossError` (a ``FloatingPointError`` naming the
-  ``step``, ``who`` and ``loss``) and :func:`check_finite_loss`;
-  :class:`NonFiniteDataError` (a ``ValueError`` naming ``where``),
-  :func:`check_finite_data` and :func:`first_non_finite_row`.
+  ``step``, ``who`` and ``loss``) and :func:`check_finite_loss`.
 
 Part of the library; it never imports the book.
 """
 
 import math
-
-import numpy as np
 
 from pargrad._quiet import import_tensorflow_quietly
 
@@ -71,54 +68,6 @@ class NonFiniteLossError(FloatingPointError):
             "or y) and the loss function (log of 0, division by 0)."
         )
         super().__init__(message + (f" {hint}" if hint else ""))
-
-
-class NonFiniteDataError(ValueError):
-    """The data hold a NaN or an infinity; training refused them before any update used them.
-
-    ``where`` names the place (``"row 40 of x"``, ``"the batch of step 3"``).
-    Checked in the data itself, before any layer sees them: whether a NaN
-    input reaches the loss depends on the kernels (max-pooling on some CPUs
-    returns the largest finite value of a window that holds a NaN).  Taught
-    in the chapter "Your own model".
-    """
-
-    def __init__(self, where, value, hint=""):
-        self.where, self.value = str(where), float(value)
-        message = (
-            f"The data hold {self.value} at {self.where}; no update has used it. Remove or "
-            "fill the non-finite values first (np.isfinite(x).all(axis=tuple(range(1, x.ndim))) "
-            "marks the rows to keep)."
-        )
-        super().__init__(message + (f" {hint}" if hint else ""))
-
-
-def first_non_finite_row(array):
-    """``(row, value)`` of the first row of ``array`` holding a NaN or inf, or None.
-
-    Integer and boolean arrays are always finite.  Taught in the chapter
-    "Your own model".
-    """
-    array = np.asarray(array)
-    if array.dtype.kind not in "fc" or array.size == 0:
-        return None
-    finite = np.isfinite(array).reshape(len(array), -1).all(axis=1)
-    if finite.all():
-        return None
-    row = int(np.argmin(finite))
-    values = array[row].reshape(-1)
-    return row, values[~np.isfinite(values)][0]
-
-
-def check_finite_data(x, y, hint="", name=("x", "y")):
-    """Raise :class:`NonFiniteDataError` naming the first row of ``x`` or ``y`` with a NaN or inf.
-
-    Taught in the chapter "Your own model".
-    """
-    for label, array in zip(name, (x, y)):
-        found = first_non_finite_row(array)
-        if found is not None:
-            raise NonFiniteDataError(f"row {found[0]} of {label}", found[1], hint)
 
 
 def check_finite_loss(loss, step, who, hint=""):

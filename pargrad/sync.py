@@ -93,7 +93,7 @@ from pargrad.data import (  # noqa: E402
     host_rows,
     validation_source,
 )
-from pargrad.loop import StoppedCall, fit_loop  # noqa: E402
+from pargrad.loop import KerasHistory, StoppedCall, fit_loop  # noqa: E402
 from pargrad.losses import (  # noqa: E402
     NonFiniteLossError,
     keras_metrics,
@@ -106,15 +106,14 @@ from pargrad.losses import (  # noqa: E402
 # ----------------------------------------------------------------------------
 
 @dataclasses.dataclass
-class SyncHistory:
+class SyncHistory(KerasHistory):
     """What :meth:`SyncTrainer.fit` measured: per step (update), and per epoch as Keras does.
 
-    Per epoch, as Keras's ``History``: ``history["loss"]`` (the mean of the
-    epoch's step losses, regularization included), one entry per metric
-    (``history["accuracy"]``, ...), ``history["val_loss"]`` and
-    ``history["val_<metric>"]`` with ``validation_data``; ``epoch`` lists the
-    epochs' indices and ``params`` what the callbacks were told
-    (``epochs``, ``steps``).  A fit with ``steps=`` is one epoch.
+    Per epoch, as Keras's ``History`` (the fields of
+    :class:`pargrad.loop.KerasHistory`): ``history["loss"]`` (the mean of the
+    epoch's step losses, regularization included), one entry per metric,
+    ``val_*`` with ``validation_data``; ``epoch``, ``params``.  A fit with
+    ``steps=`` is one epoch.
 
     Per step, one entry a step: ``loss`` (the global batch's), ``start``
     and ``step_time`` (seconds on this process's wall clock; with
@@ -129,9 +128,6 @@ class SyncHistory:
     replicas: int
     accumulation_steps: int
     micro_batch_size: int
-    history: dict = dataclasses.field(default_factory=dict)
-    epoch: list = dataclasses.field(default_factory=list)
-    params: dict = dataclasses.field(default_factory=dict)
 
     @property
     def effective_batch_size(self):

@@ -21,7 +21,7 @@ from pargrad.book import replay
 from pargrad.book.parabola import parabola_data, parabola_model, squared_error
 from pargrad.numerics import rounding_tolerance
 from pargrad.scenario import SCHEDULE_KEYS, Scenario, virtual_schedule
-from pargrad.losses import NonFiniteDataError, NonFiniteLossError
+from pargrad import NonFiniteDataError, NonFiniteLossError
 
 from linear_problem import linear_data, linear_model, mse, numpy_gradient
 

@@ -1,11 +1,14 @@
 """pargrad.loop without a strategy: the fit loop drives a trainer's calls, the reader keeps the position."""
 
+import dataclasses
+
 import keras
 import numpy as np
 import pytest
 
+import pargrad
 from pargrad.data import EpochReader, Feed, TrainingPosition, fit_source
-from pargrad.loop import StepRecords, StoppedCall, fit_loop
+from pargrad.loop import KerasHistory, StepRecords, StoppedCall, fit_loop
 
 
 class CountingTrainer:
@@ -96,3 +99,22 @@ def test_step_records_stack_rows_and_shape_empty_ones():
     records.add({"loss": [1.0, 2.0]}, [0.0, 1.0], [1.0, 1.0])
     records.add({"loss": [3.0]}, [2.0], [1.0])
     assert records.steps == 3 and list(records.stacked("loss")) == [1.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize("history", [pargrad.SyncHistory, pargrad.ShardedHistory,
+                                     pargrad.LocalSGDHistory, pargrad.AsyncHistory])
+def test_every_trainer_history_extends_the_one_keras_history(history):
+    assert issubclass(history, KerasHistory)
+    keras_fields = {f.name for f in dataclasses.fields(KerasHistory)}
+    assert keras_fields == {"history", "epoch", "params"}
+    own = [f for f in dataclasses.fields(history) if f.name not in keras_fields]
+    assert all(not f.kw_only for f in own)  # a history's own fields stay positional
+
+
+def test_a_history_takes_its_own_fields_by_position_and_keras_fields_by_name():
+    steps = np.arange(3.0)
+    made = pargrad.SyncHistory(steps, steps, steps, 2, 1, 4, history={"loss": [1.0]}, epoch=[0])
+    assert (made.replicas, made.micro_batch_size, made.history, made.epoch, made.params) == (
+        2, 4, {"loss": [1.0]}, [0], {})
+    with pytest.raises(TypeError):
+        pargrad.SyncHistory(steps, steps, steps, 2, 1, 4, {"loss": [1.0]})

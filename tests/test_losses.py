@@ -1,4 +1,4 @@
-"""pargrad.losses: per-example and mean losses, metrics, finite data and losses."""
+"""pargrad.losses: per-example and mean losses, metrics, finite losses."""
 
 import keras
 import numpy as np
@@ -7,26 +7,13 @@ import tensorflow as tf
 
 import pargrad
 from pargrad.losses import (
-    NonFiniteDataError,
     NonFiniteLossError,
     align_targets,
-    check_finite_data,
     check_finite_loss,
-    first_non_finite_row,
     keras_metrics,
     mean_loss,
     per_example_loss,
 )
-
-
-def test_the_first_non_finite_row_is_found_in_any_shape():
-    images = np.zeros((5, 4, 4, 1), np.float32)
-    images[3, 2, 1, 0] = np.inf
-    images[4, 0, 0, 0] = np.nan
-    assert first_non_finite_row(images) == (3, np.inf)
-    assert first_non_finite_row(np.arange(6).reshape(3, 2)) is None      # integers: finite
-    with pytest.raises(NonFiniteDataError, match=r"nan at row 1 of y(.|\n)*np.isfinite"):
-        check_finite_data(np.zeros((2, 1)), np.array([[0.0], [np.nan]]))
 
 
 def test_a_non_finite_loss_names_its_step_and_who():

@@ -19,7 +19,7 @@ from pargrad.cluster import LocalCluster
 from pargrad.scenario import Scenario
 from pargrad.strategies import sync_strategy
 from pargrad.sync import SyncTrainer
-from pargrad.losses import NonFiniteDataError, NonFiniteLossError
+from pargrad import NonFiniteDataError, NonFiniteLossError
 from pargrad.book.instruments import InstrumentedSyncTrainer
 from pargrad.book.parabola import fit_one_device, parabola_data, parabola_model, train_parabola
 
