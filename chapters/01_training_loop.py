@@ -43,7 +43,8 @@ if "google.colab" in sys.modules:
 import numpy as np
 import pargrad
 import tensorflow as tf
-from pargrad.book import plots, show_source
+from pargrad.book import show_source
+from pargrad.book.plots_one_device import loss_curve, parabola_fit
 from pargrad.book.parabola import (add_layer, fit_one_device, initial_weights, parabola_data,
                                     parabola_forward, parabola_model, squared_error)
 
@@ -181,13 +182,13 @@ assert curve_gap < tolerance and weight_gap < tolerance
 import matplotlib.pyplot as plt
 
 fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.4))
-plots.loss_curve(tf1_losses, ax=left, label="TF1 graph + Session")
+loss_curve(tf1_losses, ax=left, label="TF1 graph + Session")
 left.plot(np.arange(1, 2001), tf2_losses, "--", label="TF2 GradientTape")
 left.legend()
 model = parabola_model(seed=0)
 model.set_weights(tf2_weights)
-plots.parabola_fit(x, y, {"before training": parabola_model(seed=0).predict(x, verbose=0),
-                          "after 2000 steps": model.predict(x, verbose=0)}, ax=right)
+parabola_fit(x, y, {"before training": parabola_model(seed=0).predict(x, verbose=0),
+                    "after 2000 steps": model.predict(x, verbose=0)}, ax=right)
 fig.tight_layout()
 
 # %% [markdown]

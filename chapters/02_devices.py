@@ -81,7 +81,7 @@ devices
 # four use the same cores.
 
 # %% mystnb={"figure": {"caption": "Left: the one physical CPU TensorFlow finds, drawn with two cores. Right: the four logical devices pargrad.logical_devices(4) makes from it; each places its operations on the same cores.", "name": "fig-logical-devices"}}
-from pargrad.book.plots import logical_devices_diagram
+from pargrad.book.plots_one_device import logical_devices_diagram
 
 figure = logical_devices_diagram(devices, cores=2)
 

@@ -49,7 +49,7 @@ import pargrad  # first: it imports TensorFlow quietly
 import keras
 import numpy as np
 import tensorflow as tf
-from pargrad.book import plots
+from pargrad.book.plots_synchronous import device_timeline, ring_all_reduce_steps, sync_async_timelines
 from pargrad.cluster import LocalCluster
 from pargrad.scenario import Scenario
 from pargrad.book.instruments import InstrumentedSyncTrainer
@@ -69,7 +69,7 @@ print(devices)
 # this picture in mind ({numref}`fig-sync-async-timelines`).
 
 # %% mystnb={"figure": {"caption": "Two devices, device 1 slower, on a fixed schedule (a drawing, not a measurement). Top, synchronous: both devices compute a gradient on the same weights (w0, then w1), the fast one waits (hatched) for the slow one, and one all-reduce and one update (red) end every step. Bottom, asynchronous: each device reads the weights (\u25bc), computes and applies its update on its own and never waits, but an update computed on weights that the other device has changed since the read (orange) is stale: it is applied one update behind.", "name": "fig-sync-async-timelines"}}
-fig = plots.sync_async_timelines()
+fig = sync_async_timelines()
 
 # %% [markdown]
 # ## The answer as a program
@@ -302,7 +302,7 @@ fig.tight_layout()
 gradients = np.array([[1, 2, 3, 4]]) * np.array([[1], [10], [100], [1000]])
 result, states, sent = ring_all_reduce(gradients)
 _, counts, _ = ring_all_reduce(np.ones_like(gradients))
-fig = plots.ring_all_reduce_steps(states, sent, counts)
+fig = ring_all_reduce_steps(states, sent, counts)
 print(result)
 
 # %% [markdown]
@@ -358,7 +358,7 @@ slow = measure(perceptron_trainer(2, (1, 1 / 3)))
 # from Python, handing the replica its input, waiting for a free core.
 
 # %% mystnb={"figure": {"caption": "Four synchronous steps of two replicas, replica 1 a x3 straggler. Blue: forward and backward passes (cross-hatched: the straggler's); red, as in the first figure: from a replica's gradient to its update (the all-reduce, waiting for the slowest); tan: before the replica starts. Dotted lines end the steps. Measured on two shared CPU cores: the lengths vary from run to run.", "name": "fig-sync-timeline"}} tags=["nbval-ignore-output"]
-fig = plots.device_timeline(slow, steps=range(4))
+fig = device_timeline(slow, steps=range(4))
 print(f"median compute (ms): {np.round(np.median(slow.compute, axis=0) * 1e3, 2)}")
 print(f"median wait    (ms): {np.round(np.median(slow.wait, axis=0) * 1e3, 2)}")
 
@@ -463,7 +463,7 @@ assert np.median(slow.compute[:, 1] - slow.compute[:, 0]) > 0
 #    step time? Draw the timeline.
 #
 #    *Hint:* `perceptron_trainer(3, (1, 1 / 2, 1 / 4))`, then `measure` and
-#    `plots.device_timeline`.
+#    `device_timeline`.
 # 5. Start a `LocalCluster` of two workers and kill one with
 #    `os.kill(cluster.pids[1], signal.SIGKILL)` while it trains. What does
 #    `wait` raise, and which processes are left afterwards

@@ -61,7 +61,10 @@ import numpy as np
 import tensorflow as tf
 from IPython.display import Markdown
 from pargrad import AsyncTrainer, Scenario
-from pargrad.book import delay, experiments, glue, parabola_async, plots, show_lines, show_source
+from pargrad.book import delay, experiments, glue, parabola_async, show_lines, show_source
+from pargrad.book.plots_asynchronous import (
+    async_timeline, loss_against_updates, stale_gradient, staleness_histograms,
+)
 from pargrad.book.parabola import parabola_data, parabola_model, squared_error
 
 devices = pargrad.logical_devices(8)  # before anything else touches TensorFlow
@@ -144,7 +147,7 @@ print("staleness:", history.staleness)
 print("version counter:", trainer.version)
 
 # %% tags=["remove-cell"]
-figure = plots.async_timeline(history)
+figure = async_timeline(history)
 glue("timeline-figure", figure, display=False)
 plt.close(figure)  # shown once, by the numbered figure below
 
@@ -299,8 +302,8 @@ glue("band-low", float(band.min()))
 glue("band-high", float(band.max()))
 glue("figure-eta-a", STEP_TIMES_CURVATURE)
 grid = np.linspace(-0.5, 3.5, 161)
-figure = plots.stale_gradient(grid, [loss_at(w) for w in grid], async_path, fresh_path,
-                              sync_path, sweep=sweep, sync_double_path=sync_double_path)
+figure = stale_gradient(grid, [loss_at(w) for w in grid], async_path, fresh_path,
+                        sync_path, sweep=sweep, sync_double_path=sync_double_path)
 glue("stale-gradient-figure", figure, display=False)
 plt.close(figure)  # shown once, by the numbered figure below
 
@@ -374,7 +377,7 @@ print(f"one 4x slower: its {slow.mean():.1%} of the updates have mean staleness 
 # %% tags=["remove-cell"]
 glue("jitter-percent", 100 * JITTER)
 glue("mean-staleness-uneven", float(run.staleness.mean()))
-figure = plots.staleness_histograms(stalenesses)
+figure = staleness_histograms(stalenesses)
 glue("staleness-figure", figure, display=False)
 plt.close(figure)  # shown once, by the numbered figure below
 
@@ -442,11 +445,11 @@ assert np.isfinite(aware_final[4]) and np.isfinite(aware_final[8])
 figure, axes = plt.subplots(1, 3, figsize=(13, 3.4))
 names = {1: "1 worker", 4: "4 workers", 8: "8 workers"}
 for ax, rate in zip(axes, (0.03, 0.1)):
-    plots.loss_against_updates({names[w]: runs[(w, rate)] for w in (1, 4, 8)}, window=8,
-                               ax=ax, title=f"learning rate {rate}")
-plots.loss_against_updates({"1 worker": runs[(1, 0.1)],
-                            **{names[w]: losses for w, losses in aware.items()}},
-                           window=8, ax=axes[2], title="0.1 / (staleness + 1)")
+    loss_against_updates({names[w]: runs[(w, rate)] for w in (1, 4, 8)}, window=8,
+                         ax=ax, title=f"learning rate {rate}")
+loss_against_updates({"1 worker": runs[(1, 0.1)],
+                      **{names[w]: losses for w, losses in aware.items()}},
+                     window=8, ax=axes[2], title="0.1 / (staleness + 1)")
 figure.tight_layout()
 glue("one-seed-figure", figure, display=False)
 plt.close(figure)  # shown once, by the numbered figure below

@@ -70,7 +70,8 @@ import pargrad  # first: it imports TensorFlow quietly
 import keras
 import matplotlib.pyplot as plt
 import numpy as np
-from pargrad.book import digits, experiments, glue, plots, race
+from pargrad.book import digits, experiments, glue, race
+from pargrad.book.plots_race import race_curves
 from pargrad.book.instruments import sync_step_times
 
 devices = pargrad.logical_devices(4)
@@ -164,9 +165,9 @@ def race_figure(runs, target, xlabel):
     """Accuracy against time, one panel a scenario, the three contenders (and the control)."""
     figure, axes = plt.subplots(1, 3, figsize=(14, 3.8), sharey=True)
     for ax, scenario in zip(axes, race.SCENARIOS):
-        plots.race_curves([r for r in runs if r["scenario"] == scenario
-                           and r["method"] in CONTENDERS], ax=ax, title=scenario,
-                          target=target, xlabel=xlabel, ylim=(0.6, 1.0))
+        race_curves([r for r in runs if r["scenario"] == scenario
+                     and r["method"] in CONTENDERS], ax=ax, title=scenario,
+                    target=target, xlabel=xlabel, ylim=(0.6, 1.0))
     figure.tight_layout()
     return figure
 

@@ -58,7 +58,7 @@ import numpy as np
 import pargrad
 import tensorflow as tf
 from pargrad import tf1
-from pargrad.book import plots
+from pargrad.book.plots_one_device import loss_curve
 from pargrad.book.graph_ops import ops_run_by
 from pargrad.book import show_lines, show_source
 from pargrad.book.parabola import initial_weights, parabola_data, parabola_forward, squared_error
@@ -259,8 +259,8 @@ assert len(curves["answer 1, k = 50"]) <= DIVERGES_WITHIN
 # %% mystnb={"figure": {"caption": "The y = x\u00b2 network's full-batch loss over 200 updates: plain big-batch training, and answer 1's summed accumulation with 5 micro-batches of 10 and with 50 micro-batches of one example.", "name": "fig-answer1-curves"}}
 figure = None
 for label, losses in curves.items():
-    figure = plots.loss_curve(losses, ax=figure.axes[0] if figure else None, label=label,
-                              title="Answer 1 scales the learning rate by k")
+    figure = loss_curve(losses, ax=figure.axes[0] if figure else None, label=label,
+                        title="Answer 1 scales the learning rate by k")
 _ = figure.axes[0].set_xlabel("update")
 # k = 50 leaves the plot upwards on its way to inf
 _ = figure.axes[0].set_ylim(1e-2, 1e3)

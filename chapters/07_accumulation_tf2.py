@@ -48,7 +48,9 @@ devices = pargrad.logical_devices(4)
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
-from pargrad.book import plots, show_source  # noqa: E402
+from pargrad.book import show_source  # noqa: E402
+from pargrad.book.plots_accumulation import peak_memory_against_batch  # noqa: E402
+from pargrad.book.plots_one_device import loss_curve  # noqa: E402
 from pargrad.accumulate import GradientAccumulator  # noqa: E402
 from pargrad.book.memory import peak_memory  # noqa: E402
 from pargrad.book.parabola import parabola_data, parabola_model  # noqa: E402
@@ -535,8 +537,8 @@ growth_whole = memory["whole_mb"][-1] - memory["whole_mb"][0]
 growth_accumulated = memory["accumulated_mb"][-1] - memory["accumulated_mb"][0]
 print(f"growth from batch {BATCH_SIZES[0]} to {BATCH_SIZES[-1]}: whole batch "
       f"+{growth_whole:.0f} MB, accumulated +{growth_accumulated:.0f} MB")
-_ = plots.peak_memory_against_batch(BATCH_SIZES, memory["whole_mb"], memory["accumulated_mb"],
-                                    MICRO_BATCH, device=memory["device"])
+_ = peak_memory_against_batch(BATCH_SIZES, memory["whole_mb"], memory["accumulated_mb"],
+                              MICRO_BATCH, device=memory["device"])
 
 # %% [markdown]
 # In {numref}`fig-peak-memory` the whole batch's peak grows with the batch
@@ -601,8 +603,8 @@ print(f"accumulated batch of 50 vs real batch of 50, largest loss gap: {gap:.4f}
 figure = None
 for label, losses in runs.items():
     if label != "batch 50, lr 0.01":  # it lies exactly under the accumulated run
-        figure = plots.loss_curve(losses, ax=figure.axes[0] if figure else None, label=label,
-                                  title="Same data, different effective batch")
+        figure = loss_curve(losses, ax=figure.axes[0] if figure else None, label=label,
+                            title="Same data, different effective batch")
 _ = figure.axes[0].set_xlabel("epoch")
 
 # %% [markdown]

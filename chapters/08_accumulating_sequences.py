@@ -97,9 +97,9 @@ print("real tokens per micro-batch:", tokens, "| the batch:", sum(tokens),
 # than a long one's ({numref}`fig-token-weighting`).
 
 # %% mystnb={"figure": {"caption": "Four padded sequences in two micro-batches, with made-up losses per token (hatched: padding, which counts nothing). Micro-batch 1 holds 14 real tokens, micro-batch 2 only 3. The mean of the two micro-batch means gives those 3 tokens as much weight as the other 14; weighting each micro-batch's mean by its share of the tokens counts every token once and gives the big batch's mean.", "name": "fig-token-weighting"}}
-from pargrad.book import plots
+from pargrad.book.plots_accumulation import token_weighting_diagram
 
-fig = plots.token_weighting_diagram()
+fig = token_weighting_diagram()
 
 # %%
 model = sequence_model(seed=1, dtype="float64")

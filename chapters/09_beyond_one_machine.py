@@ -62,7 +62,8 @@ import time
 
 import keras
 import numpy as np
-from pargrad.book import plots, show_source
+from pargrad.book import show_source
+from pargrad.book.plots_beyond_one_machine import parameter_server_updates, recovery_timeline
 from pargrad.book.parabola import fit_one_device, parabola_data
 from pargrad.cluster import ClusterError, LocalCluster, tf_config
 from pargrad.book.multiworker import train_parabola_multiworker
@@ -300,7 +301,7 @@ assert staleness[~both].max() <= 1           # one worker left: hardly any overl
 
 # %% mystnb={"figure": {"caption": "Parameter-server training of the y = x\u00b2 network across processes: when each worker applied an update, with the moment one worker was killed, and the loss per update against that of one device.", "name": "fig-ps-updates"}}
 reference_loss, _ = fit_one_device(*parabola_data(), steps=UPDATES, learning_rate=0.01)
-fig = plots.parameter_server_updates(ps_run, kill_time=killed_wall, reference_loss=reference_loss)
+fig = parameter_server_updates(ps_run, kill_time=killed_wall, reference_loss=reference_loss)
 
 # %% tags=["nbval-ignore-output"]
 print(f"final loss: parameter servers {ps_run['loss'][-1]:.3f}, one device {reference_loss[-1]:.3f}")
@@ -441,7 +442,7 @@ print(f"steps done at the kill: {done_at_kill}; last checkpoint: {resumed_at}; "
       f"steps lost: {done_at_kill - resumed_at}")
 print(f"after the kill: failure detected {detected_at - killed_at:.2f} s, "
       f"job stopped {stopped_at - killed_at:.1f} s, first new step {back_at - killed_at:.1f} s")
-fig = plots.recovery_timeline(before, after, killed_at - started, sorted(set(saved)))
+fig = recovery_timeline(before, after, killed_at - started, sorted(set(saved)))
 
 # %% tags=["remove-cell"]
 assert resumed_at in saved and resumed_at == 150

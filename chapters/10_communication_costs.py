@@ -55,7 +55,8 @@ import numpy as np
 import tensorflow as tf
 from pargrad.book import glue
 from pargrad import cost
-from pargrad.book import allreduce_timing, digits, plots, show_source
+from pargrad.book import allreduce_timing, digits, show_source
+from pargrad.book.plots_communication import alpha_beta_fits, communication_patterns
 
 devices = pargrad.logical_devices(4)
 keras.utils.set_random_seed(0)
@@ -135,7 +136,7 @@ assert cost.tree_pattern(4) == cost.Pattern(messages=4, traffic=4.0)
 assert cost.parameter_server_pattern(4, 1) == cost.Pattern(messages=2, traffic=8.0)
 
 # %% tags=["nbval-ignore-output", "remove-cell"]
-figure = plots.communication_patterns(replicas=4)
+figure = communication_patterns(replicas=4)
 glue("fig_patterns", figure, display=False)
 plt.close(figure)
 
@@ -318,7 +319,7 @@ in_process_alpha = fits["4 logical devices, one process"].link.latency
 assert all(fits[f"{w} worker processes, gRPC"].link.latency > in_process_alpha for w in (2, 3))
 largest_residual = max(np.median(np.abs(fit.relative_residuals)) for fit in fits.values())
 glue("largest_median_residual", 100 * largest_residual, display=False)
-figure = plots.alpha_beta_fits(fits)
+figure = alpha_beta_fits(fits)
 glue("fig_fits", figure, display=False)
 plt.close(figure)
 for label, key in [("4 logical devices, one process", "in_process"),

@@ -72,7 +72,8 @@ import numpy as np
 import psutil
 from pargrad import cost
 from pargrad.book import experiments, glue
-from pargrad.book import plots, replay
+from pargrad.book import replay
+from pargrad.book.plots_communication import dial_figure
 from pargrad.book import rare_communication as rc
 from IPython.display import display
 from pargrad.book.experiments import results_table
@@ -253,7 +254,7 @@ def median_curve(setting, steps, outer):
 
 curves = {steps: {outer: median_curve(page.rates[rc.method_name(outer, steps)], steps, outer)
                   for outer in replay.OUTERS} for steps in SHOWN}
-figure = plots.dial_figure(curves, histories, FAST, SLOW, STEP_SECONDS, shown=SHOWN)
+figure = dial_figure(curves, histories, FAST, SLOW, STEP_SECONDS, shown=SHOWN)
 glue("dial-figure", figure, display=False)
 plt.close(figure)
 

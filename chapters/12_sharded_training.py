@@ -63,7 +63,7 @@ devices = pargrad.logical_devices(2)
 
 import keras  # noqa: E402
 from pargrad import cost, memory  # noqa: E402
-from pargrad.book import plots  # noqa: E402
+from pargrad.book.plots_sharded import memory_against_replicas, sharded_step_diagram  # noqa: E402
 from pargrad.book.parabola import parabola_data, parabola_model  # noqa: E402
 from pargrad.strategies import sync_strategy  # noqa: E402
 
@@ -83,7 +83,7 @@ for stage in range(4):
 # device with tens of gigabytes; the activations come on top.
 
 # %% mystnb={"figure": {"caption": "One step of sharded training on four replicas (a drawing). 1: each replica computes the gradient of its shard of the batch, for all parameters. 2: the reduce-scatter leaves with each owner the sum of its part only. 3: each owner updates its part with the optimizer state only it keeps. 4: the all-gather gives every replica all the new weights. Steps 2 and 4 together are a ring all-reduce.", "name": "fig-sharded-step"}}
-fig = plots.sharded_step_diagram(4)
+fig = sharded_step_diagram(4)
 
 # %% [markdown]
 # **In this chapter you will** run stage 1 in plain TensorFlow, then stages
@@ -334,7 +334,7 @@ formula = {stage: {n: memory.state_bytes(1153, replicas=n, stage=stage)["total"]
 counted = {}
 for row in table:
     counted.setdefault(row["stage"], {})[row["replicas"]] = row["counted"][0]["total"]
-fig = plots.memory_against_replicas(counted, formula)  # in KiB
+fig = memory_against_replicas(counted, formula)  # in KiB
 
 # %% [markdown]
 # On a GPU the cell below reads each logical GPU's peak; on a CPU all

@@ -34,7 +34,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 from pargrad import tf1
-from pargrad.book import plots, show_lines, show_source
+from pargrad.book import show_lines, show_source
+from pargrad.book.plots_synchronous import step_time_against_slowest, throughput_against_replicas
 from pargrad.book.instruments import InstrumentedSyncTrainer
 from pargrad.book.parabola import (fit_one_device, initial_weights, parabola_data, parabola_forward,
                                     parabola_model, squared_error, train_parabola)
@@ -262,7 +263,7 @@ assert same
 # interleaved rounds, that a slower straggler makes a longer step.
 
 # %% mystnb={"figure": {"caption": "Step time against the time of the slowest replica (its start plus its compute), for every step of the runs with a x1, x3 and x6 straggler. Measured on two shared CPU cores.", "name": "fig-step-time-slowest"}} tags=["nbval-ignore-output"]
-fig = plots.step_time_against_slowest(histories)
+fig = step_time_against_slowest(histories)
 for name, history in histories.items():
     slowest = (history.launch + history.compute).max(axis=1)
     print(f"{name}: median step {np.median(history.step_time) * 1e3:.2f} ms, "
@@ -301,7 +302,7 @@ for _ in range(3):  # interleaved rounds, each count's best: a busy moment canno
         best_rate[replicas] = max(best_rate[replicas],
                                   history.effective_batch_size / np.median(history.step_time))
 rates = [best_rate[replicas] for replicas in replica_counts]
-fig = plots.throughput_against_replicas(replica_counts, rates)
+fig = throughput_against_replicas(replica_counts, rates)
 print("examples per second:", [f"{rate:,.0f}" for rate in rates])
 # No check on the curve's shape: how much a bigger step gains from spreading
 # its fixed cost depends on the machine's load, and the text draws no

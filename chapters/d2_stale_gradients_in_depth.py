@@ -38,7 +38,8 @@ import numpy as np
 import tensorflow as tf
 from IPython.display import Markdown, display
 from pargrad import AsyncTrainer, Scenario
-from pargrad.book import delay, experiments, glue, parabola_async, plots, replay, show_source
+from pargrad.book import delay, experiments, glue, parabola_async, replay, show_source
+from pargrad.book.plots_asynchronous import paired_scores, stability_bound
 from pargrad.book.lost_updates import lost_updates
 from pargrad.book.parabola import parabola_data, parabola_model, squared_error
 from pargrad.scenario import virtual_schedule  # AsyncTrainer's own virtual clock, as arrays
@@ -171,7 +172,7 @@ for rate, losses in per_rate.items():
         assert n == 4 and rate == 0.03 or np.all(losses[n] > losses[1])  # else on every seed
 four_vs_one = fixed_rate[0.03, 4]
 glue("four-below-one", four_vs_one.page.wins)
-figure = plots.paired_scores({
+figure = paired_scores({
     "rate 0.03": ("4 workers", per_rate[0.03][4], "1 worker", per_rate[0.03][1]),
     "rate 0.03, 8 workers": ("8 workers", per_rate[0.03][8], "1 worker", per_rate[0.03][1]),
 })
@@ -372,11 +373,11 @@ for n in (4, 8):
     assert verdict.verdict == f"momentum control (n = {n}) ahead" and verdict.pooled.losses == 0
     assert np.all(control < 2 * per_rate[MOMENTUM_RATE][1])  # close to one worker
 
-figure = plots.stability_bound(delay.stable_rate_bound, np.linspace(0.05, 2.4, 200),
-                               {tau: [delay.growth_per_update(
-                                   delay.delayed_gradient_path(c, tau, 1.0, 120), tau)
-                                   for c in np.linspace(0.05, 2.4, 200)] for tau in (1, 3, 7)},
-                               measured, stable_ratios)
+figure = stability_bound(delay.stable_rate_bound, np.linspace(0.05, 2.4, 200),
+                         {tau: [delay.growth_per_update(
+                             delay.delayed_gradient_path(c, tau, 1.0, 120), tau)
+                             for c in np.linspace(0.05, 2.4, 200)] for tau in (1, 3, 7)},
+                         measured, stable_ratios)
 glue("stability-figure", figure, display=False)
 plt.close(figure)
 

@@ -38,7 +38,8 @@ import pargrad  # first: it imports TensorFlow quietly
 import keras
 import matplotlib.pyplot as plt
 import numpy as np
-from pargrad.book import digits, experiments, glue, plots, race, show_source
+from pargrad.book import digits, experiments, glue, race, show_source
+from pargrad.book.plots_race import race_curves, time_to_target_chart
 from pargrad.asynchronous import AsyncTrainer
 from pargrad.scenario import Scenario
 from pargrad.book.instruments import InstrumentedSyncTrainer, backup_worker_mask
@@ -198,9 +199,9 @@ def race_figure(runs, target, xlabel):
     """Accuracy against time, one panel a scenario, the three contenders (and the control)."""
     figure, axes = plt.subplots(1, 3, figsize=(14, 3.8), sharey=True)
     for ax, scenario in zip(axes, race.SCENARIOS):
-        plots.race_curves([r for r in runs if r["scenario"] == scenario
-                           and r["method"] in CONTENDERS], ax=ax, title=scenario,
-                          target=target, xlabel=xlabel, ylim=(0.6, 1.0))
+        race_curves([r for r in runs if r["scenario"] == scenario
+                     and r["method"] in CONTENDERS], ax=ax, title=scenario,
+                    target=target, xlabel=xlabel, ylim=(0.6, 1.0))
     figure.tight_layout()
     return figure
 
@@ -439,7 +440,7 @@ glue("dense-moved-ratio", experiments.format_ratio(dense_verdicts[MOVES].pooled.
 
 # %% tags=["remove-cell"]
 table = race.time_to_target_table(results, TARGETS[1])
-figure = plots.time_to_target_chart(table, unit="virtual time")
+figure = time_to_target_chart(table, unit="virtual time")
 glue("time-to-target", figure, display=False)
 plt.close(figure)
 

@@ -38,7 +38,8 @@ import pargrad  # first: it imports TensorFlow quietly
 
 import matplotlib.pyplot as plt
 import numpy as np
-from pargrad.book import experiments, glue, plots, replay
+from pargrad.book import experiments, glue, replay
+from pargrad.book.plots_communication import seeds_figure
 from pargrad.book import rare_communication as rc
 
 # %% [markdown]
@@ -209,8 +210,8 @@ pargrad.book.show_source(rc.uneven_methods)
 # %%
 races = {link.name: rc.replication_at_stored_rates(f"race, {link.name}")
          for link in (rc.FAST, rc.SLOW)}
-figure = plots.seeds_figure([race.page for race in races.values()],
-                            [f"one worker 3x slower, {name}" for name in races])
+figure = seeds_figure([race.page for race in races.values()],
+                      [f"one worker 3x slower, {name}" for name in races])
 glue("uneven-figure", figure, display=False)
 plt.close(figure)
 

@@ -14,7 +14,8 @@ import pytest
 import tensorflow as tf
 
 import pargrad
-from pargrad.book import digits, plots
+from pargrad.book import digits
+from pargrad.book.plots_synchronous import device_timeline
 from pargrad.cluster import LocalCluster
 from pargrad.scenario import Scenario
 from pargrad.strategies import sync_strategy
@@ -204,7 +205,7 @@ def test_without_recording_times_it_trains_the_same():
     assert max_gap(timed.model.get_weights(), plain.model.get_weights()) == 0
     assert not hasattr(history, "compute") and (history.step_time > 0).all()  # core: no times
     with pytest.raises(ValueError, match="record_times=True"):
-        plots.device_timeline(history)
+        device_timeline(history)
 
 
 def test_fit_continues_where_the_last_call_stopped():

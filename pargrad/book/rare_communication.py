@@ -24,7 +24,7 @@ the chapter's problem:
   :func:`experiment_at_stored_rates`), and :func:`train_phase`, the
   trainer's side of workers that leave and join across processes.
 
-Its figures are in :mod:`pargrad.book.plots` (``dial_figure``, ``seeds_figure``).
+Its figures are in :mod:`pargrad.book.plots_communication` (``dial_figure``, ``seeds_figure``).
 """
 
 import dataclasses

@@ -381,30 +381,3 @@ def test_bad_input_says_what_to_pass():
 def test_a_handover_with_the_wrong_momentum_is_refused():
     with pytest.raises(ValueError, match="velocity must be 4 arrays"):
         rc.train_phase(rounds=1, local_steps=1, learning_rate=0.1, velocity=[np.zeros(1)])
-
-
-def test_the_dial_figure_draws_few_series_each_in_its_own_colour():
-    import types
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from pargrad.book import plots
-
-    def history(steps):
-        rounds = rc.UPDATES // steps
-        return types.SimpleNamespace(updates=np.arange(1, rounds + 1) * steps,
-                                     bytes_sent=np.full(rounds, 96.0),
-                                     clock_on=lambda link, seconds: np.arange(1, rounds + 1) * 1.0)
-
-    curves = {s: {outer: np.linspace(1, 0.1, rc.UPDATES // s) for outer in replay.OUTERS}
-              for s in rc.DIAL}
-    histories = {s: history(s) for s in rc.DIAL}
-    figure = plots.dial_figure(curves, histories, rc.FAST, rc.SLOW, 1e-3, shown=(1, 16, 256))
-    for ax in figure.axes:
-        lines = ax.get_lines()
-        assert len(lines) == 6
-        assert len({matplotlib.colors.to_hex(line.get_color()) for line in lines}) == 3
-    assert all(text.get_fontsize() >= 9 for legend in figure.legends for text in legend.get_texts())
-    with pytest.raises(ValueError, match="shown must name H values"):
-        plots.dial_figure(curves, histories, rc.FAST, rc.SLOW, 1e-3, shown=(2,))
