@@ -317,54 +317,44 @@
     el("circle", {cx: xOf(settings.batch), cy: yOf(result.efficiency), r: 5, class: "pc-here"}, svg);
   }
 
+  /* Which fields the form shows: the link's by hand, the algorithm's own. */
+  function showFields(form, container) {
+    var algorithm = form.elements.algorithm.value;
+    container.dataset.algorithm = algorithm;
+    container.querySelectorAll(".pc-by-hand").forEach(function (node) {
+      node.hidden = form.elements.link.value !== "by hand";
+    });
+    container.querySelectorAll(".pc-hier").forEach(function (node) { node.hidden = algorithm !== "hierarchical"; });
+    container.querySelectorAll(".pc-ps").forEach(function (node) { node.hidden = algorithm !== "parameter server"; });
+  }
+
+  function resultRows(settings, result) {
+    return [
+      ["gradient", "nbytes", (result.nbytes / 1e6).toFixed(2) + " MB"],
+      ["compute a step", "compute", formatSeconds(result.compute)],
+      ["communication a step", "communication", formatSeconds(result.communication)],
+      ["step", "step", formatSeconds(result.step)],
+      ["scaling efficiency", "efficiency", (100 * result.efficiency).toFixed(1) + " %"],
+      ["smallest batch a replica for " + (100 * settings.target).toFixed(1) + " %", "smallest",
+       result.smallestBatch],
+    ];
+  }
+
   function build(container) {
-    var parts = widgets.panel(container, {form: FORM, note: NOTE});
-    var form = parts.form, output = parts.output;
-    var bars = el("svg", {class: "pc-svg pc-bars", role: "img", "aria-label": "the step split into compute and communication"});
-    var curve = el("svg", {class: "pc-svg pc-efficiency", role: "img", "aria-label": "efficiency against the batch a replica"});
-    var figures = document.createElement("div");
-    figures.className = "pg-figures";
-    figures.appendChild(bars);
-    figures.appendChild(curve);
-    container.appendChild(figures);
-
-    function redraw() {
-      var algorithm = form.elements.algorithm.value;
-      container.dataset.algorithm = algorithm;
-      container.querySelectorAll(".pc-by-hand").forEach(function (node) {
-        node.hidden = form.elements.link.value !== "by hand";
-      });
-      container.querySelectorAll(".pc-hier").forEach(function (node) { node.hidden = algorithm !== "hierarchical"; });
-      container.querySelectorAll(".pc-ps").forEach(function (node) { node.hidden = algorithm !== "parameter server"; });
-      var settings, result;
-      try {
-        settings = readSettings(form);
-        result = dataParallelStep(settings);
-      } catch (error) {
-        widgets.showError(container, output, error, [bars, curve]);
-        return;
-      }
-      delete container.dataset.error;
-      ["compute", "communication", "step", "efficiency", "smallestBatch"].forEach(function (key) {
-        container.dataset[key] = result[key];
-      });
-      output.innerHTML =
-        '<table class="pc-table"><tbody>' +
-        '<tr><th>gradient</th><td data-key="nbytes">' + (result.nbytes / 1e6).toFixed(2) + ' MB</td></tr>' +
-        '<tr><th>compute a step</th><td data-key="compute">' + formatSeconds(result.compute) + '</td></tr>' +
-        '<tr><th>communication a step</th><td data-key="communication">' + formatSeconds(result.communication) + '</td></tr>' +
-        '<tr><th>step</th><td data-key="step">' + formatSeconds(result.step) + '</td></tr>' +
-        '<tr><th>scaling efficiency</th><td data-key="efficiency">' + (100 * result.efficiency).toFixed(1) + ' %</td></tr>' +
-        '<tr><th>smallest batch a replica for ' + (100 * settings.target).toFixed(1) + ' %</th>' +
-        '<td data-key="smallest">' + result.smallestBatch + '</td></tr>' +
-        '</tbody></table>';
-      bars.innerHTML = "";
-      curve.innerHTML = "";
-      drawBars(bars, result);
-      drawEfficiency(curve, settings, result);
-    }
-
-    widgets.redrawOnEdit(form, redraw);
+    widgets.calculator(container, {
+      form: FORM, note: NOTE,
+      figures: [{className: "pc-bars", label: "the step split into compute and communication"},
+                {className: "pc-efficiency", label: "efficiency against the batch a replica"}],
+      beforeRedraw: showFields,
+      read: readSettings,
+      compute: dataParallelStep,
+      keys: ["compute", "communication", "step", "efficiency", "smallestBatch"],
+      rows: resultRows,
+      draw: function (svgs, settings, result) {
+        drawBars(svgs[0], result);
+        drawEfficiency(svgs[1], settings, result);
+      },
+    });
   }
 
   widgets.mount("pargrad-scaling-calculator", build);

@@ -2,8 +2,9 @@
  *
  * Loaded before them (_config.yml's html_js_files), it gives
  * window.pargrad.widgets: the check helpers (fail, wholeNumber), the SVG
- * helpers (el, text) and the mounting of a widget (mount, panel, showError,
- * redrawOnEdit).  Each widget keeps its own arithmetic, drawing and
+ * helpers (el, text), the mounting of a widget (mount, panel, showError,
+ * redrawOnEdit) and the one form-building code of the two calculators
+ * (calculator).  Each widget keeps its own arithmetic, drawing and
  * settings.  Plain DOM, nothing loaded from the network.
  */
 (function () {
@@ -81,6 +82,52 @@
     redraw();
   }
 
+  /* A table of rows [label, key, shown]: each value in <td data-key=key>. */
+  function resultTable(rows) {
+    return '<table class="pc-table"><tbody>' + rows.map(function (row) {
+      return '<tr><th>' + row[0] + '</th><td data-key="' + row[1] + '">' + row[2] + '</td></tr>';
+    }).join("") + '</tbody></table>';
+  }
+
+  /* A calculator built into container, the one build of calculator.js and
+   * memory.js: the panel (spec.form, spec.note), one SVG a spec.figures
+   * entry ({className, label}) side by side, and a redraw on every edit
+   * that reads the form (spec.read(form) -> settings), computes
+   * (spec.compute(settings) -> result), copies spec.keys of the result
+   * into the container's data attributes, shows spec.rows(settings,
+   * result) as a table and draws (spec.draw(svgs, settings, result)); a
+   * refusal of read or compute is shown instead (showError).
+   * spec.beforeRedraw(form, container), if given, runs first. */
+  function calculator(container, spec) {
+    var parts = panel(container, {form: spec.form, note: spec.note});
+    var figures = document.createElement("div");
+    figures.className = "pg-figures";
+    var svgs = spec.figures.map(function (figure) {
+      return el("svg", {class: "pc-svg " + figure.className, role: "img",
+                        "aria-label": figure.label}, figures);
+    });
+    container.appendChild(figures);
+
+    function redraw() {
+      if (spec.beforeRedraw) spec.beforeRedraw(parts.form, container);
+      var settings, result;
+      try {
+        settings = spec.read(parts.form);
+        result = spec.compute(settings);
+      } catch (error) {
+        showError(container, parts.output, error, svgs);
+        return;
+      }
+      delete container.dataset.error;
+      spec.keys.forEach(function (key) { container.dataset[key] = result[key]; });
+      parts.output.innerHTML = resultTable(spec.rows(settings, result));
+      svgs.forEach(function (svg) { svg.innerHTML = ""; });
+      spec.draw(svgs, settings, result);
+    }
+
+    redrawOnEdit(parts.form, redraw);
+  }
+
   /* Once the page is read, build(container) into the element of this id, if
    * the page has one, emptied and marked as a widget. */
   function mount(containerId, build) {
@@ -97,5 +144,6 @@
 
   var api = window.pargrad = window.pargrad || {};
   api.widgets = {fail: fail, wholeNumber: wholeNumber, el: el, text: text, controls: controls,
-                 panel: panel, showError: showError, redrawOnEdit: redrawOnEdit, mount: mount};
+                 panel: panel, showError: showError, redrawOnEdit: redrawOnEdit,
+                 calculator: calculator, mount: mount};
 })();

@@ -2,7 +2,15 @@
  *
  * pargrad.memory.state_bytes, line for line: the bytes each device holds for
  * the parameters, their gradients, the optimizer state and the master
- * weights, at ZeRO stage 0 (plain data parallelism) to 3.  Whole numbers
+ * weights, at ZeRO stage 0 (plain data parallelism) to 3.  ZeRO's numbers:
+ * with Psi parameters on N replicas, P and G bytes a parameter and a
+ * gradient and K optimizer bytes a parameter, a device holds
+ * (P + G + K) Psi at stage 0, (P + G) Psi + K Psi/N at stage 1,
+ * P Psi + (G + K) Psi/N at stage 2 and (P + G + K) Psi/N at stage 3.  A
+ * float32 master copy exists only under mixed precision, where it is
+ * counted in K (ZeRO's 2 + 2 + 12: K = 12 for Adam, master 4 + momentum 4
+ * + variance 4); in float32 and float64 the owner updates its shard in
+ * place, with no second copy.  Psi/N is ceil(Psi / N).  Whole numbers
  * only, so the JavaScript and the Python give the same bytes exactly;
  * tests/browser/test_memory_calculator.py checks it on a grid of inputs.
  * Plain HTML and SVG, nothing loaded from the network.  The page holds
@@ -71,7 +79,7 @@
     var count = function (component) {
       return sharded.indexOf(component) >= 0 ? shard : parameters;
     };
-    var hasMaster = precision === "mixed" || stage === 1 || stage === 2;
+    var hasMaster = precision === "mixed";  // a master copy only where precision needs one
     var held = {
       parameters: value * count("parameters"),
       gradients: value * count("gradients"),
@@ -142,47 +150,38 @@
     });
   }
 
+  function readSettings(form) {
+    var number = function (name) { return Number(form.elements[name].value); };
+    return {
+      parameters: number("parameters"),
+      replicas: number("replicas"),
+      stage: number("stage"),
+      precision: form.elements.precision.value,
+      optimizer: form.elements.optimizer.value,
+    };
+  }
+
+  function resultRows(settings, held) {
+    var sharded = shardedComponents(settings.stage);
+    return COMPONENTS.map(function (key) {
+      var share = sharded.indexOf(key) >= 0 && held[key] > 0 ? " (1/" + settings.replicas + " a device)" : "";
+      return [LABELS[key] + share, key, formatBytes(held[key])];
+    }).concat([["total a device", "total", formatBytes(held.total)]]);
+  }
+
   function build(container) {
-    var parts = widgets.panel(container, {form: FORM, note: NOTE});
-    var form = parts.form, output = parts.output;
-    var bars = el("svg", {class: "pc-svg pm-bars", role: "img",
-                          "aria-label": "bytes a device at each ZeRO stage"});
-    container.appendChild(bars);
-
-    function readSettings() {
-      var number = function (name) { return Number(form.elements[name].value); };
-      return {
-        parameters: number("parameters"),
-        replicas: number("replicas"),
-        stage: number("stage"),
-        precision: form.elements.precision.value,
-        optimizer: form.elements.optimizer.value,
-      };
-    }
-
-    function redraw() {
-      var settings = readSettings(), held;
-      try {
-        held = stateBytes(settings.parameters, settings.replicas, settings.stage,
+    widgets.calculator(container, {
+      form: FORM, note: NOTE,
+      figures: [{className: "pm-bars", label: "bytes a device at each ZeRO stage"}],
+      read: readSettings,
+      compute: function (settings) {
+        return stateBytes(settings.parameters, settings.replicas, settings.stage,
                           settings.precision, settings.optimizer);
-      } catch (error) {
-        widgets.showError(container, output, error, [bars]);
-        return;
-      }
-      delete container.dataset.error;
-      COMPONENTS.concat(["total"]).forEach(function (key) { container.dataset[key] = held[key]; });
-      var sharded = shardedComponents(settings.stage);
-      output.innerHTML = '<table class="pc-table"><tbody>' + COMPONENTS.map(function (key) {
-        return '<tr><th>' + LABELS[key] + (sharded.indexOf(key) >= 0 && held[key] > 0 ?
-          " (1/" + settings.replicas + " a device)" : "") + '</th><td data-key="' + key + '">' +
-          formatBytes(held[key]) + '</td></tr>';
-      }).join("") + '<tr><th>total a device</th><td data-key="total">' +
-        formatBytes(held.total) + '</td></tr></tbody></table>';
-      bars.innerHTML = "";
-      drawStages(bars, settings);
-    }
-
-    widgets.redrawOnEdit(form, redraw);
+      },
+      keys: COMPONENTS.concat(["total"]),
+      rows: resultRows,
+      draw: function (svgs, settings) { drawStages(svgs[0], settings); },
+    });
   }
 
   widgets.mount("pargrad-memory-calculator", build);
