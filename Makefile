@@ -87,17 +87,18 @@ book-static:
 
 # Two test processes at once: the book's TensorFlow work is tiny operations that keep one core
 # of a process busy, so one pytest process uses one core of CI's two.  JOBS=1 runs everything in
-# one process, as before.  What may not run beside another process (tests/conftest.py):
-# * items marked `timing` (chapters "Devices", "What communication costs" and its deep dive,
-#   tests that assert on wall-clock time or speed ratios) run in a second pass, alone, one at
-#   a time, with no other test process beside them (the stress run below is serial too);
+# one process, as before.  What may not run beside another process comes from the marks
+# (tests/conftest.py reads them; a chapter's are in tools/marks.py):
+# * items marked `timing` (chapters that time work, tests that assert on wall-clock time or
+#   speed ratios) run in a second pass, alone, one at a time, with no other test process
+#   beside them (the stress run below is serial too);
 # * a notebook's cells and a test file's tests stay in one process, in order (one kernel, one
 #   module's fixtures and state);
-# * every file that starts multi-process clusters is in one unit of work, "clusters" (--dist
-#   loadfile with tests/conftest.py's scheduler), run in one process one file after the
-#   other: two clusters never start at once, and each test
-#   process takes its clusters' ports from its own block outside the kernel's ephemeral
-#   range, so that no other process's cluster or Jupyter kernel can pick them.
+# * every file marked `clusters` (it starts multi-process clusters) is in one unit of work,
+#   "clusters" (--dist loadfile with tests/conftest.py's scheduler), run in one process one
+#   file after the other: two clusters never start at once, and each test process takes its
+#   clusters' ports from its own block outside the kernel's ephemeral range, so that no other
+#   process's cluster or Jupyter kernel can pick them.
 JOBS  ?= 2
 XDIST := -n $(JOBS) --dist loadfile --no-loadscope-reorder
 PYTEST := $(PY) -m pytest -p no:cacheprovider
@@ -135,33 +136,14 @@ test-stress: $(STAMP)
 # grouped as in `make test` (one thread an operation: one core a process).
 OTHER_NUMERICS := TF_ENABLE_ONEDNN_OPTS=0 TF_NUM_INTRAOP_THREADS=1 OMP_NUM_THREADS=1
 
-# Every chapter whose checked outputs TensorFlow computes.  Left out, to keep
-# CI short, the chapters these settings cannot change: "Devices" (device
-# lists and timings), "What communication costs" and its deep dive (timings,
-# and a cost model in Python floats), the compatibility appendix (which APIs
-# run), "Sync vs async in the same time" (it reads stored races), and
-# "Communicating rarely" with its deep dive (float64 NumPy replays; their
-# TensorFlow side, the trainer against the replay and the handover across
-# processes, is in the claims run above), and "When the model does not
-# fit" (its equalities are bit for bit between two runs of the same kernels,
-# the sharded and the mirrored one, under any numerics; the library's claim
-# tests in tests/test_sharded.py re-run them under other numerics; its byte
-# counts are integers), and "Stale gradients in depth" (its many-seed results
-# are float64 NumPy replays; its TensorFlow side, AsyncTrainer against the
-# replay and against the delayed recursion, is in the claims run above:
-# tests/book/test_parabola_async.py).
-ORDER_FREE := chapters/02_devices.ipynb chapters/10_communication_costs.ipynb \
-              chapters/a2_compatibility.ipynb chapters/05_sync_vs_async.ipynb \
-              chapters/d2_stale_gradients_in_depth.ipynb \
-              chapters/11_communicating_rarely.ipynb \
-              chapters/12_sharded_training.ipynb \
-              chapters/d5_rare_communication_in_depth.ipynb \
-              chapters/d6_communication_in_depth.ipynb
-# Chapters that time work and assert on the times: never beside another job
-# (the same three as in tests/conftest.py's TIMING).
-TIMED := chapters/02_devices.ipynb chapters/10_communication_costs.ipynb \
-         chapters/d6_communication_in_depth.ipynb
-NUMERIC_CHAPTERS := $(filter-out $(ORDER_FREE),$(sort $(wildcard chapters/*.ipynb)))
+# Every chapter whose checked outputs TensorFlow computes: those not marked
+# `order_free` in tools/marks.py, which gives each left-out chapter's reason
+# (device lists and timings, float64 NumPy replays whose TensorFlow side is
+# claim-marked, equalities bit for bit under any numerics, ...).
+NUMERIC_CHAPTERS := $(shell $(PYTHON) tools/marks.py --without order_free)
+# Chapters that time work and assert on the times (marked `timing` in
+# tools/marks.py): never beside another job.
+TIMED := $(shell $(PYTHON) tools/marks.py timing)
 
 test-other-numerics: $(STAMP)
 	$(OTHER_NUMERICS) $(PYTEST) $(XDIST) --durations=10 -m "claim or notebook" \

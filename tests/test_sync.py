@@ -1,7 +1,7 @@
 """pargrad.SyncTrainer: equal to the big batch, timed honestly, strict on bad input.
 
-The session has 4 logical devices (tests/conftest.py); 5 devices and two
-processes run in fresh processes.
+The session has 4 logical devices (tests/conftest.py); 5 devices run in a
+fresh process; two processes in tests/test_sync_cluster.py.
 """
 
 import gc
@@ -15,7 +15,6 @@ import tensorflow as tf
 
 import pargrad
 from pargrad.book import digits, plots
-from pargrad.cluster import LocalCluster
 from pargrad.scenario import Scenario
 from pargrad.strategies import sync_strategy
 from pargrad.sync import SyncTrainer
@@ -136,17 +135,6 @@ def test_matches_the_full_batch_on_five_devices_in_a_fresh_process(run_python, r
     result = json.loads(completed.stdout.strip().splitlines()[-1])
     assert result["replicas"] == 5
     assert max_gap([np.array(w) for w in result["weights"]], reference[1]) < EXACT
-
-
-def test_two_processes_match_one_process(reference):
-    with LocalCluster(train_parabola, workers=2, kwargs={"steps": STEPS, "dtype": "float64"},
-                      timeout=240) as cluster:
-        results = cluster.wait()
-    assert [r["replicas"] for r in results] == [2, 2]
-    # Both workers hold the same parameters, equal to the single-device run.
-    assert max_gap(results[0]["weights"], results[1]["weights"]) == 0
-    assert max_gap(results[0]["weights"], reference[1]) < EXACT
-    assert np.max(np.abs(results[0]["loss"] - reference[0])) < EXACT
 
 
 @pytest.mark.claim

@@ -87,6 +87,7 @@ def test_a_straggler_with_batch_statistics_changes_no_state_of_its_own():
         assert np.array_equal(a, b)
 
 
+@pytest.mark.timing
 def test_a_straggler_holds_its_core():
     """Busy work: each extra pass costs the process CPU time, as much as the step's own pass.
 
@@ -112,6 +113,7 @@ def test_a_straggler_holds_its_core():
     assert per_pass > 0.5 * step[1], step
 
 
+@pytest.mark.timing
 def test_a_straggler_computes_about_factor_times_as_long():
     """The replica's compute time (input ready to gradients ready) grows by one pass a factor."""
     x, y = data()
@@ -191,6 +193,7 @@ def test_without_backup_workers_a_virtual_step_lasts_as_long_as_the_slowest():
     np.testing.assert_allclose(trainer.model.get_weights()[0], w, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.timing
 def test_emulated_steps_last_step_seconds_times_the_nth_fastest_and_drop_the_rest():
     x, y = linear_data(16)
     trainer = sync_linear_trainer(backup_workers=1, step_seconds=0.02)

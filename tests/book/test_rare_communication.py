@@ -26,6 +26,9 @@ from pargrad.cluster import LocalCluster
 from pargrad.local_sgd import LocalSGDTrainer
 from pargrad.strategies import sync_strategy
 
+# It starts multi-process clusters: one at a time, never beside another (tests/conftest.py).
+pytestmark = pytest.mark.clusters
+
 
 def largest_gap(weights, state):
     return max(float(np.max(np.abs(np.asarray(a) - b[0]))) for a, b in zip(weights, state.weights))
