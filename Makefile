@@ -10,13 +10,16 @@ export TF_CPP_MIN_LOG_LEVEL := 3
 
 CHAPTERS := $(sort $(wildcard chapters/*.py))
 
-.PHONY: venv lint colab-venv browser-deps book test test-other-numerics test-stress test-colab test-oldest outputs chapter \
+.PHONY: venv lint unit colab-venv browser-deps book test test-other-numerics test-stress test-colab test-oldest outputs chapter \
         setup-cells clean help book-static test-browser
 
 help:
 	@echo "make book         build the HTML book into _build/html (stored outputs, no execution)"
 	@echo "make venv         create .venv and install the pinned requirements and pargrad"
 	@echo "make lint         the linter (ruff: unused imports, undefined names)"
+	@echo "make unit         the library's and the book layer's unit tests (tests/test_*.py,"
+	@echo "                  tests/book/) in JOBS=2 processes, without the chapters and the"
+	@echo "                  claim, clusters and timing items; prints the 10 slowest"
 	@echo "make test         lint, unit tests, every chapter under nbval, checks of the built"
 	@echo "                  book, then test-stress and test-other-numerics; the tests run in"
 	@echo "                  JOBS=2 processes (pytest-xdist), those that time work alone after"
@@ -108,6 +111,18 @@ NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=180 --nbval-sanitize-w
 # pyflakes' checks through ruff (pyproject.toml's [tool.ruff]): a second or two.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check --no-cache .
+
+# The contributor's loop between `make lint` and `make test` (a few minutes): the unit
+# tests of the library (tests/test_*.py) and of the book layer (tests/book/), in JOBS
+# processes, without what makes `make test` long: the chapters, the claims (tests/claims/
+# and the items marked `claim`, which make test runs twice), the files that start clusters
+# and the items that time work (their marks: tests/conftest.py).  --durations=10 names the
+# slowest.
+UNIT_MARKS := not claim and not clusters and not timing
+
+unit: $(STAMP)
+	$(PYTEST) -n $(JOBS) --dist loadfile --durations=10 -m "$(UNIT_MARKS)" \
+	    $(wildcard tests/test_*.py) tests/book
 
 # The linter first; unit tests of pargrad, checks of the built book, every
 # chapter under nbval (in JOBS processes, then the `timing` items alone: see
