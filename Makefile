@@ -124,12 +124,16 @@ unit: $(STAMP)
 	$(PYTEST) -n $(JOBS) --dist loadfile --durations=10 -m "$(UNIT_MARKS)" \
 	    $(wildcard tests/test_*.py) tests/book
 
+# The second pass collects only the files that hold `timing` items (the test files that
+# name the mark, the chapters tools/marks.py marks), not the whole suite a second time.
+TIMED_TESTS = $(shell grep -rl --include='test_*.py' 'pytest.mark.timing' tests | sort)
+
 # The linter first; unit tests of pargrad, checks of the built book, every
 # chapter under nbval (in JOBS processes, then the `timing` items alone: see
 # JOBS above); then the book's claims under other numerics.
 test: lint book
 	PARGRAD_REQUIRE_HTML=1 $(PYTEST) $(XDIST) --durations=25 -m "not timing" tests chapters $(NBVAL)
-	PARGRAD_REQUIRE_HTML=1 $(PYTEST) --durations=5 -m timing tests chapters $(NBVAL)
+	PARGRAD_REQUIRE_HTML=1 $(PYTEST) --durations=5 -m timing $(TIMED_TESTS) $(TIMED) $(NBVAL)
 	$(MAKE) --no-print-directory test-stress
 	$(MAKE) --no-print-directory test-other-numerics
 

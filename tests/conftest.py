@@ -12,10 +12,12 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 import pargrad
 import tensorflow as tf
+from pargrad.book.parabola import fit_one_device, parabola_data
 
 DEVICES = pargrad.logical_devices(4)
 # The tests compare float32 runs within float32 rounding; on Ampere and newer
@@ -55,6 +57,19 @@ def _run_python(code, timeout=120, env=None):
 def devices():
     """The four logical devices of the test session."""
     return DEVICES
+
+
+# The float64 parabola run on one device with the full batch: the reference that
+# tests/test_sync.py and tests/test_sync_cluster.py compare 2000 steps of SyncTrainer with.
+REFERENCE_STEPS = 2000
+
+
+@pytest.fixture(scope="session")
+def parabola_reference():
+    """The y = x² network on one device, full batch of 50, float64, REFERENCE_STEPS steps at
+    Keras's float32 learning rate 1e-2 (kept in float32 even for a float64 model): (losses, weights)."""
+    x, y = parabola_data(dtype="float64")
+    return fit_one_device(x, y, steps=REFERENCE_STEPS, learning_rate=float(np.float32(1e-2)), seed=0)
 
 
 @pytest.fixture

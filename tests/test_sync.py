@@ -33,10 +33,10 @@ KERAS_RATE = float(np.float32(1e-2))
 
 
 @pytest.fixture(scope="module")
-def reference():
-    """The y = x² network on one device with the full batch of 50, in float64: (losses, weights)."""
-    x, y = parabola_data(dtype="float64")
-    return fit_one_device(x, y, steps=STEPS, learning_rate=KERAS_RATE, seed=0)
+def reference(parabola_reference):
+    """The y = x² network on one device with the full batch of 50, in float64, STEPS steps:
+    (losses, weights), computed once a test process (tests/conftest.py)."""
+    return parabola_reference
 
 
 def max_gap(weights_a, weights_b):

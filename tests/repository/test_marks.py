@@ -162,3 +162,13 @@ def test_the_tool_prints_the_chapters_with_a_mark():
     completed = subprocess.run([sys.executable, str(ROOT / "tools" / "marks.py"), "slow"],
                                capture_output=True, text=True)
     assert completed.returncode != 0 and "unknown mark 'slow'" in completed.stderr
+
+
+def test_the_timing_pass_finds_every_timed_test_file():
+    """The Makefile's timing pass collects the files that contain `pytest.mark.timing` (grep):
+    a file that spells the mark another way would be left out of both passes."""
+    other_spellings = [str(p.relative_to(ROOT)) for p in TEST_FILES
+                       if re.search(r"\bmark\.timing|\btiming\b\s*=\s*pytest", p.read_text())
+                       and "pytest.mark.timing" not in p.read_text()]
+    assert not other_spellings, f"write the mark as @pytest.mark.timing in {other_spellings}"
+    assert "grep -rl --include='test_*.py' 'pytest.mark.timing' tests" in (ROOT / "Makefile").read_text()
