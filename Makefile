@@ -160,13 +160,15 @@ OTHER_NUMERICS := TF_ENABLE_ONEDNN_OPTS=0 TF_NUM_INTRAOP_THREADS=1 OMP_NUM_THREA
 # (device lists and timings, float64 NumPy replays whose TensorFlow side is
 # claim-marked, equalities bit for bit under any numerics, ...).
 NUMERIC_CHAPTERS := $(shell $(PYTHON) tools/marks.py --without order_free)
+# The test files that hold `claim` items: each worker collects these, not the whole suite.
+CLAIM_TESTS = $(shell grep -rl --include='test_*.py' 'pytest.mark.claim' tests | sort)
 # Chapters that time work and assert on the times (marked `timing` in
 # tools/marks.py): never beside another job.
 TIMED := $(shell $(PYTHON) tools/marks.py timing)
 
 test-other-numerics: $(STAMP)
 	$(OTHER_NUMERICS) $(PYTEST) $(XDIST) --durations=10 -m "claim or notebook" \
-	    tests $(NUMERIC_CHAPTERS) $(NBVAL)
+	    $(CLAIM_TESTS) $(NUMERIC_CHAPTERS) $(NBVAL)
 
 # Every chapter executed as a reader on Colab runs it: another TensorFlow
 # (COLAB_TF), pargrad installed from this clone's last commit as a git URL

@@ -164,11 +164,14 @@ def test_the_tool_prints_the_chapters_with_a_mark():
     assert completed.returncode != 0 and "unknown mark 'slow'" in completed.stderr
 
 
-def test_the_timing_pass_finds_every_timed_test_file():
-    """The Makefile's timing pass collects the files that contain `pytest.mark.timing` (grep):
-    a file that spells the mark another way would be left out of both passes."""
+@pytest.mark.parametrize("mark", ["timing", "claim"])
+def test_the_passes_that_grep_for_a_mark_find_every_marked_test_file(mark):
+    """The Makefile's timing pass and its other-numerics run collect the files that contain
+    `pytest.mark.timing` or `pytest.mark.claim` (grep), not the whole suite: a file that
+    spells the mark another way would be left out."""
     other_spellings = [str(p.relative_to(ROOT)) for p in TEST_FILES
-                       if re.search(r"\bmark\.timing|\btiming\b\s*=\s*pytest", p.read_text())
-                       and "pytest.mark.timing" not in p.read_text()]
-    assert not other_spellings, f"write the mark as @pytest.mark.timing in {other_spellings}"
-    assert "grep -rl --include='test_*.py' 'pytest.mark.timing' tests" in (ROOT / "Makefile").read_text()
+                       if re.search(rf"\bmark\.{mark}\b|\b{mark}\b\s*=\s*pytest", p.read_text())
+                       and f"pytest.mark.{mark}" not in p.read_text()]
+    assert not other_spellings, f"write the mark as @pytest.mark.{mark} in {other_spellings}"
+    assert (f"grep -rl --include='test_*.py' 'pytest.mark.{mark}' tests"
+            in (ROOT / "Makefile").read_text())
