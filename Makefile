@@ -246,7 +246,7 @@ $(OLDEST_STAMP): requirements-oldest.txt pyproject.toml
 
 test-oldest: $(OLDEST_STAMP)
 	$(OLDEST)/bin/python -m pytest -p no:cacheprovider -q tests/repository/test_versions.py \
-	    tests/test_devices.py tests/test_sync.py tests/test_accumulate.py tests/test_tf1.py \
+	    tests/test_devices.py tests/test_sync.py tests/test_sync_cluster.py tests/test_accumulate.py tests/test_tf1.py \
 	    tests/test_asynchronous.py tests/test_sharded.py tests/test_memory.py tests/test_losses.py
 
 chapter: $(STAMP)
