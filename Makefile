@@ -10,13 +10,16 @@ export TF_CPP_MIN_LOG_LEVEL := 3
 
 CHAPTERS := $(sort $(wildcard chapters/*.py))
 
-.PHONY: venv lint colab-venv browser-deps book test test-other-numerics test-stress test-colab test-oldest outputs chapter \
+.PHONY: venv lint unit colab-venv browser-deps book test test-other-numerics test-stress test-colab test-oldest outputs chapter \
         setup-cells clean help book-static test-browser
 
 help:
 	@echo "make book         build the HTML book into _build/html (stored outputs, no execution)"
 	@echo "make venv         create .venv and install the pinned requirements and pargrad"
 	@echo "make lint         the linter (ruff: unused imports, undefined names)"
+	@echo "make unit         the library's and the book layer's unit tests (tests/test_*.py,"
+	@echo "                  tests/book/) in JOBS=2 processes, without the chapters and the"
+	@echo "                  claim, clusters and timing items; prints the 10 slowest"
 	@echo "make test         lint, unit tests, every chapter under nbval, checks of the built"
 	@echo "                  book, then test-stress and test-other-numerics; the tests run in"
 	@echo "                  JOBS=2 processes (pytest-xdist), those that time work alone after"
@@ -87,17 +90,18 @@ book-static:
 
 # Two test processes at once: the book's TensorFlow work is tiny operations that keep one core
 # of a process busy, so one pytest process uses one core of CI's two.  JOBS=1 runs everything in
-# one process, as before.  What may not run beside another process (tests/conftest.py):
-# * items marked `timing` (chapters "Devices", "What communication costs" and its deep dive,
-#   tests that assert on wall-clock time or speed ratios) run in a second pass, alone, one at
-#   a time, with no other test process beside them (the stress run below is serial too);
+# one process, as before.  What may not run beside another process comes from the marks
+# (tests/conftest.py reads them; a chapter's are in tools/marks.py):
+# * items marked `timing` (chapters that time work, tests that assert on wall-clock time or
+#   speed ratios) run in a second pass, alone, one at a time, with no other test process
+#   beside them (the stress run below is serial too);
 # * a notebook's cells and a test file's tests stay in one process, in order (one kernel, one
 #   module's fixtures and state);
-# * every file that starts multi-process clusters is in one unit of work, "clusters" (--dist
-#   loadfile with tests/conftest.py's scheduler), run in one process one file after the
-#   other: two clusters never start at once, and each test
-#   process takes its clusters' ports from its own block outside the kernel's ephemeral
-#   range, so that no other process's cluster or Jupyter kernel can pick them.
+# * every file marked `clusters` (it starts multi-process clusters) is in one unit of work,
+#   "clusters" (--dist loadfile with tests/conftest.py's scheduler), run in one process one
+#   file after the other: two clusters never start at once, and each test process takes its
+#   clusters' ports from its own block outside the kernel's ephemeral range, so that no other
+#   process's cluster or Jupyter kernel can pick them.
 JOBS  ?= 2
 XDIST := -n $(JOBS) --dist loadfile --no-loadscope-reorder
 PYTEST := $(PY) -m pytest -p no:cacheprovider
@@ -108,12 +112,28 @@ NBVAL := --nbval --nbval-current-env --nbval-cell-timeout=180 --nbval-sanitize-w
 lint: $(STAMP)
 	$(VENV)/bin/ruff check --no-cache .
 
+# The contributor's loop between `make lint` and `make test` (a few minutes): the unit
+# tests of the library (tests/test_*.py) and of the book layer (tests/book/), in JOBS
+# processes, without what makes `make test` long: the chapters, the claims (tests/claims/
+# and the items marked `claim`, which make test runs twice), the files that start clusters
+# and the items that time work (their marks: tests/conftest.py).  --durations=10 names the
+# slowest.
+UNIT_MARKS := not claim and not clusters and not timing
+
+unit: $(STAMP)
+	$(PYTEST) -n $(JOBS) --dist loadfile --durations=10 -m "$(UNIT_MARKS)" \
+	    $(wildcard tests/test_*.py) tests/book
+
+# The second pass collects only the files that hold `timing` items (the test files that
+# name the mark, the chapters tools/marks.py marks), not the whole suite a second time.
+TIMED_TESTS = $(shell grep -rl --include='test_*.py' 'pytest.mark.timing' tests | sort)
+
 # The linter first; unit tests of pargrad, checks of the built book, every
 # chapter under nbval (in JOBS processes, then the `timing` items alone: see
 # JOBS above); then the book's claims under other numerics.
 test: lint book
 	PARGRAD_REQUIRE_HTML=1 $(PYTEST) $(XDIST) --durations=25 -m "not timing" tests chapters $(NBVAL)
-	PARGRAD_REQUIRE_HTML=1 $(PYTEST) --durations=5 -m timing tests chapters $(NBVAL)
+	PARGRAD_REQUIRE_HTML=1 $(PYTEST) --durations=5 -m timing $(TIMED_TESTS) $(TIMED) $(NBVAL)
 	$(MAKE) --no-print-directory test-stress
 	$(MAKE) --no-print-directory test-other-numerics
 
@@ -135,37 +155,20 @@ test-stress: $(STAMP)
 # grouped as in `make test` (one thread an operation: one core a process).
 OTHER_NUMERICS := TF_ENABLE_ONEDNN_OPTS=0 TF_NUM_INTRAOP_THREADS=1 OMP_NUM_THREADS=1
 
-# Every chapter whose checked outputs TensorFlow computes.  Left out, to keep
-# CI short, the chapters these settings cannot change: "Devices" (device
-# lists and timings), "What communication costs" and its deep dive (timings,
-# and a cost model in Python floats), the compatibility appendix (which APIs
-# run), "Sync vs async in the same time" (it reads stored races), and
-# "Communicating rarely" with its deep dive (float64 NumPy replays; their
-# TensorFlow side, the trainer against the replay and the handover across
-# processes, is in the claims run above), and "When the model does not
-# fit" (its equalities are bit for bit between two runs of the same kernels,
-# the sharded and the mirrored one, under any numerics; the library's claim
-# tests in tests/test_sharded.py re-run them under other numerics; its byte
-# counts are integers), and "Stale gradients in depth" (its many-seed results
-# are float64 NumPy replays; its TensorFlow side, AsyncTrainer against the
-# replay and against the delayed recursion, is in the claims run above:
-# tests/book/test_parabola_async.py).
-ORDER_FREE := chapters/02_devices.ipynb chapters/10_communication_costs.ipynb \
-              chapters/a2_compatibility.ipynb chapters/05_sync_vs_async.ipynb \
-              chapters/d2_stale_gradients_in_depth.ipynb \
-              chapters/11_communicating_rarely.ipynb \
-              chapters/12_sharded_training.ipynb \
-              chapters/d5_rare_communication_in_depth.ipynb \
-              chapters/d6_communication_in_depth.ipynb
-# Chapters that time work and assert on the times: never beside another job
-# (the same three as in tests/conftest.py's TIMING).
-TIMED := chapters/02_devices.ipynb chapters/10_communication_costs.ipynb \
-         chapters/d6_communication_in_depth.ipynb
-NUMERIC_CHAPTERS := $(filter-out $(ORDER_FREE),$(sort $(wildcard chapters/*.ipynb)))
+# Every chapter whose checked outputs TensorFlow computes: those not marked
+# `order_free` in tools/marks.py, which gives each left-out chapter's reason
+# (device lists and timings, float64 NumPy replays whose TensorFlow side is
+# claim-marked, equalities bit for bit under any numerics, ...).
+NUMERIC_CHAPTERS := $(shell $(PYTHON) tools/marks.py --without order_free)
+# The test files that hold `claim` items: each worker collects these, not the whole suite.
+CLAIM_TESTS = $(shell grep -rl --include='test_*.py' 'pytest.mark.claim' tests | sort)
+# Chapters that time work and assert on the times (marked `timing` in
+# tools/marks.py): never beside another job.
+TIMED := $(shell $(PYTHON) tools/marks.py timing)
 
 test-other-numerics: $(STAMP)
 	$(OTHER_NUMERICS) $(PYTEST) $(XDIST) --durations=10 -m "claim or notebook" \
-	    tests $(NUMERIC_CHAPTERS) $(NBVAL)
+	    $(CLAIM_TESTS) $(NUMERIC_CHAPTERS) $(NBVAL)
 
 # Every chapter executed as a reader on Colab runs it: another TensorFlow
 # (COLAB_TF), pargrad installed from this clone's last commit as a git URL
@@ -243,7 +246,7 @@ $(OLDEST_STAMP): requirements-oldest.txt pyproject.toml
 
 test-oldest: $(OLDEST_STAMP)
 	$(OLDEST)/bin/python -m pytest -p no:cacheprovider -q tests/repository/test_versions.py \
-	    tests/test_devices.py tests/test_sync.py tests/test_accumulate.py tests/test_tf1.py \
+	    tests/test_devices.py tests/test_sync.py tests/test_sync_cluster.py tests/test_accumulate.py tests/test_tf1.py \
 	    tests/test_asynchronous.py tests/test_sharded.py tests/test_memory.py tests/test_losses.py
 
 chapter: $(STAMP)

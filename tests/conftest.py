@@ -3,15 +3,21 @@
 Tests that need another split run in a subprocess: the ``run_python`` fixture.
 """
 
+import collections
+import functools
+import importlib.util
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 import pargrad
 import tensorflow as tf
+from pargrad.book.parabola import fit_one_device, parabola_data
 
 DEVICES = pargrad.logical_devices(4)
 # The tests compare float32 runs within float32 rounding; on Ampere and newer
@@ -53,6 +59,19 @@ def devices():
     return DEVICES
 
 
+# The float64 parabola run on one device with the full batch: the reference that
+# tests/test_sync.py and tests/test_sync_cluster.py compare 2000 steps of SyncTrainer with.
+REFERENCE_STEPS = 2000
+
+
+@pytest.fixture(scope="session")
+def parabola_reference():
+    """The y = x² network on one device, full batch of 50, float64, REFERENCE_STEPS steps at
+    Keras's float32 learning rate 1e-2 (kept in float32 even for a float64 model): (losses, weights)."""
+    x, y = parabola_data(dtype="float64")
+    return fit_one_device(x, y, steps=REFERENCE_STEPS, learning_rate=float(np.float32(1e-2)), seed=0)
+
+
 @pytest.fixture
 def run_python():
     """``run_python(code, timeout=120, env=None)``: run code in a fresh process."""
@@ -63,75 +82,74 @@ def run_python():
 #
 # The Makefile's first pass runs everything not marked `timing` in two worker processes
 # (-n 2 --dist loadfile); its second pass runs the `timing` items alone, one at a time, with no
-# other test process beside them.  The hooks below say which items go where (a test file that
-# cannot carry a mark itself is named here by its node id):
+# other test process beside them.  Which items go where comes from their marks (pyproject.toml
+# declares them), set where the tests are; a chapter's marks from tools/marks.py (a notebook
+# cannot carry a mark):
 #
-# * timing: an item that asserts on wall-clock time or a speed ratio.  Beside another test
-#   process it would measure the other process too, so it runs in the serial pass.
-# * one unit of work a file, run by one worker in order (a notebook's cells share one kernel, a
-#   module's tests share its module fixtures and state, e.g. tests/claims/test_programs.py's
-#   budget), except the files that start multi-process clusters on 127.0.0.1 (CLUSTERS): they
-#   are one unit together, so two clusters never start at the same moment, and the 3 to 5
-#   processes of one cluster never share two cores with those of another.
+# * timing (`@pytest.mark.timing` on a test): an item that asserts on wall-clock time or a speed
+#   ratio.  Beside another test process it would measure the other process too, so it runs in
+#   the serial pass.
+# * clusters (`pytestmark = pytest.mark.clusters` in a test file): the file starts multi-process
+#   clusters on 127.0.0.1.  Every other file is one unit of work, run by one worker in order (a
+#   notebook's cells share one kernel, a module's tests share its module fixtures and state);
+#   the cluster files are one unit together, so two clusters never start at the same moment,
+#   and the 3 to 5 processes of one cluster never share two cores with those of another.
+#   tests/repository/test_marks.py fails when a file that starts a cluster lacks the mark.
+#   The scheduler runs in pytest-xdist's controller, which sees node ids, not items: it reads a
+#   file's `pytestmark` from its source (tools/marks.py).
 #   (pytest-xdist's own xdist_group marks do not work with pytest 9: xdist 3.8 renames
 #   `item._nodeid`, which pytest 9 no longer reads; hence a scheduler of our own.)
 
-TIMING = {
-    # the chapters that time work and assert on the times or their ratios
-    # (the Makefile's TIMED names the same three for make test-colab)
-    "chapters/02_devices.ipynb",
-    "chapters/10_communication_costs.ipynb",
-    "chapters/d6_communication_in_depth.ipynb",
-    # wall-clock bounds, ratios of times
-    "tests/test_asynchronous.py::test_a_failing_worker_ends_fit_promptly_and_leaves_no_thread",
-    "tests/test_asynchronous.py::test_a_time_limit_stops_a_free_running_fit",
-    "tests/test_asynchronous.py::test_hold_core_keeps_the_thread_busy_for_the_time_asked",
-    "tests/test_asynchronous.py::test_hold_core_stops_when_the_run_stops",
-    "tests/test_cluster.py::test_a_time_out_raises_and_stops_every_worker",
-    "tests/book/test_instruments.py::test_a_straggler_holds_its_core",
-    "tests/book/test_instruments.py::test_a_straggler_computes_about_factor_times_as_long",
-    "tests/book/test_instruments.py::"
-    "test_emulated_steps_last_step_seconds_times_the_nth_fastest_and_drop_the_rest",
-}
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
-CLUSTERS = {
-    "tests/test_cluster.py", "tests/test_sync.py", "tests/test_local_sgd.py",
-    "tests/book/test_multiworker.py", "tests/book/test_parameter_server.py",
-    "tests/book/test_rare_communication.py",
-    "chapters/03_synchronous.ipynb", "chapters/09_beyond_one_machine.ipynb",
-    "chapters/11_communicating_rarely.ipynb", "chapters/a2_compatibility.ipynb",
-}
+
+def _load_marks():
+    spec = importlib.util.spec_from_file_location("marks", ROOT / "tools" / "marks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+marks = _load_marks()
+marks_of_file = functools.lru_cache(maxsize=None)(marks.marks_of)
+
 
 # Handed out first (the workers take units in collection order, --no-loadscope-reorder): the
-# cluster unit and the notebooks, the longest units, so that short test files fill the end
-# of the run on both workers.
-FIRST = ["clusters", "chapters/", "tests/claims/test_programs.py", "tests/test_sharded.py"]
+# cluster unit, the notebooks and the claim files, the longest units; then the other files,
+# those with most items first, so that short test files fill the end of the run on both workers.
+FIRST = ["clusters", "chapters/", "tests/claims/"]
 
 
 def _unit(nodeid):
     """The unit of work of an item: its file, or "clusters"."""
     file = nodeid.split("::", 1)[0]
-    return "clusters" if file in CLUSTERS else file
+    return "clusters" if "clusters" in marks_of_file(file) else file
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.nodeid.split("::", 1)[0] in TIMING or item.nodeid.split("[")[0] in TIMING:
-            item.add_marker(pytest.mark.timing)
-        if item.nodeid.split("::", 1)[0].endswith(".ipynb"):
+        file = item.nodeid.split("::", 1)[0]
+        if file.endswith(".ipynb"):
             item.add_marker(pytest.mark.notebook)
+            for mark in sorted(marks.marks_of(file)):
+                item.add_marker(getattr(pytest.mark, mark))
+
+    sizes = collections.Counter(_unit(item.nodeid) for item in items)
 
     def rank(item):
         unit = _unit(item.nodeid)
-        return next((i for i, prefix in enumerate(FIRST) if unit.startswith(prefix)), len(FIRST))
+        first = next((i for i, prefix in enumerate(FIRST) if unit.startswith(prefix)), None)
+        if first is not None:
+            return first, 0, ""
+        return len(FIRST), -sizes[unit], unit
 
     items.sort(key=rank)  # stable: the order within a file (a notebook's cells) is kept
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """--dist loadfile, with the files of CLUSTERS as one unit."""
+    """--dist loadfile, with the files marked `clusters` as one unit."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling

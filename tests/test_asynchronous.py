@@ -397,6 +397,7 @@ def test_delay_compensation_compiled_with_xla_follows_the_plain_tensorflow_run(d
 # -- free-running: threads, failures, time limits, emulated slow devices -----------------------
 
 
+@pytest.mark.timing
 def test_a_failing_worker_ends_fit_promptly_and_leaves_no_thread(devices):
     x, y = parabola_data()
     trainer = AsyncTrainer(parabola_model(), squared_error, devices[:2],
@@ -420,6 +421,7 @@ def test_a_failing_worker_ends_fit_promptly_and_leaves_no_thread(devices):
     assert trainer.version == len(trainer.history.loss) > 3
 
 
+@pytest.mark.timing
 def test_a_time_limit_stops_a_free_running_fit(devices):
     x, y = parabola_data()
     trainer = AsyncTrainer(parabola_model(), squared_error, devices[:2],
@@ -432,6 +434,7 @@ def test_a_time_limit_stops_a_free_running_fit(devices):
     assert async_threads() == []
 
 
+@pytest.mark.timing
 def test_hold_core_keeps_the_thread_busy_for_the_time_asked():
     started, cpu = time.perf_counter(), time.thread_time()
     held = hold_core(0.3)
@@ -442,6 +445,7 @@ def test_hold_core_keeps_the_thread_busy_for_the_time_asked():
     assert busy > 0.01
 
 
+@pytest.mark.timing
 def test_hold_core_stops_when_the_run_stops():
     stop = threading.Event()
     threading.Timer(0.05, stop.set).start()

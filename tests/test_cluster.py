@@ -24,6 +24,9 @@ from pargrad.cluster import (
 )
 from pargrad.cluster import main as cluster_main
 
+# It starts multi-process clusters: one at a time, never beside another (tests/conftest.py).
+pytestmark = pytest.mark.clusters
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ENV = {"PYTHONPATH": os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")])}
 
@@ -134,6 +137,7 @@ def test_killing_a_worker_of_a_real_run_raises_and_nothing_survives():
     assert_all_gone(pids)
 
 
+@pytest.mark.timing
 def test_a_time_out_raises_and_stops_every_worker():
     started = time.monotonic()
     with pytest.raises(ClusterTimeoutError, match="did not finish within 1"):

@@ -1,22 +1,19 @@
 """pargrad.LocalSGDTrainer: local SGD and DiLoCo, against SyncTrainer and a NumPy reference.
 
 The session has 4 logical devices (tests/conftest.py); the two-process runs
-use pargrad.LocalCluster with the target of tests/local_sgd_problem.py.
+are in tests/test_local_sgd_cluster.py.
 """
 
-import os
 import threading
 
 import keras
 import numpy as np
-import psutil
 import pytest
 import tensorflow as tf
 
 import pargrad
 from pargrad import cost
 from pargrad.book.parabola import parabola_data, parabola_model
-from pargrad.cluster import ClusterError, LocalCluster
 from pargrad.allreduce import ring_bytes
 from pargrad.local_sgd import LocalSGDTrainer
 from pargrad.scenario import Scenario
@@ -28,11 +25,7 @@ from local_sgd_problem import (
     least_squares_data,
     linear_model,
     local_sgd_trainer,
-    train_in_worker,
 )
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-ENV = {"PYTHONPATH": os.pathsep.join([HERE, os.environ.get("PYTHONPATH", "")])}
 
 
 def keras_rate(rate):
@@ -405,33 +398,6 @@ def test_a_non_finite_loss_stops_before_the_average():
     assert not np.isfinite(error.value.loss)
     assert max_gap(trainer.model.get_weights(), before) == 0   # the average was not applied
     assert set(threading.enumerate()) <= threads
-
-
-# -- across processes ------------------------------------------------------------------
-
-def test_two_processes_equal_two_replicas_in_one():
-    settings = {"local_steps": 3, "rounds": 4, "batch_size": 8}
-    one_process = local_sgd_trainer(sync_strategy(2), 3)
-    x, y = least_squares_data()
-    history = one_process.fit(x, y, rounds=4, batch_size=8)
-    with LocalCluster(train_in_worker, workers=2, kwargs=settings, env=ENV, timeout=150) as cluster:
-        results = cluster.wait()
-    tolerance = pargrad.rounding_tolerance("float64", 12, scale=4.0)
-    for result in results:
-        assert result["replicas"] == 2
-        assert max_gap(result["weights"], one_process.model.get_weights()) < tolerance
-        assert np.max(np.abs(result["loss"] - history.loss)) < tolerance * 10
-        assert np.array_equal(result["bytes_sent"], history.bytes_sent)
-
-
-def test_a_non_finite_loss_in_one_process_stops_every_worker():
-    settings = {"local_steps": 2, "rounds": 3, "batch_size": 8, "poison_row": 21}
-    with LocalCluster(train_in_worker, workers=2, kwargs=settings, env=ENV, timeout=150) as cluster:
-        with pytest.raises(ClusterError, match="NonFiniteLossError"):
-            cluster.wait()
-        pids = cluster.pids
-    assert not [pid for pid in pids if psutil.pid_exists(pid)
-                and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
 
 
 def test_fit_takes_rounds_and_batch_size_by_keyword_only():

@@ -1,7 +1,7 @@
 """pargrad.SyncTrainer: equal to the big batch, timed honestly, strict on bad input.
 
-The session has 4 logical devices (tests/conftest.py); 5 devices and two
-processes run in fresh processes.
+The session has 4 logical devices (tests/conftest.py); 5 devices run in a
+fresh process; two processes in tests/test_sync_cluster.py.
 """
 
 import gc
@@ -15,13 +15,9 @@ import tensorflow as tf
 
 import pargrad
 from pargrad.book import digits
-from pargrad.book.plots_synchronous import device_timeline
-from pargrad.cluster import LocalCluster
-from pargrad.scenario import Scenario
 from pargrad.strategies import sync_strategy
 from pargrad.sync import SyncTrainer
 from pargrad import NonFiniteDataError, NonFiniteLossError
-from pargrad.book.instruments import InstrumentedSyncTrainer
 from pargrad.book.parabola import fit_one_device, parabola_data, parabola_model, train_parabola
 
 STEPS = 2000
@@ -37,10 +33,10 @@ KERAS_RATE = float(np.float32(1e-2))
 
 
 @pytest.fixture(scope="module")
-def reference():
-    """The y = x² network on one device with the full batch of 50, in float64: (losses, weights)."""
-    x, y = parabola_data(dtype="float64")
-    return fit_one_device(x, y, steps=STEPS, learning_rate=KERAS_RATE, seed=0)
+def reference(parabola_reference):
+    """The y = x² network on one device with the full batch of 50, in float64, STEPS steps:
+    (losses, weights), computed once a test process (tests/conftest.py)."""
+    return parabola_reference
 
 
 def max_gap(weights_a, weights_b):
@@ -51,9 +47,7 @@ def trainer_for(replicas, model_fn=None, **options):
     strategy = sync_strategy(replicas)
     with strategy.scope():
         model = (model_fn or (lambda: parabola_model(seed=0)))()
-    instrumented = {"record_times", "scenario"} & set(options)  # the book's instruments
-    trainer_class = InstrumentedSyncTrainer if instrumented else SyncTrainer
-    return trainer_class(model, strategy, progress=False, **options)
+    return SyncTrainer(model, strategy, progress=False, **options)
 
 
 def mlp(features=64, width=256):
@@ -139,17 +133,6 @@ def test_matches_the_full_batch_on_five_devices_in_a_fresh_process(run_python, r
     assert max_gap([np.array(w) for w in result["weights"]], reference[1]) < EXACT
 
 
-def test_two_processes_match_one_process(reference):
-    with LocalCluster(train_parabola, workers=2, kwargs={"steps": STEPS, "dtype": "float64"},
-                      timeout=240) as cluster:
-        results = cluster.wait()
-    assert [r["replicas"] for r in results] == [2, 2]
-    # Both workers hold the same parameters, equal to the single-device run.
-    assert max_gap(results[0]["weights"], results[1]["weights"]) == 0
-    assert max_gap(results[0]["weights"], reference[1]) < EXACT
-    assert np.max(np.abs(results[0]["loss"] - reference[0])) < EXACT
-
-
 @pytest.mark.claim
 def test_accumulation_matches_the_full_batch_and_reports_the_effective_batch():
     x, y = parabola_data()
@@ -172,41 +155,7 @@ def test_minibatches_are_taken_in_order_like_one_device():
     assert max_gap(single.model.get_weights(), double.model.get_weights()) < TOLERANCE
 
 
-# -- what a step costs -----------------------------------------------------------
-
-@pytest.mark.parametrize("steps_per_call", [1, 10])
-def test_per_replica_times_add_up_to_the_step(steps_per_call):
-    """launch + compute + wait fill the step; the all-reduce lines the replicas up."""
-    x, y = mlp_data()
-    trainer = trainer_for(2, mlp, record_times=True)
-    trainer.fit(x, y, steps=steps_per_call, batch_size=512, steps_per_call=steps_per_call)  # trace
-    history = trainer.fit(x, y, steps=30, batch_size=512, steps_per_call=steps_per_call)
-    slack = 1e-4
-    assert (history.launch > -slack).all()
-    assert (history.compute > 0).all() and (history.wait > -slack).all()
-    parts = history.launch + history.compute + history.wait
-    assert (parts <= history.step_time[:, None] + slack).all()
-    if steps_per_call > 1:
-        # The step ends when its last replica has its update.
-        assert np.allclose(parts.max(axis=1), history.step_time, atol=slack)
-    # Every replica's update ends at about the same moment: the all-reduce
-    # joins them, so a replica that finished computing early waits.
-    finish = history.update_end.max(axis=1) - history.update_end.min(axis=1)
-    early = history.compute_end.max(axis=1) - history.compute_end.min(axis=1)
-    assert np.median(finish) < max(np.median(early), 1e-3)
-
-
-def test_without_recording_times_it_trains_the_same():
-    x, y = parabola_data()
-    timed = trainer_for(2, record_times=True)
-    plain = trainer_for(2)                          # the default: no timestamps
-    timed.fit(x, y, steps=50, steps_per_call=10)
-    history = plain.fit(x, y, steps=50, steps_per_call=10)
-    assert max_gap(timed.model.get_weights(), plain.model.get_weights()) == 0
-    assert not hasattr(history, "compute") and (history.step_time > 0).all()  # core: no times
-    with pytest.raises(ValueError, match="record_times=True"):
-        device_timeline(history)
-
+# -- calls of fit ------------------------------------------------------------------
 
 def test_fit_continues_where_the_last_call_stopped():
     x, y = mlp_data(n=256, features=4)
@@ -226,30 +175,6 @@ def test_fit_sees_changes_made_to_the_arrays_between_calls():
     changed.fit(x, y, steps=1)
     reference.fit(x, y.copy(), steps=1)
     assert max_gap(changed.model.get_weights(), reference.model.get_weights()) == 0
-
-
-def test_a_straggler_sets_the_step_time():
-    x, y = mlp_data()
-    common = dict(batch_size=512, steps_per_call=5)
-    even = trainer_for(2, mlp, record_times=True)
-    even.fit(x, y, steps=5, **common)
-    base = even.fit(x, y, steps=30, **common)
-    slow = trainer_for(2, mlp, scenario=Scenario((1, 1 / 6)), record_times=True)
-    slow.fit(x, y, steps=5, **common)
-    history = slow.fit(x, y, steps=30, **common)
-
-    def slowest(h):                      # when the last replica finished computing
-        return (h.launch + h.compute).max(axis=1)
-
-    assert (history.step_time >= slowest(history)).all()
-    # The straggler is the last to finish computing in (almost) every step ...
-    assert np.mean(history.compute_end.argmax(axis=1) == 1) >= 0.8
-    # ... the step time grows with the slowest replica ...
-    longer = np.median(slowest(history)) - np.median(slowest(base))
-    assert longer > 0
-    assert np.median(history.step_time) - np.median(base.step_time) > 0.6 * longer
-    # ... and the other replica spends the difference waiting.
-    assert np.median(history.wait[:, 0]) > np.median(history.wait[:, 1]) + 0.5 * longer
 
 
 # -- bad input --------------------------------------------------------------------
@@ -279,16 +204,9 @@ def test_an_optimizer_created_outside_the_scope_is_refused():
         SyncTrainer(model, strategy, optimizer=keras.optimizers.SGD(0.01))
 
 
-@pytest.mark.parametrize("options, message", [
-    (dict(accumulation_steps=0), "accumulation_steps"),
-    (dict(scenario=Scenario((1, 1, 0.5))), r"one positive number per device \(2\)"),
-    (dict(scenario=Scenario((2, 1))), "factor must be a whole number >= 1"),
-    (dict(scenario=Scenario((1 / 2.5, 1))), "factor must be a whole number >= 1"),
-    (dict(scenario=Scenario((1, 0.5), jitter=0.5)), "jitter must be 0 here"),
-])
-def test_bad_options_are_refused(options, message):
-    with pytest.raises(ValueError, match=message):
-        trainer_for(2, **options)
+def test_no_accumulation_steps_is_refused():
+    with pytest.raises(ValueError, match="accumulation_steps"):
+        trainer_for(2, accumulation_steps=0)
 
 
 def weighted_data(zero_batch=None, negative_row=None):
@@ -375,16 +293,6 @@ def test_jit_compile_takes_minibatches_like_one_device():
     single.fit(x, y, steps=10, batch_size=64)
     double.fit(x, y, steps=10, batch_size=64, steps_per_call=5)
     assert max_gap(single.model.get_weights(), double.model.get_weights()) < JIT_TOLERANCE
-
-
-def test_jit_compile_traces_once_per_replica_and_records_times():
-    x, y = mlp_data()
-    trainer = trainer_for(2, mlp, jit_compile=True, record_times=True)
-    for _ in range(3):
-        history = trainer.fit(x, y, steps=10, batch_size=512, steps_per_call=5)
-    # One XLA computation per replica, compiled once, not once per call.
-    assert trainer._replica_gradients.experimental_get_tracing_count() == 2
-    assert (history.compute > 0).all() and (history.wait > -1e-4).all()
 
 
 # -- the data check, integer targets, empty data (bit for bit: deterministic kernels) --------

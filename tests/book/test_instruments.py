@@ -5,7 +5,8 @@ gradients k times a step (``InstrumentedSyncTrainer._straggler_work``) and
 applies the first: real work in the graph, compiled by XLA with
 ``jit_compile``, not a sleep that would lend its core to the other replicas.
 Backup workers: which replicas' gradients make the update, and how long a
-step lasts.  AsyncTrainer's mitigations (bounded staleness, the
+step lasts.  Timestamps (``record_times``): the parts of a step each replica
+spends launching, computing and waiting.  AsyncTrainer's mitigations (bounded staleness, the
 staleness-aware learning rate) are tested in test_asynchronous.py.
 """
 
@@ -16,7 +17,9 @@ import numpy as np
 import pytest
 
 from pargrad._quiet import import_tensorflow_quietly
+from pargrad.book.plots_synchronous import device_timeline
 from pargrad.book.instruments import InstrumentedSyncTrainer, backup_worker_mask, sync_step_times
+from pargrad.book.parabola import parabola_data, parabola_model
 from pargrad.scenario import Scenario
 from pargrad.strategies import sync_strategy
 from pargrad.sync import SyncTrainer
@@ -87,6 +90,7 @@ def test_a_straggler_with_batch_statistics_changes_no_state_of_its_own():
         assert np.array_equal(a, b)
 
 
+@pytest.mark.timing
 def test_a_straggler_holds_its_core():
     """Busy work: each extra pass costs the process CPU time, as much as the step's own pass.
 
@@ -112,6 +116,7 @@ def test_a_straggler_holds_its_core():
     assert per_pass > 0.5 * step[1], step
 
 
+@pytest.mark.timing
 def test_a_straggler_computes_about_factor_times_as_long():
     """The replica's compute time (input ready to gradients ready) grows by one pass a factor."""
     x, y = data()
@@ -191,6 +196,7 @@ def test_without_backup_workers_a_virtual_step_lasts_as_long_as_the_slowest():
     np.testing.assert_allclose(trainer.model.get_weights()[0], w, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.timing
 def test_emulated_steps_last_step_seconds_times_the_nth_fastest_and_drop_the_rest():
     x, y = linear_data(16)
     trainer = sync_linear_trainer(backup_workers=1, step_seconds=0.02)
@@ -242,3 +248,106 @@ def test_fit_takes_every_option_of_sync_trainers_fit():
     assert seen == [0, 1] and history.epoch == [0, 1] and "val_loss" in history.history
     for a, b in zip(plain.model.get_weights(), instrumented.model.get_weights()):
         np.testing.assert_array_equal(a, b)
+
+
+# -- what a step costs: the trainer's timestamps (record_times) ---------------------------
+
+def max_gap(weights_a, weights_b):
+    return max(float(np.max(np.abs(a - b))) for a, b in zip(weights_a, weights_b))
+
+
+def trainer_for(replicas, model_fn=None, instrumented=True, **options):
+    strategy = sync_strategy(replicas)
+    with strategy.scope():
+        model = (model_fn or (lambda: parabola_model(seed=0)))()
+    trainer_class = InstrumentedSyncTrainer if instrumented else SyncTrainer
+    return trainer_class(model, strategy, progress=False, **options)
+
+
+def mlp(features=64, width=256):
+    keras.utils.set_random_seed(0)
+    return keras.Sequential([
+        keras.Input((features,)),
+        keras.layers.Dense(width, activation="relu"),
+        keras.layers.Dense(width, activation="relu"),
+        keras.layers.Dense(1),
+    ])
+
+
+@pytest.mark.parametrize("steps_per_call", [1, 10])
+def test_per_replica_times_add_up_to_the_step(steps_per_call):
+    """launch + compute + wait fill the step; the all-reduce lines the replicas up."""
+    x, y = data()
+    trainer = trainer_for(2, mlp, record_times=True)
+    trainer.fit(x, y, steps=steps_per_call, batch_size=512, steps_per_call=steps_per_call)  # trace
+    history = trainer.fit(x, y, steps=30, batch_size=512, steps_per_call=steps_per_call)
+    slack = 1e-4
+    assert (history.launch > -slack).all()
+    assert (history.compute > 0).all() and (history.wait > -slack).all()
+    parts = history.launch + history.compute + history.wait
+    assert (parts <= history.step_time[:, None] + slack).all()
+    if steps_per_call > 1:
+        # The step ends when its last replica has its update.
+        assert np.allclose(parts.max(axis=1), history.step_time, atol=slack)
+    # Every replica's update ends at about the same moment: the all-reduce
+    # joins them, so a replica that finished computing early waits.
+    finish = history.update_end.max(axis=1) - history.update_end.min(axis=1)
+    early = history.compute_end.max(axis=1) - history.compute_end.min(axis=1)
+    assert np.median(finish) < max(np.median(early), 1e-3)
+
+
+def test_without_recording_times_it_trains_the_same():
+    x, y = parabola_data()
+    timed = trainer_for(2, record_times=True)
+    plain = trainer_for(2, instrumented=False)      # SyncTrainer: no timestamps
+    timed.fit(x, y, steps=50, steps_per_call=10)
+    history = plain.fit(x, y, steps=50, steps_per_call=10)
+    assert max_gap(timed.model.get_weights(), plain.model.get_weights()) == 0
+    assert not hasattr(history, "compute") and (history.step_time > 0).all()  # core: no times
+    with pytest.raises(ValueError, match="record_times=True"):
+        device_timeline(history)
+
+
+def test_a_straggler_sets_the_step_time():
+    x, y = data()
+    common = dict(batch_size=512, steps_per_call=5)
+    even = trainer_for(2, mlp, record_times=True)
+    even.fit(x, y, steps=5, **common)
+    base = even.fit(x, y, steps=30, **common)
+    slow = trainer_for(2, mlp, scenario=Scenario((1, 1 / 6)), record_times=True)
+    slow.fit(x, y, steps=5, **common)
+    history = slow.fit(x, y, steps=30, **common)
+
+    def slowest(h):                      # when the last replica finished computing
+        return (h.launch + h.compute).max(axis=1)
+
+    assert (history.step_time >= slowest(history)).all()
+    # The straggler is the last to finish computing in (almost) every step ...
+    assert np.mean(history.compute_end.argmax(axis=1) == 1) >= 0.8
+    # ... the step time grows with the slowest replica ...
+    longer = np.median(slowest(history)) - np.median(slowest(base))
+    assert longer > 0
+    assert np.median(history.step_time) - np.median(base.step_time) > 0.6 * longer
+    # ... and the other replica spends the difference waiting.
+    assert np.median(history.wait[:, 0]) > np.median(history.wait[:, 1]) + 0.5 * longer
+
+
+@pytest.mark.parametrize("scenario, message", [
+    (Scenario((1, 1, 0.5)), r"one positive number per device \(2\)"),
+    (Scenario((2, 1)), "factor must be a whole number >= 1"),
+    (Scenario((1 / 2.5, 1)), "factor must be a whole number >= 1"),
+    (Scenario((1, 0.5), jitter=0.5), "jitter must be 0 here"),
+])
+def test_a_bad_scenario_is_refused(scenario, message):
+    with pytest.raises(ValueError, match=message):
+        trainer_for(2, scenario=scenario)
+
+
+def test_jit_compile_traces_once_per_replica_and_records_times():
+    x, y = data()
+    trainer = trainer_for(2, mlp, jit_compile=True, record_times=True)
+    for _ in range(3):
+        history = trainer.fit(x, y, steps=10, batch_size=512, steps_per_call=5)
+    # One XLA computation per replica, compiled once, not once per call.
+    assert trainer._replica_gradients.experimental_get_tracing_count() == 2
+    assert (history.compute > 0).all() and (history.wait > -1e-4).all()

@@ -11,6 +11,9 @@ from pargrad.cluster import ClusterError, LocalCluster
 from pargrad.book.multiworker import train_parabola_multiworker
 from pargrad.book.parabola import fit_one_device, parabola_data
 
+# It starts multi-process clusters: one at a time, never beside another (tests/conftest.py).
+pytestmark = pytest.mark.clusters
+
 
 # Keras keeps the learning rate in float32; the float64 reference uses the same number.
 KERAS_RATE = float(np.float32(1e-2))

@@ -1,7 +1,8 @@
-"""The NumPy replica of AsyncTrainer's scheduled runs, and the conclusions of the chapter
-"Asynchronous training" that rest on it, each at a reduced seed count (20 seeds).
-The delay bound's, momentum's and the staleness-aware rule's verdicts are re-run on seeds the
-pages were not chosen on in tests/claims/test_stale_gradients_conclusions.py and
+"""The NumPy replica of AsyncTrainer's scheduled runs, at a reduced seed count (20 seeds).
+The verdicts of the chapter "Asynchronous training" that rest on it are re-decided in
+tests/claims/test_asynchronous_workers_conclusions.py; the delay bound's, momentum's and the
+staleness-aware rule's on seeds the pages were not chosen on in
+tests/claims/test_stale_gradients_conclusions.py and
 tests/claims/test_delay_compensation_conclusions.py."""
 
 import numpy as np
@@ -14,8 +15,6 @@ from pargrad.book import delay, experiments, parabola_async, replay
 from pargrad.book.parabola import parabola_data, parabola_model, squared_error
 
 SEEDS = np.arange(20)
-TUNING = np.arange(100, 110)
-RATES = [0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.14, 0.2, 0.3, 0.4, 0.6]
 
 
 @pytest.fixture(scope="module")
@@ -66,26 +65,6 @@ def test_bad_schedules_are_refused():
                              {"worker": [0, 0], "read_version": [1, 1]}, 0.1)
     with pytest.raises(TypeError, match="updates must be a whole number"):
         parabola_async.sequential_schedule(2, 10.0)
-
-
-# -- the chapter's conclusions, over 50 seeds (the rule's minimum for one set) ---------------
-
-VERDICT_SEEDS = np.arange(50)
-
-
-def test_one_worker_ends_below_four_at_the_chapters_small_rate():
-    four = parabola_async.final_losses(4, 0.03, VERDICT_SEEDS)
-    one = parabola_async.final_losses(1, 0.03, VERDICT_SEEDS)
-    assert experiments.compare(four, one, "4", "1").verdict == "1 ahead"
-
-
-def test_each_at_its_best_rate_more_workers_end_higher_with_smaller_rates():
-    methods = [experiments.Method(str(n), lambda r, s, n=n: parabola_async.final_losses(n, r, s),
-                                  RATES) for n in (1, 4, 8)]
-    result = experiments.run_experiment(methods, VERDICT_SEEDS, TUNING)
-    assert result.rates["1"] > result.rates["4"] > result.rates["8"]
-    for n in ("4", "8"):
-        assert result.compare(n, "1").verdict == "1 ahead"
 
 
 def test_the_mean_matched_control_really_matches():

@@ -7,6 +7,9 @@ import pytest
 from pargrad.book.parabola import fit_one_device, parabola_data
 from pargrad.book.parameter_server import kill_worker_after_its_update, parameter_server_strategy
 
+# It starts multi-process clusters: one at a time, never beside another (tests/conftest.py).
+pytestmark = pytest.mark.clusters
+
 
 def children():
     return psutil.Process().children(recursive=True)

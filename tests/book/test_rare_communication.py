@@ -26,6 +26,9 @@ from pargrad.cluster import LocalCluster
 from pargrad.local_sgd import LocalSGDTrainer
 from pargrad.strategies import sync_strategy
 
+# It starts multi-process clusters: one at a time, never beside another (tests/conftest.py).
+pytestmark = pytest.mark.clusters
+
 
 def largest_gap(weights, state):
     return max(float(np.max(np.abs(np.asarray(a) - b[0]))) for a, b in zip(weights, state.weights))
@@ -123,7 +126,7 @@ SYNC, MOMENTUM = rc.SYNC, rc.SYNC_MOMENTUM
 # experiments.TOO_FEW, NEGLIGIBLE or NO_DIFFERENCE, or a tuple of the verdicts the page's words
 # allow.
 STATED = {
-    # what communicating rarely costs per step: from H = 16 on, issue 39 (was "not shown")
+    # what communicating rarely costs per step: from H = 16 on
     ("dial", "DiLoCo, H=4", MOMENTUM): experiments.NO_DIFFERENCE,   # the sets lean apart
     **{("dial", f"DiLoCo, H={s}", MOMENTUM): "second" for s in (16, 64, 256)},
     ("dial", SYNC, MOMENTUM): "second",                      # the momentum alone...
@@ -131,7 +134,7 @@ STATED = {
     **{("dial", f"local SGD, H={s}", SYNC): "second" for s in rc.DIAL[1:]},
     **{("dial", f"DiLoCo, H={s}", f"local SGD, H={s}"): "first" for s in rc.DIAL[1:]},
     ("dial", f"DiLoCo, paper's step, H={rc.PAPER_H}", f"local SGD, H={rc.PAPER_H}"): "second",
-    # the races, every method at its best on its knobs (issue 39: sync and async get momentum)
+    # the races, every method at its best on its knobs (sync and async get momentum)
     (FAST, MOMENTUM, rc.ASYNC): "first",
     (FAST, MOMENTUM, rc.LOCAL_TUNED): "first",
     # neither ahead: "too few seeds to tell" on the stored grids (both sets lean DiLoCo's way,
@@ -171,7 +174,7 @@ def test_every_stated_verdict_holds(replications, key):
 
 @pytest.mark.parametrize("set_name", ["dial", FAST, SLOW])
 def test_every_verdict_stands_on_rate_grids_twice_as_dense(replications, set_name):
-    # issue 39: each method's rate line swept again with the midpoints of the four gaps nearest
+    # each method's rate line swept again with the midpoints of the four gaps nearest
     # its best (experiments.denser), on each set's tuning seeds; no stated verdict may change
     replication = replications[set_name]
     dense = experiments.Replication(*(rc.denser_experiment(set_name, which, experiment=run)[0]
@@ -208,7 +211,7 @@ def test_with_a_slow_worker_the_tuned_h_is_the_same_on_both_seed_sets(races):
         assert race.held_out.rates[rc.DILOCO_TUNED]["H"] == steps
 
 
-# "that the run with churn ends lower ... does not replicate" (issue 39): it does, both scores
+# "that the run with churn ends lower ... does not replicate": it does, both scores
 CHURN_VERDICTS = {"last quarter": f"{rc.CHURN} ahead", "final point": f"{rc.CHURN} ahead"}
 
 
@@ -298,7 +301,7 @@ def test_every_diloco_row_has_its_own_tuned_outer_step():
 
 
 def test_in_the_race_every_method_has_the_knobs_it_has_tuned():
-    # issue 39: synchronous and asynchronous SGD get momentum as DiLoCo does; local SGD and
+    # synchronous and asynchronous SGD get momentum as DiLoCo does; local SGD and
     # DiLoCo communicate rarely (H >= 2), H tuned; the method at H = 1 is named for what it is
     for link in (rc.FAST, rc.SLOW):
         methods = {m.name: m for m in rc.uneven_methods(link)}

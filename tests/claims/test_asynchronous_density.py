@@ -1,4 +1,4 @@
-"""The density check (issue 39) for the verdicts of "Asynchronous training" and "Stale
+"""The density check for the verdicts of "Asynchronous training" and "Stale
 gradients in depth" that rest on sweeps: each is re-run on the page's two seed sets with every
 method swept again on a grid twice as dense around its optimum (density=2: the rate, and
 DC-ASGD's λ as well), and must not change. The fixed-rate verdicts of the pages sweep nothing."""

@@ -1,5 +1,5 @@
 """The conclusions of the page "Stale gradients in depth" on the remedies for staleness, re-run
-on a third seed set tuned on its own seeds (issue 39): 50 paired seeds (2000-2049, the rule's
+on a third seed set tuned on its own seeds: 50 paired seeds (2000-2049, the rule's
 minimum for one set) with 40 tuning seeds (2100-2139), four workers, one ten times slower, as
 on the page. Every method at its best: rates refined to 2^(1/4), DC-ASGD's λ refined to
 sqrt(2) (parabola_async.resolve_knob). Tuned, neither remedy is ahead of the constant rate nor

@@ -1,6 +1,6 @@
 """The re-decided statements of "Communicating rarely" and its deep dive, on a third seed set.
 
-Issue 39: each statement re-decided under the pooled rule (experiments.RULE, over the page's
+Each statement re-decided under the pooled rule (experiments.RULE, over the page's
 and the held-out seeds) is checked again on a third set of 30 seeds (2000-2029), tuned on its
 own 10 tuning seeds (2100-2109) by tools/measure_rare_communication.py as the other two sets
 are.  Thirty seeds alone are below the rule's minimum, so the third set does not decide: it

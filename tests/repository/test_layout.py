@@ -212,8 +212,11 @@ def test_every_book_module_has_a_test_file_of_its_name_in_tests_book():
 @pytest.mark.parametrize("folder, modules", [
     ("tests", LIBRARY), ("tests/book", BOOK)], ids=["library", "book"])
 def test_every_unit_test_file_is_named_for_a_module(folder, modules):
-    """tests/ holds test_X.py for pargrad/X.py, tests/book/ for pargrad/book/X.py, nothing else."""
+    """tests/ holds test_X.py for pargrad/X.py, tests/book/ for pargrad/book/X.py, nothing else;
+    X's tests that start clusters may sit beside them in test_X_cluster.py, so that test_X.py
+    is a loop that starts none (tests/repository/test_marks.py checks its `clusters` mark)."""
     names = {path.stem for path in modules} | (TEST_FILE_ADDED_ELSEWHERE if folder == "tests" else set())
+    names |= {f"{name}_cluster" for name in names}
     strays = [f"{folder}/{path.name}" for path in sorted((ROOT / folder).glob("test_*.py"))
               if path.stem[len("test_"):] not in names]
     assert not strays, (f"{strays} test no module of their name: rename them for the module "
