@@ -50,7 +50,7 @@ import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from pargrad.book import plots, show_source  # noqa: E402
 from pargrad.accumulate import GradientAccumulator  # noqa: E402
-from pargrad.book.memory import peak_memory  # noqa: E402
+from pargrad.book.peaks import peak_memory  # noqa: E402
 from pargrad.book.parabola import parabola_data, parabola_model  # noqa: E402
 from pargrad.strategies import sync_strategy  # noqa: E402
 from pargrad.sync import SyncTrainer  # noqa: E402

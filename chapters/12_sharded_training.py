@@ -304,7 +304,7 @@ print(f"stage 2, 5 micro-batches a step, against SyncTrainer: weight gap below {
 # and `ShardedTrainer`, on 1 to 8 replicas. Bytes a device:
 
 # %%
-from pargrad.book.memory import counted_state_table  # noqa: E402
+from pargrad.book.peaks import counted_state_table  # noqa: E402
 
 table = counted_state_table((1, 2, 4, 8))
 print("stage  N  parameters  gradients  Adam state  master  | counted  formula")

@@ -83,7 +83,7 @@ class PeakMeter:
 def _in_fresh_process(probe, arguments, timeout):
     """Run ``probe(*arguments)`` of this module in a new Python process; return its JSON result."""
     code = ("import json, sys\n"
-            f"from pargrad.book.memory import {probe}\n"
+            f"from pargrad.book.peaks import {probe}\n"
             f"print(json.dumps({probe}(*map(json.loads, sys.argv[1:]))))\n")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     result = subprocess.run([sys.executable, "-c", code, *map(json.dumps, arguments)],

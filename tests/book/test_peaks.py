@@ -1,24 +1,24 @@
-"""pargrad.book.memory: the memory probes of the chapters "Accumulation in TF2 and across replicas"
+"""pargrad.book.peaks: the memory probes of the chapters "Accumulation in TF2 and across replicas"
 and "Accumulation in depth"."""
 
 import keras
 import pytest
 
-from pargrad.book import memory
+from pargrad.book import peaks
 
 
 def test_peak_memory_validates_its_arguments():
     with pytest.raises(ValueError, match="increasing"):
-        memory.peak_memory([256, 64], 16)
+        peaks.peak_memory([256, 64], 16)
     with pytest.raises(ValueError, match="micro_batch_size"):
-        memory.peak_memory([64], micro_batch_size=0)
+        peaks.peak_memory([64], micro_batch_size=0)
 
 
 @pytest.mark.parametrize("width", [16, 1024])
 def test_parameter_bytes_are_the_probe_models_float32_parameters(width):
     model = keras.Sequential([keras.Input((width,)), keras.layers.Dense(width),
                               keras.layers.Dense(width), keras.layers.Dense(10)])
-    assert memory.probe_parameter_bytes(width) == 4 * model.count_params()
+    assert peaks.probe_parameter_bytes(width) == 4 * model.count_params()
 
 
 @pytest.mark.parametrize("arguments", [dict(accumulation_steps=0), dict(accumulation_steps=2.0),
@@ -26,19 +26,19 @@ def test_parameter_bytes_are_the_probe_models_float32_parameters(width):
                                                                            micro_batch=0)])
 def test_bad_arguments_are_refused_before_any_process_starts(arguments):
     with pytest.raises((TypeError, ValueError), match="whole number >= 1"):
-        memory.sync_update_peak_memory(**arguments)
+        peaks.sync_update_peak_memory(**arguments)
 
 
 def test_a_wider_model_raises_the_peak_more():
-    small = memory.sync_update_peak_memory(1, width=64)
-    large = memory.sync_update_peak_memory(1, width=1024)
+    small = peaks.sync_update_peak_memory(1, width=64)
+    large = peaks.sync_update_peak_memory(1, width=1024)
     assert small["device"] in ("CPU", "GPU")
     if large["resettable"]:
         assert large["rise_mb"] > small["rise_mb"]
 
 
 def test_the_whole_batch_peak_grows_faster_than_the_accumulated_one():
-    measured = memory.peak_memory([64, 4096], 64)
+    measured = peaks.peak_memory([64, 4096], 64)
     assert measured["device"] in ("CPU", "GPU")
     assert len(measured["whole_mb"]) == len(measured["accumulated_mb"]) == 2
     if measured["resettable"]:
@@ -51,4 +51,4 @@ def test_the_whole_batch_peak_grows_faster_than_the_accumulated_one():
                                        dict(optimizer="sgd")])
 def test_counted_state_table_refuses_bad_arguments_before_any_process_starts(arguments):
     with pytest.raises((TypeError, ValueError), match="whole number|optimizer"):
-        memory.counted_state_table(**arguments)
+        peaks.counted_state_table(**arguments)
