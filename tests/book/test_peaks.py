@@ -52,3 +52,36 @@ def test_the_whole_batch_peak_grows_faster_than_the_accumulated_one():
 def test_counted_state_table_refuses_bad_arguments_before_any_process_starts(arguments):
     with pytest.raises((TypeError, ValueError), match="whole number|optimizer"):
         peaks.counted_state_table(**arguments)
+
+
+@pytest.mark.parametrize("arguments", [dict(stages=(4,)), dict(stages=()), dict(stages=(1.0,)),
+                                       dict(width=0), dict(steps=True)])
+def test_stage_peaks_refuses_bad_arguments_before_any_process_starts(arguments):
+    with pytest.raises((TypeError, ValueError), match="whole number|stages"):
+        peaks.stage_peaks(**arguments)
+
+
+def test_the_peak_probe_model_has_50_million_parameters_in_8_layers():
+    assert peaks.PEAK_LAYERS >= 8 and peaks.peak_parameters() >= 50_000_000
+
+
+def test_the_prediction_adds_state_gradient_forms_and_activations():
+    row = {"stage": 3, "parameters": 1000, "counted": {"total": 16_000}, "layers": 8,
+           "per_replica": 4, "width": 10}
+    whole = peaks.predicted_peak_bytes(row)
+    assert whole == {"state": 16_000, "gradient_forms": 4 * 2 * 4000,
+                     "activations": 4 * 4 * 8 * 4 * 10, "total": 16_000 + 32_000 + 5_120}
+    unit = peaks.predicted_peak_bytes(dict(row, gathered_bytes=500))
+    assert unit["gradient_forms"] == 4 * 2 * 500
+    mirrored = peaks.predicted_peak_bytes(dict(row, stage=0))
+    assert mirrored["gradient_forms"] == 4 * 4000
+
+
+def test_a_small_stage_3_run_holds_what_the_formula_counts():
+    from pargrad import memory
+
+    (row,) = peaks.stage_peaks((3,), width=64, layers=8, steps=2)
+    assert row["stage"] == 3 and row["parameters"] == peaks.peak_parameters(64, 8)
+    per_device = memory.state_bytes(row["parameters"], replicas=peaks.REPLICAS, stage=3)
+    assert row["counted"]["total"] == peaks.REPLICAS * per_device["total"]
+    assert row["peak_mb"] >= 0 and row["idle_mb"] >= 0
