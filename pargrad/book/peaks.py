@@ -342,7 +342,9 @@ def _stage_probe(stage, width, layers, per_replica, steps):
     """Run in a child process: the row of :func:`stage_peaks` for one stage."""
     import pargrad
 
-    devices = pargrad.logical_devices(REPLICAS)
+    # A GPU's logical devices get 1 GB each by default: too little for stage 0's 1 GB a replica.
+    room = 4096 if tf.config.list_physical_devices("GPU") else None
+    devices = pargrad.logical_devices(REPLICAS, memory_limit_mb=room)
     import keras
     import numpy as np
 
@@ -407,10 +409,14 @@ def predicted_peak_bytes(row, replicas=REPLICAS):
       (two copies of what is gathered at once: the whole model, as
       ``ShardedTrainer`` gathers it now; one unit, where a trainer gathers
       unit by unit, as FSDP does);
+    * at stages 1 to 3, the reduce-scatter's result: each owner's sum of
+      its slices, ``1/N`` of the parameters, one copy of them over the
+      owners;
     * the activations: ``layers`` x ``per_replica`` x ``width`` values a
       replica, kept from the forward to the backward pass (a few MB here).
 
-    Returns ``{"state", "gradient_forms", "activations", "total"}`` in bytes.
+    Returns ``{"state", "gradient_forms", "owners_sums", "activations",
+    "total"}`` in bytes.
     Taught in the chapter "When the model does not fit".
     """
     parameter_bytes = 4 * row["parameters"]
@@ -418,6 +424,7 @@ def predicted_peak_bytes(row, replicas=REPLICAS):
     copies = {0: parameter_bytes, 1: 2 * parameter_bytes, 2: 2 * parameter_bytes,
               3: 2 * gathered}[row["stage"]]
     parts = {"state": row["counted"]["total"], "gradient_forms": replicas * copies,
+             "owners_sums": parameter_bytes if row["stage"] >= 1 else 0,
              "activations": replicas * 4 * row["layers"] * row["per_replica"] * row["width"]}
     parts["total"] = sum(parts.values())
     return parts

@@ -69,12 +69,13 @@ def test_the_prediction_adds_state_gradient_forms_and_activations():
     row = {"stage": 3, "parameters": 1000, "counted": {"total": 16_000}, "layers": 8,
            "per_replica": 4, "width": 10}
     whole = peaks.predicted_peak_bytes(row)
-    assert whole == {"state": 16_000, "gradient_forms": 4 * 2 * 4000,
-                     "activations": 4 * 4 * 8 * 4 * 10, "total": 16_000 + 32_000 + 5_120}
+    assert whole == {"state": 16_000, "gradient_forms": 4 * 2 * 4000, "owners_sums": 4000,
+                     "activations": 4 * 4 * 8 * 4 * 10,
+                     "total": 16_000 + 32_000 + 4000 + 5_120}
     unit = peaks.predicted_peak_bytes(dict(row, gathered_bytes=500))
     assert unit["gradient_forms"] == 4 * 2 * 500
     mirrored = peaks.predicted_peak_bytes(dict(row, stage=0))
-    assert mirrored["gradient_forms"] == 4 * 4000
+    assert mirrored["gradient_forms"] == 4 * 4000 and mirrored["owners_sums"] == 0
 
 
 def test_a_small_stage_3_run_holds_what_the_formula_counts():
