@@ -48,9 +48,8 @@ fraction of a byte.
 
 import numbers
 
+from pargrad.allreduce import sharded_step_bytes
 from pargrad.checks import ArgumentTypeError, check_choice, check_whole_number
-from pargrad.strategies import tf_variable
-from pargrad.sync import SyncTrainer
 
 PRECISIONS = ("float32", "float64", "mixed")
 OPTIMIZERS = ("sgd", "momentum", "adam")
@@ -142,13 +141,12 @@ def zero_bytes_sent(parameter_bytes, *, replicas, stage):
     stages 1 and 2 as a reduce-scatter of the gradients and an all-gather
     of the updated parameters); stage 3: 1.5 times that (the parameters
     are all-gathered twice, for the forward and for the backward pass, and
-    the gradients reduce-scattered once).  Taught in the chapter "When the
-    model does not fit".
+    the gradients reduce-scattered once): :func:`pargrad.allreduce.sharded_step_bytes`
+    with one or two gathers.  Taught in the chapter "When the model does not fit".
     """
     replicas = check_whole_number("replicas", replicas, 1)
-    stage = check_stage(stage, advice="Pass 0, 1, 2 or 3.")
-    half = (replicas - 1) / replicas * parameter_bytes
-    return (3 if stage == 3 else 2) * half
+    gathers = 2 if "parameters" in sharded_components(stage) else 1
+    return sharded_step_bytes(parameter_bytes, replicas, gathers=gathers)
 
 
 # ----------------------------------------------------------------------------
@@ -158,55 +156,26 @@ def zero_bytes_sent(parameter_bytes, *, replicas, stage):
 def bytes_by_device(trainer):
     """``{device name: {component: bytes, ..., "total": bytes}}`` that ``trainer`` holds.
 
-    Counted by walking the variables that TensorFlow holds for the trainer
-    (its model's, its optimizers', its own buffers) and grouping them by the
+    Counted from the variables the trainer reports by component
+    (``trainer.variables_by_component()``: :meth:`pargrad.SyncTrainer.variables_by_component`,
+    :meth:`pargrad.ShardedTrainer.variables_by_component`), grouped by the
     device each lives on.  Components as :func:`state_bytes`: parameters,
-    gradients, optimizer_state, master_weights.
-
-    * A :class:`pargrad.sharded.ShardedTrainer` says which of its variables
-      is which (:meth:`~pargrad.sharded.ShardedTrainer.variables_by_component`);
-      it keeps its gradients in variables (full-size per replica at stage 1,
-      the owner's shard at stages 2 and 3), as PyTorch's ``.grad``.
-    * A :class:`pargrad.SyncTrainer` is stage 0: its model's mirrored
-      variables (one copy on each replica's device) and its optimizer's
-      slots.  It keeps no gradient variables: its gradients are tensors that
-      live from the backward pass to the update, one full set per replica;
-      they are counted as ``gradients`` at the size of the trainable
-      variables, so that the stages compare like for like.  Counters (the
-      optimizer's iteration count and learning rate, the trainer's
-      position) are not counted.
+    gradients, optimizer_state, master_weights.  A ``SyncTrainer`` keeps its
+    gradients as tensors that live from the backward pass to the update: it
+    reports them at the size of its parameters, so that the stages compare
+    like for like; a ``ShardedTrainer`` keeps them in variables (full-size
+    per replica at stage 1, the owner's shard at stages 2 and 3), as
+    PyTorch's ``.grad``.  Counters (iteration counts, learning rates, the
+    position) are not counted.  This module imports no trainer.
 
     Taught in the chapter "When the model does not fit".
     """
     counter = getattr(trainer, "variables_by_component", None)
-    if counter is not None:
-        return _grouped(counter())
-    if isinstance(trainer, SyncTrainer):
-        return _grouped(_sync_variables(trainer))
-    raise TypeError(f"bytes_by_device counts a pargrad.SyncTrainer or ShardedTrainer, got "
-                    f"{type(trainer).__name__}; pass the trainer you fit with.")
-
-
-def _components(variable):
-    """The per-device tensors behind ``variable`` (a Keras, mirrored or plain variable)."""
-    inner = tf_variable(variable)
-    values = getattr(inner, "values", None)   # a MirroredVariable's components
-    return list(values) if values is not None else [inner]
-
-
-def _sync_variables(trainer):
-    """``[(component, tf.Variable)]`` for a SyncTrainer: stage 0."""
-    rows = []
-    for variable in trainer.model.trainable_variables:
-        rows += [("parameters", v) for v in _components(variable)]
-        rows += [("gradients", v) for v in _components(variable)]     # the transient gradient
-    optimizer = getattr(trainer.optimizer, "inner_optimizer", trainer.optimizer)
-    counters = {id(optimizer.iterations), id(getattr(optimizer, "_learning_rate", None))}
-    for variable in optimizer.variables:
-        if id(variable) in counters or variable.shape.rank == 0:
-            continue
-        rows += [("optimizer_state", v) for v in _components(variable)]
-    return rows
+    if not callable(counter):
+        raise TypeError(f"bytes_by_device counts a trainer that reports its variables by "
+                        f"component (pargrad.SyncTrainer, pargrad.ShardedTrainer), got "
+                        f"{type(trainer).__name__}; pass the trainer you fit with.")
+    return _grouped(counter())
 
 
 def _grouped(rows):

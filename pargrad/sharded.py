@@ -107,15 +107,15 @@ from pargrad._quiet import import_tensorflow_quietly
 tf = import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
 
+from pargrad.allreduce import sharded_step_bytes  # noqa: E402
 from pargrad.checks import check_flag  # noqa: E402
-from pargrad.memory import check_stage  # noqa: E402
+from pargrad.memory import check_stage, sharded_components  # noqa: E402
 from pargrad.strategies import (  # noqa: E402
-    ReplicaEvaluation,
     check_optimizer_in_scope,
     check_rate_or_optimizer,
     tf_variable,
 )
-from pargrad.sync import NON_FINITE_MARK, SyncHistory, SyncTrainer  # noqa: E402
+from pargrad.sync import SyncHistory, SyncTrainer, optimizer_slots  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -181,37 +181,50 @@ class ShardedTrainer(SyncTrainer):
     """
 
     def __init__(self, model, strategy, *, stage, optimizer=None, learning_rate=None, loss=None,
-                 accumulation_steps=1, progress=True, stop_on_non_finite=True):
+                 accumulation_steps=1, progress=True, stop_on_non_finite=True, metrics=None,
+                 jit_compile=False, sample_weight=None):
+        name = type(self).__name__
         stage = check_stage(stage, allowed=(1, 2, 3), advice=(
             "Pass 1 (optimizer state sharded), 2 (and gradients) or 3 (and parameters); "
             "for stage 0, plain data parallelism, use pargrad.SyncTrainer."))
         check_flag("stop_on_non_finite", stop_on_non_finite)
+        _refuse(name, "metrics", metrics, None, (
+            "The metrics would be updated by every replica on its shard, but the sharded "
+            "step runs the model on gathered weights outside Keras's metric machinery; "
+            "evaluate them after fit (trainer.evaluate) or train with pargrad.SyncTrainer."))
+        _refuse(name, "jit_compile", jit_compile, False, (
+            "The sharded step's reduce-scatter and all-gather are copies between the "
+            "replicas' devices, and an XLA computation runs on one device; pass "
+            "jit_compile=False."))
+        _refuse(name, "sample_weight", sample_weight, None, (
+            "The sharded step divides every replica's loss by the global batch size, not "
+            "by a total weight all-reduced first; use pargrad.SyncTrainer for a weighted "
+            "loss."))
         if not isinstance(strategy, tf.distribute.MirroredStrategy):
             raise TypeError(
-                f"ShardedTrainer needs a tf.distribute.MirroredStrategy over this process's "
+                f"{name} needs a tf.distribute.MirroredStrategy over this process's "
                 f"devices, got {type(strategy).__name__}; make one with pargrad.sync_strategy(n) "
                 "(without TF_CONFIG).")
         if isinstance(model, keras.Model) and model.non_trainable_variables:
             names = [v.path for v in model.non_trainable_variables]
             raise ValueError(
-                f"ShardedTrainer trains models whose every variable is trainable; this model "
+                f"{name} trains models whose every variable is trainable; this model "
                 f"holds non-trainable state {names[:4]} (BatchNormalization's moving "
                 "statistics?), which Keras updates on every replica outside the optimizer, "
                 "so a sharded update would leave it out. Use pargrad.SyncTrainer for this "
                 "model, or a normalization without state (LayerNormalization).")
         if tf.distribute.has_strategy():
             raise ValueError(
-                "Make the ShardedTrainer outside `with strategy.scope():` (build the model and "
+                f"Make the {name} outside `with strategy.scope():` (build the model and "
                 "the optimizer inside it): the owners' shards and optimizers live on one "
                 "device each, not mirrored.")
         self._stage = stage
+        # What this stage splits over the replicas (read as components, never as a number).
+        self._sharded = sharded_components(stage)
+        self._unsharded = False
         super().__init__(model, strategy, loss=loss, optimizer=optimizer,
                          learning_rate=learning_rate, accumulation_steps=accumulation_steps,
                          progress=progress, stop_on_non_finite=stop_on_non_finite)
-        hint = ("To train on regardless, pass stop_on_non_finite=False to ShardedTrainer."
-                if self.stop_on_non_finite else None)
-        self._feed = dataclasses.replace(self._feed, finite_hint=hint, trainer="ShardedTrainer")
-        self._evaluation.feed = self._feed
         self._build_shards()
 
     # -- what the trainer holds -------------------------------------------------
@@ -221,24 +234,32 @@ class ShardedTrainer(SyncTrainer):
         """1, 2 or 3: which state is sharded (see the module's docstring)."""
         return self._stage
 
+    @property
+    def sharded(self):
+        """The components this stage splits over the replicas (:func:`pargrad.memory.sharded_components`)."""
+        return self._sharded
+
     def _make_optimizer(self, optimizer, learning_rate):
-        """The template optimizer (checked, unbuilt) and the failing-step records (plain variables)."""
-        check_rate_or_optimizer("ShardedTrainer", optimizer, learning_rate)
+        """The template optimizer, checked and left unbuilt: the owners build copies of it."""
+        check_rate_or_optimizer(type(self).__name__, optimizer, learning_rate)
         with self.strategy.scope():
             if optimizer is None:
                 optimizer = keras.optimizers.SGD(1e-2 if learning_rate is None else learning_rate)
         check_optimizer_in_scope("optimizer", optimizer, self.strategy)
         if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) or (
                 getattr(self.model.dtype_policy, "name", None) == "mixed_float16"):
-            raise ValueError("ShardedTrainer does not train in mixed precision (no loss scaling "
-                             "of shards); use a float32 or float64 model.")
-        with tf.device(self._host_device()):
-            self._seen_losses = tf.Variable(tf.zeros([self.replicas], tf.float64),
-                                            trainable=False)
-            self._seen_steps = tf.Variable(tf.constant(0, tf.int64), trainable=False)
-        if getattr(self.model, "optimizer", None) is None:
-            self.model.optimizer = optimizer
+            raise ValueError(f"{type(self).__name__} does not train in mixed_float16 (no loss "
+                             "scaling of shards); use a float32 or float64 model.")
         return optimizer
+
+    def _evaluation_model(self):
+        """Stage 3: the model run on the weights gathered onto each replica; else the model."""
+        return _GatheredModel(self) if "parameters" in self._sharded else self.model
+
+    def _before_fit(self):
+        if self._unsharded:
+            raise ValueError(f"This trainer's model was unsharded (unshard()); make a new "
+                             f"{type(self).__name__} to train it again.")
 
     def _host_device(self):
         return tf.DeviceSpec.from_string(self.strategy.extended.worker_devices[0]).replace(
@@ -249,7 +270,7 @@ class ShardedTrainer(SyncTrainer):
         variables = self.model.trainable_variables
         dtypes = {v.dtype for v in variables}
         if len(dtypes) > 1:
-            raise ValueError(f"ShardedTrainer flattens the trainable variables into one vector, "
+            raise ValueError(f"{type(self).__name__} flattens the trainable variables into one vector, "
                              f"so they must share one dtype; this model's hold {sorted(dtypes)}.")
         self._dtype = tf.as_dtype(variables[0].dtype)
         self._shapes = [tuple(v.shape) for v in variables]
@@ -273,13 +294,11 @@ class ShardedTrainer(SyncTrainer):
                 self.parameter_shards.append(shard)
                 self.owner_optimizers.append(owner)
                 # Stage 1: each replica's full-size gradient; 2 and 3: the owner's reduced shard.
-                size = self.parameter_count if self._stage == 1 else L
+                size = L if "gradients" in self._sharded else self.parameter_count
                 self.gradient_buffers.append(tf.Variable(
                     tf.zeros([size], self._dtype), trainable=False, name=f"gradients_{s}"))
-        if self._stage == 3:
+        if "parameters" in self._sharded:
             self._release_model_variables()
-            self._evaluation = ReplicaEvaluation(self.strategy, _GatheredModel(self),
-                                                 self.loss, [], self._feed)
 
     def _release_model_variables(self):
         """Stage 3: drop the storage of the model's variables; the shards hold the parameters."""
@@ -298,22 +317,17 @@ class ShardedTrainer(SyncTrainer):
         out.
         """
         rows = []
-        if self._stage < 3:
+        whole = "parameters" not in self._sharded
+        if whole:
             for variable in self.model.trainable_variables:
                 inner = tf_variable(variable)
                 rows += [("parameters", v) for v in getattr(inner, "values", [inner])]
-        kind = "parameters" if self._stage == 3 else "master_weights"
+        kind = "master_weights" if whole else "parameters"
         rows += [(kind, tf_variable(shard)) for shard in self.parameter_shards]
         for owner in self.owner_optimizers:
-            rows += [("optimizer_state", tf_variable(v)) for v in self._slots(owner)]
+            rows += [("optimizer_state", tf_variable(v)) for v in optimizer_slots(owner)]
         rows += [("gradients", buffer) for buffer in self.gradient_buffers]
         return rows
-
-    @staticmethod
-    def _slots(optimizer):
-        """An optimizer's per-parameter variables (its moments), without its counters."""
-        counters = {id(optimizer.iterations), id(getattr(optimizer, "_learning_rate", None))}
-        return [v for v in optimizer.variables if id(v) not in counters and len(v.shape) > 0]
 
     # -- gathered views ---------------------------------------------------------
 
@@ -340,7 +354,7 @@ class ShardedTrainer(SyncTrainer):
         """
         by_name = {}
         for owner in self.owner_optimizers:
-            for slot in self._slots(owner):
+            for slot in optimizer_slots(owner):
                 name = slot.name.rsplit("_", 1)[-1]
                 by_name.setdefault(name, []).append(np.asarray(slot.numpy()))
         return {name: self._unflatten(np.concatenate(parts)) for name, parts in by_name.items()}
@@ -349,15 +363,16 @@ class ShardedTrainer(SyncTrainer):
         """The padded tail of the flat vector: parameters, gradient shard and slots (all zero)."""
         tail = slice(self.parameter_count, None)
         out = {"parameters": self._flat_parameters()[tail]}
-        for owner_slots in zip(*[self._slots(o) for o in self.owner_optimizers]):
+        for owner_slots in zip(*[optimizer_slots(o) for o in self.owner_optimizers]):
             name = owner_slots[0].name.rsplit("_", 1)[-1]
             out[name] = np.concatenate([np.asarray(v.numpy()) for v in owner_slots])[tail]
         return out
 
     def replica_weights(self):
         """Stages 1 and 2: each replica's full copy, ``[replica][variable]`` as NumPy arrays."""
-        if self._stage == 3:
-            raise ValueError("At stage 3 the replicas hold no full copy; read gathered_weights().")
+        if "parameters" in self._sharded:
+            raise ValueError(f"At stage {self._stage} the replicas hold no full copy of the "
+                             "parameters; read gathered_weights().")
         copies = [[] for _ in self._devices]
         for variable in self.model.trainable_variables:
             for r, value in enumerate(tf_variable(variable).values):
@@ -370,7 +385,7 @@ class ShardedTrainer(SyncTrainer):
         After it the model predicts and saves as any Keras model; this
         trainer no longer trains it.
         """
-        if self._stage == 3 and getattr(self, "_released", False):
+        if getattr(self, "_released", False):
             with self.strategy.scope():
                 for variable, value in zip(self.model.trainable_variables,
                                            self.gathered_weights()):
@@ -419,7 +434,7 @@ class ShardedTrainer(SyncTrainer):
         """In replica context: this replica's loss and flat gradient (``micro``: one micro-batch)."""
         if micro is not None:
             x, y = x[micro], y[micro]
-        if self._stage == 3:
+        if "parameters" in self._sharded:
             loss, grads = self._stage3_gradients(x, y, global_batch_size)
         elif micro is not None:
             loss, grads = self._gradients(x, y, self.model.trainable_variables, global_batch_size)
@@ -457,7 +472,8 @@ class ShardedTrainer(SyncTrainer):
         Shown in the chapter "When the model does not fit".
         """
         k = self.accumulation_steps
-        micros = list(range(k)) if (self._stage >= 2 and k > 1) else [None]
+        # Sharded gradients are reduced a micro-batch at a time; whole ones accumulate first.
+        micros = list(range(k)) if ("gradients" in self._sharded and k > 1) else [None]
         losses = 0
         for i, micro in enumerate(micros):
             def replica_step(micro=micro):
@@ -469,12 +485,12 @@ class ShardedTrainer(SyncTrainer):
             # Each replica's loss, its micro-batches added first (as SyncTrainer does).
             losses = list(loss) if i == 0 else [a + l for a, l in zip(losses, loss)]
             flats = self.strategy.experimental_local_results(flat)
-            if self._stage == 1:
+            if "gradients" not in self._sharded:
                 # Each replica keeps its full gradient in its buffer, then reduce-scatter.
                 flats = [self._assigned(self.gradient_buffers[r], f, r)
                          for r, f in enumerate(flats)]
             shards = self._reduce_scatter(flats)
-            if self._stage >= 2:
+            if "gradients" in self._sharded:
                 shards = [self._assigned(self.gradient_buffers[s], g, s, add=i > 0)
                           for s, g in enumerate(shards)]
         check = self._check_finite(losses)
@@ -485,7 +501,7 @@ class ShardedTrainer(SyncTrainer):
                     self.owner_optimizers[s].apply_gradients([(shards[s],
                                                                self.parameter_shards[s])])
                     updates.append(tf.identity(tf_variable(self.parameter_shards[s])))
-            if self._stage < 3:
+            if "parameters" not in self._sharded:
                 self._all_gather(updates)
         with tf.device(self._devices[0]):     # the replicas' sum, as strategy.reduce adds it
             total = _sum_in_order(*losses)
@@ -513,42 +529,29 @@ class ShardedTrainer(SyncTrainer):
             return []
         with tf.device(self._host_device()):
             stacked = tf.stack([tf.cast(loss, tf.float64) for loss in losses])
-            noted = [self._seen_losses.assign(stacked), self._seen_steps.assign_add(1)]
-            with tf.control_dependencies(noted):
-                return [tf.debugging.Assert(tf.reduce_all(tf.math.is_finite(stacked)),
-                                            [NON_FINITE_MARK])]
-
-    def _counts(self):
-        seen = int(self._seen_steps.numpy()) if self.stop_on_non_finite else 0
-        return seen, 0
-
-    def _non_finite_error(self, step):
-        error = super()._non_finite_error(step)
-        error.args = tuple(str(a).replace("SyncTrainer", "ShardedTrainer") for a in error.args)
-        return error
+            return [self._finite_check(stacked)]
 
     # -- the loop ---------------------------------------------------------------
 
-    def fit(self, x, y=None, *, batch_size=None, epochs=None, steps=None, shuffle=None,
-            seed=None, validation_data=None, validation_batch_size=None, callbacks=None,
-            steps_per_call=1):
-        """Train as :meth:`pargrad.SyncTrainer.fit` does (the same arguments); return a
-        :class:`ShardedHistory`.  Taught in the chapter "When the model does not fit"."""
-        if getattr(self, "_unsharded", False):
-            raise ValueError("This trainer's model was unsharded (unshard()); make a new "
-                             "ShardedTrainer to train it again.")
-        return super().fit(x, y, batch_size=batch_size, epochs=epochs, steps=steps,
-                           shuffle=shuffle, seed=seed, validation_data=validation_data,
-                           validation_batch_size=validation_batch_size, callbacks=callbacks,
-                           steps_per_call=steps_per_call)
+    # All-gathers of the parameters a step: one, before the update's use (stages 1 and
+    # 2: after it; stage 3: before the forward pass, kept through the backward pass).
+    gathers_per_step = 1
 
     def _history(self, records, keras_history, source):
+        """SyncHistory's fields, plus the bytes sent a step (:func:`pargrad.allreduce.sharded_step_bytes`)."""
         base = super()._history(records, keras_history, source)
         padded_bytes = self.replicas * self.shard_size * self._dtype.size
-        per_step = 2 * (self.replicas - 1) / self.replicas * padded_bytes
+        per_step = sharded_step_bytes(padded_bytes, self.replicas, gathers=self.gathers_per_step)
         fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(SyncHistory)}
         return ShardedHistory(**fields, bytes_sent=np.full(len(base.loss), per_step),
                               stage=self._stage, parameter_bytes=padded_bytes)
+
+
+def _refuse(trainer, name, value, default, reason):
+    """``ValueError`` in :mod:`pargrad.checks`' voice unless ``value`` is ``default``."""
+    if value is default:
+        return
+    raise ValueError(f"{name} must be {default!r} for {trainer}, got {value!r}. {reason}")
 
 
 def _add_in_order(*pieces):
@@ -591,6 +594,6 @@ def mirrored_slots(optimizer):
     the model does not fit".
     """
     by_name = {}
-    for slot in ShardedTrainer._slots(optimizer):
+    for slot in optimizer_slots(optimizer):
         by_name.setdefault(slot.name.rsplit("_", 1)[-1], []).append(np.asarray(slot.numpy()))
     return by_name

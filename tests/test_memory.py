@@ -132,3 +132,30 @@ print(json.dumps(rows))
     result = run_python(code.format(devices=8, replicas=(8,), optimizers=["adam"]), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     _check_counts(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def test_one_formula_of_bytes_sent_per_step():
+    from pargrad.allreduce import ring_bytes, sharded_step_bytes
+    assert sharded_step_bytes(400, 4) == ring_bytes(400, 4) == 600
+    assert sharded_step_bytes(400, 4, gathers=2) == 1.5 * ring_bytes(400, 4) == 900
+    for stage in (0, 1, 2, 3):
+        gathers = 2 if stage == 3 else 1
+        assert memory.zero_bytes_sent(400, replicas=4, stage=stage) == sharded_step_bytes(
+            400, 4, gathers=gathers)
+
+
+def test_memory_imports_no_trainer():
+    import ast
+    import pathlib
+    source = pathlib.Path(memory.__file__).read_text()
+    imported = {node.module for node in ast.walk(ast.parse(source))
+                if isinstance(node, ast.ImportFrom)}
+    imported |= {alias.name for node in ast.walk(ast.parse(source))
+                 if isinstance(node, ast.Import) for alias in node.names}
+    assert not imported & {"pargrad.sync", "pargrad.sharded", "pargrad.local_sgd",
+                           "pargrad.asynchronous"}, imported
+
+
+def test_bytes_by_device_refuses_what_reports_no_variables():
+    with pytest.raises(TypeError, match="variables by component"):
+        memory.bytes_by_device(object())

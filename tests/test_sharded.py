@@ -219,3 +219,36 @@ def test_a_non_finite_loss_stops_before_the_update():
     with pytest.raises(pargrad.NonFiniteLossError, match="replica 1"):
         trainer.fit(x, bad, steps=1, batch_size=16)
     assert_same(trainer.gathered_weights(), before)
+
+
+@pytest.mark.parametrize("name, value", [("metrics", [keras.metrics.MeanSquaredError()]),
+                                         ("jit_compile", True),
+                                         ("sample_weight", lambda x, y: tf.ones_like(y))])
+def test_keras_arguments_it_cannot_honour_are_refused_by_name_with_the_reason(name, value):
+    strategy = pargrad.sync_strategy(2)
+    model, made = small_model(strategy)
+    with pytest.raises(ValueError, match=rf"^{name} must be .* for ShardedTrainer, got .*\. \w"):
+        ShardedTrainer(model, strategy, stage=1, optimizer=made, **{name: value})
+
+
+def test_messages_name_the_trainer_that_refused():
+    strategy = pargrad.sync_strategy(2)
+    with pytest.raises(TypeError, match="^ShardedTrainer needs a Keras model"):
+        ShardedTrainer("not a model", strategy, stage=1)
+    x, y = data()
+    model, made = small_model(strategy)
+    trainer = ShardedTrainer(model, strategy, stage=3, optimizer=made, progress=False)
+    bad = y.copy()
+    bad[3] = np.nan
+    with pytest.raises(ValueError, match="stop_on_non_finite=False to ShardedTrainer"):
+        trainer.fit(x, bad, steps=1, batch_size=16)
+
+
+def test_the_stage_is_read_as_what_it_shards():
+    strategy = pargrad.sync_strategy(2)
+    for stage in (1, 2, 3):
+        model, made = small_model(strategy)
+        trainer = ShardedTrainer(model, strategy, stage=stage, optimizer=made, progress=False)
+        assert trainer.sharded == pargrad.memory.sharded_components(stage)
+        components = {component for component, _ in trainer.variables_by_component()}
+        assert ("master_weights" in components) == ("parameters" not in trainer.sharded)
