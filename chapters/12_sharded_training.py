@@ -2,12 +2,11 @@
 # # When the model does not fit
 #
 # ```{admonition} Takeaway
-# ZeRO shards the weights, gradients and optimizer state that data
-# parallelism keeps whole on every device, and changes no arithmetic: the
-# same updates, bit for bit. Measured on four devices, the peak falls stage
-# by stage, but by less than the state: a step also holds its gradients and,
-# at `ShardedTrainer`'s stage 3, the whole gathered model. Stages 1 and 2
-# send what an all-reduce sends.
+# ZeRO shards what data parallelism keeps whole on every device (weights,
+# gradients, optimizer state), with the same updates bit for bit. Measured,
+# the peak falls stage by stage, less than the state: a step also holds its
+# gradients and, at `ShardedTrainer`'s stage 3, the gathered model. Stages 1
+# and 2 send what an all-reduce sends.
 # ```
 #
 # Each replica of data parallelism keeps, for every parameter, the weight,
@@ -63,7 +62,7 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
 devices = pargrad.logical_devices(2)
 
 import keras  # noqa: E402
-from pargrad import cost, memory  # noqa: E402
+from pargrad import allreduce, cost, memory  # noqa: E402
 from pargrad.book import plots  # noqa: E402
 from pargrad.book.parabola import parabola_data, parabola_model  # noqa: E402
 from pargrad.strategies import sync_strategy  # noqa: E402
@@ -386,7 +385,8 @@ print(reason if peaks is None else {device: f"{peak / 2**20:.1f} MiB" for device
 # the peak rose above the idle process. On a CPU the four logical devices
 # are one process with one allocator, so the peak is the resident set's:
 # the sum over the four devices. On a GPU the cell reads each logical GPU's
-# peak and adds them. The prediction (`predicted_peak_bytes`) adds to the
+# peak and adds them. One cell a stage, each a few tens of seconds. The
+# prediction (`predicted_peak_bytes`) adds to the
 # counted variables what the step holds for a moment on every replica: the
 # gradient in two forms (at stage 0 the tape's and the all-reduced sum; at
 # stages 1 and 2 the tape's per-layer gradients and the flat vector they
@@ -400,15 +400,31 @@ import os  # noqa: E402
 from pargrad.book.peaks import predicted_peak_bytes, stage_peaks  # noqa: E402
 
 MB = 2**20
-rows = stage_peaks()
-print(f"{rows[0]['parameters']:,} float32 parameters in {rows[0]['layers']} layers, "
-      f"{4 * rows[0]['parameters'] / MB:.0f} MB; {rows[0]['device']}; "
-      f"load average {os.getloadavg()[0]:.1f}")
-print("stage  predicted MB  measured MB  ratio")
-for row in rows:
+rows = []
+
+
+def measure(stage):
+    """Train at `stage` in a fresh process; print its row: predicted, measured, ratio."""
+    (row,) = stage_peaks((stage,))
     row["predicted_mb"] = predicted_peak_bytes(row)["total"] / MB
-    print(f"{row['stage']:5d} {row['predicted_mb']:13.0f} {row['peak_mb']:12.0f} "
-          f"{row['peak_mb'] / row['predicted_mb']:6.2f}")
+    rows.append(row)
+    print(f"{stage:5d} {row['predicted_mb']:13.0f} {row['peak_mb']:12.0f} "
+          f"{row['peak_mb'] / row['predicted_mb']:6.2f}   (load {os.getloadavg()[0]:.1f})")
+
+
+print("stage  predicted MB  measured MB  ratio")
+measure(0)
+
+# %% tags=["nbval-ignore-output"]
+measure(1)
+
+# %% tags=["nbval-ignore-output"]
+measure(2)
+
+# %% tags=["nbval-ignore-output"]
+measure(3)
+print(f"{rows[0]['parameters']:,} float32 parameters in {rows[0]['layers']} layers, "
+      f"{4 * rows[0]['parameters'] / MB:.0f} MB; on the {rows[0]['device']}")
 
 # %% tags=["remove-cell"]
 assert rows[0]["parameters"] >= 50_000_000 and rows[0]["layers"] >= 8
@@ -461,7 +477,9 @@ assert peak[3] <= budget < peak[0]
 # gathers each layer again for the backward pass, three halves in all;
 # `ShardedTrainer` gathers the whole model once a step and keeps it through
 # the backward pass, so it sends what stages 1 and 2 send but holds all the
-# weights meanwhile. `pargrad.cost`'s α–β model
+# weights meanwhile; one formula counts both,
+# `pargrad.allreduce.sharded_step_bytes` (one gather or two).
+# `pargrad.cost`'s α–β model
 # ([What communication costs](10_communication_costs)) turns ZeRO's counts
 # into seconds for the paper's model in 16 bits on 64 GPUs over InfiniBand
 # NDR:
@@ -471,13 +489,13 @@ for stage, trainer in sharded.items():
     history = histories[trainer]
     print(f"stage {stage}: {history.bytes_sent[0]:.0f} bytes sent a step a replica; "
           f"a ring all-reduce of {history.parameter_bytes} bytes sends "
-          f"{2 * (2 - 1) / 2 * history.parameter_bytes:.0f}")
+          f"{allreduce.ring_bytes(history.parameter_bytes, 2):.0f}")
 ndr = cost.Link(5e-6, 400e9 / 8, "InfiniBand NDR")  # the chapter on costs' table: 400 Gb/s a port
 nbytes = 2 * 7_500_000_000
 one_pass = cost.reduce_scatter_time(nbytes, 64, ndr) + cost.all_gather_time(nbytes, 64, ndr)
 for stage in range(4):
-    ratio = memory.zero_bytes_sent(nbytes, replicas=64, stage=stage) / memory.zero_bytes_sent(
-        nbytes, replicas=64, stage=0)
+    gathers = 2 if stage == 3 else 1  # ZeRO's stage 3 gathers each layer twice
+    ratio = allreduce.sharded_step_bytes(nbytes, 64, gathers=gathers) / allreduce.ring_bytes(nbytes, 64)
     print(f"ZeRO stage {stage}: {ratio:.1f}x data parallelism's bytes, {ratio * one_pass:.2f} s a step")
 
 # %% tags=["remove-cell"]
