@@ -251,4 +251,15 @@ def test_the_stage_is_read_as_what_it_shards():
         trainer = ShardedTrainer(model, strategy, stage=stage, optimizer=made, progress=False)
         assert trainer.sharded == pargrad.memory.sharded_components(stage)
         components = {component for component, _ in trainer.variables_by_component()}
-        assert ("master_weights" in components) == ("parameters" not in trainer.sharded)
+        assert "master_weights" not in components
+
+
+def test_stage_1_on_one_device_holds_what_data_parallelism_holds():
+    strategy = pargrad.sync_strategy(1)
+    model, made = small_model(strategy)
+    sync = pargrad.memory.bytes_by_device(pargrad.SyncTrainer(model, strategy, optimizer=made,
+                                                              progress=False))
+    for stage in (1, 2, 3):
+        model, made = small_model(strategy)
+        trainer = ShardedTrainer(model, strategy, stage=stage, optimizer=made, progress=False)
+        assert pargrad.memory.bytes_by_device(trainer) == sync
