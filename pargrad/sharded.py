@@ -299,7 +299,10 @@ class ShardedTrainer(SyncTrainer):
         # replica_parameters[r]: the pieces of the flat vector that replica r holds, on its
         # device: all N at stages 1 and 2 (its full copy), only its own at stage 3.  Owner
         # s's shard is piece s of its own copy: the variable its optimizer updates in place.
-        self.replica_parameters, self.owner_optimizers, self.gradient_buffers = [], [], []
+        # Plain lists (object.__setattr__), not tracked: the checkpoint holds the state in a
+        # layout that does not depend on the stage or the replicas (_ShardedState).
+        for name in ("replica_parameters", "owner_optimizers", "gradient_buffers"):
+            object.__setattr__(self, name, [])
         for r, device in enumerate(self._devices):
             with tf.device(device):
                 self.replica_parameters.append([
@@ -314,6 +317,7 @@ class ShardedTrainer(SyncTrainer):
                 self.gradient_buffers.append(tf.Variable(
                     tf.zeros([size], self._dtype), trainable=False, name=f"gradients_{r}"))
         self._release_model()
+        self.state = _ShardedState(self)      # what tf.train.Checkpoint(trainer=...) saves
 
     def _own_piece(self, r):
         """Replica ``r``'s own shard of the parameters (piece ``r`` of its copy)."""
@@ -571,6 +575,75 @@ class ShardedTrainer(SyncTrainer):
         fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(SyncHistory)}
         return ShardedHistory(**fields, bytes_sent=np.full(len(base.loss), per_step),
                               stage=self._stage, parameter_bytes=padded_bytes)
+
+
+class _ShardedState(tf.__internal__.tracking.Trackable):
+    """A sharded trainer's parameters and optimizer state, saved gathered and unpadded.
+
+    What ``tf.train.Checkpoint(trainer=...)`` writes for a
+    :class:`ShardedTrainer`: the flat parameters (P values), each slot of the
+    owners' optimizers gathered the same way, the owners' step count, and
+    the optimizer's class, stage and replicas that saved them.  Restored,
+    each value is cut into the restoring trainer's own shards, so a
+    checkpoint restores at another stage or on another number of replicas
+    (as PyTorch's distributed checkpoint reshards on load).
+    """
+
+    def __init__(self, trainer):
+        self._trainer = trainer
+
+    def _slot_groups(self):
+        """``{slot name: [owner 0's slot, owner 1's, ...]}``."""
+        groups = {}
+        for owner in self._trainer.owner_optimizers:
+            for slot in optimizer_slots(owner):
+                groups.setdefault(slot.name.rsplit("_", 1)[-1], []).append(tf_variable(slot))
+        return groups
+
+    def _serialize_to_tensors(self):
+        t = self._trainer
+        with tf.device(t._host_device()):
+            def gathered(pieces):
+                return tf.concat([tf.identity(p) for p in pieces], 0)[:t.parameter_count]
+
+            tensors = {"parameters": gathered([tf_variable(p) for p in t.parameter_shards]),
+                       "iterations": tf.identity(tf_variable(t.owner_optimizers[0].iterations)),
+                       "optimizer": tf.constant(type(t.optimizer).__name__),
+                       "stage": tf.constant(t.stage), "replicas": tf.constant(t.replicas)}
+            for name, slots in self._slot_groups().items():
+                tensors[f"slot_{name}"] = gathered(slots)
+        return tensors
+
+    def _restore_from_tensors(self, restored_tensors):
+        t = self._trainer
+        saved = (f"saved at stage {int(restored_tensors['stage'])} on "
+                 f"{int(restored_tensors['replicas'])} replicas")
+        here = f"this {type(t).__name__} (stage {t.stage}, {t.replicas} replicas)"
+        optimizer = restored_tensors["optimizer"].numpy().decode()
+        count = int(restored_tensors["parameters"].shape[0])
+        if count != t.parameter_count or optimizer != type(t.optimizer).__name__:
+            raise ValueError(
+                f"This checkpoint, {saved}, holds {count} parameters and {optimizer}'s state, "
+                f"so it cannot restore into {here}, which trains {t.parameter_count} "
+                f"parameters with {type(t.optimizer).__name__}; restore it into a trainer of "
+                "the same model and optimizer.")
+        L, n = t.shard_size, t.replicas
+        pad = [[0, n * L - t.parameter_count]]
+
+        def shards(values):
+            return tf.split(tf.pad(values, pad), n)
+
+        ops = []
+        parameters = shards(restored_tensors["parameters"])
+        for r, pieces in enumerate(t.replica_parameters):
+            owners = range(n) if len(pieces) == n else [r]
+            ops += [tf_variable(piece).assign(parameters[s]) for s, piece in zip(owners, pieces)]
+        for name, slots in self._slot_groups().items():
+            ops += [slot.assign(value)
+                    for slot, value in zip(slots, shards(restored_tensors[f"slot_{name}"]))]
+        ops += [tf_variable(owner.iterations).assign(restored_tensors["iterations"])
+                for owner in t.owner_optimizers]
+        return tf.group(ops)
 
 
 def _refuse(trainer, name, value, default, reason):
