@@ -9,8 +9,8 @@ PyTorch) keeps 1/N of some of them on each of N devices:
 stage  sharded over the N replicas                         held whole on each
 =====  ==================================================  ======================
 0      nothing (plain data parallelism, ``SyncTrainer``)   everything
-1      optimizer state, master weights                     parameters, gradients
-2      optimizer state, master weights, gradients          parameters
+1      optimizer state (and master weights, if any)        parameters, gradients
+2      optimizer state (and master weights), gradients     parameters
 3      everything                                          nothing
 =====  ==================================================  ======================
 
@@ -31,19 +31,27 @@ Bytes a parameter (``precision``):
   updates, with its state in float32 (Adam 4 + 4): the Ultra-Scale
   Playbook's 2 + 2 + 12 bytes a parameter, ZeRO's K = 12.
 
-Master weights in full precision: at stages 1 and 2 each owner keeps its
-shard of the parameters in a variable of its own, which its optimizer
-updates (a Keras optimizer updates a variable, and TensorFlow cannot update
-a slice of another variable in place); the updated shard is then gathered
-into every replica's full copy.  So ``"float32"``/``"float64"`` count one
-shard of master weights at stages 1 and 2 (DeepSpeed's flat fp32 partition
-does the same); at stage 0 the parameters are the master weights, and at
-stage 3 the shard *is* the parameters' only copy.
+No master copy in full precision: in ``"float32"``/``"float64"`` the
+parameters are the master weights.  Each owner's optimizer updates its
+shard in place, the shard being a piece of the owner's own copy of the
+parameters (:class:`pargrad.sharded.ShardedTrainer`), so stage 1 on one
+device holds exactly what data parallelism holds, and the totals are
+ZeRO's: with P, G, K the bytes a parameter of the parameters, gradients
+and optimizer state, Psi parameters and N replicas, per device
+
+* stage 0: (P + G + K) Psi;
+* stage 1: (P + G) Psi + K Psi / N;
+* stage 2: P Psi + (G + K) Psi / N;
+* stage 3: (P + G + K) Psi / N.
+
+A master copy exists only under mixed precision (16-bit parameters and
+gradients, float32 master weights in K, sharded with the optimizer state).
 
 A shard holds ``ceil(parameters / replicas)`` values: the parameters are
-flattened into one vector padded with zeros to a multiple of the replicas
-(:class:`pargrad.sharded.ShardedTrainer`), so the count is exact, not a
-fraction of a byte.
+flattened into one vector padded with zeros to a multiple of the replicas,
+so the count is exact, not a fraction of a byte; at stages 1 and 2 each
+replica's full copy is that padded vector, ``replicas x shard`` values
+(``parameters`` itself whenever the replicas divide it).
 """
 
 import numbers
@@ -90,7 +98,8 @@ def state_bytes(parameters, *, replicas, stage, precision="float32", optimizer="
     Returns ``{"parameters", "gradients", "optimizer_state",
     "master_weights", "total"}``, each in bytes per device (ints).  A
     sharded component holds ``ceil(parameters / replicas)`` values per
-    device, a whole one ``parameters``.  ``precision`` is ``"float32"``,
+    device, a whole one ``parameters`` (at stages 1 and 2 the parameters'
+    padded flat copy, ``replicas x ceil(parameters / replicas)``).  ``precision`` is ``"float32"``,
     ``"float64"`` or ``"mixed"`` (16-bit parameters and gradients, float32
     master weights and optimizer state); ``optimizer`` is ``"sgd"``,
     ``"momentum"`` or ``"adam"``.  Stage 0 is plain data parallelism.
@@ -103,10 +112,10 @@ def state_bytes(parameters, *, replicas, stage, precision="float32", optimizer="
         state  = 4 if mixed else value                          # optimizer, master
         shard  = ceil(parameters / replicas)
         count(c) = shard if stage shards c else parameters
-        parameters      = value x count(parameters)
+        parameters      = value x (replicas x shard if stage in (1, 2) else count(parameters))
         gradients       = value x count(gradients)
         optimizer_state = state x values_per_parameter(optimizer) x count(optimizer_state)
-        master_weights  = state x count(master_weights)   if mixed or stage in (1, 2) else 0
+        master_weights  = state x count(master_weights)   if mixed else 0
 
     Taught in the chapter "When the model does not fit".
     """
@@ -123,9 +132,10 @@ def state_bytes(parameters, *, replicas, stage, precision="float32", optimizer="
     def count(component):
         return shard if component in sharded else parameters
 
-    has_master = precision == "mixed" or stage in (1, 2)
+    has_master = precision == "mixed"        # in full precision the parameters are the master
+    padded_copy = replicas * shard if stage in (1, 2) else count("parameters")
     held = {
-        "parameters": value * count("parameters"),
+        "parameters": value * padded_copy,
         "gradients": value * count("gradients"),
         "optimizer_state": state * STATE_VALUES[optimizer] * count("optimizer_state"),
         "master_weights": state * count("master_weights") if has_master else 0,

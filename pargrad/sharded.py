@@ -51,11 +51,18 @@ Design choices, and why:
   strategy under ``tf.device(owner's device)`` so that its variables (its
   moments, its step counter) live on the owner's device, and the step
   calls it in cross-replica context under the same device: a plain
-  one-device update of one variable, the owner's shard.  That shard is a
-  variable of its own: a Keras optimizer updates a variable, and
-  TensorFlow cannot update a slice of another variable in place, so at
-  stages 1 and 2 each owner holds its 1/N of the parameters twice (its
-  shard, and inside its full copy), counted as ``master_weights``.
+  one-device update of one variable, the owner's shard.
+* **No master copy.**  A Keras optimizer updates a variable, and Keras 3's
+  ``stateless_apply`` (update values, not variables) is refused by its
+  TensorFlow backend.  So each replica's copy of the parameters is held as
+  N variables, the *pieces* of the flat vector (``replica_parameters[r]``),
+  and owner s's shard is piece s of its own copy: its optimizer updates it
+  in place, and the all-gather copies it into the other replicas' piece s.
+  Each replica holds its 1/N once, so stage 1 on one device holds exactly
+  what data parallelism holds (:func:`pargrad.memory.state_bytes`, ZeRO's
+  (P + G) Psi + K Psi / N).  The model runs on the concatenated pieces
+  (``stateless_call``) at every stage, so its own variables are released
+  (below).
 * **Reduce-scatter, emulated.**  TensorFlow has none on a CPU
   (``CollectiveReduceScatterV2`` has no CPU kernel, and ``ReplicaContext``
   offers only ``all_reduce`` and ``all_gather``).  pargrad sends each
@@ -77,12 +84,13 @@ Design choices, and why:
   accumulation, the accumulator).  So :func:`pargrad.memory.bytes_by_device`
   counts the gradient memory from what TensorFlow holds, as for
   PyTorch's ``.grad``.
-* **Stage 3 frees the model's own variables**: after the trainer copies
-  them into the shards it releases each Keras variable's storage, so that
-  only the shards hold parameters; the model runs on gathered tensors
-  (``stateless_call``).  :meth:`ShardedTrainer.gathered_weights` returns the
-  weights; :meth:`ShardedTrainer.unshard` puts them back into the model
-  (after which the trainer no longer trains it).  The gathered weights stay
+* **The trainer frees the model's own variables** (every stage): after it
+  copies them into the pieces it releases each Keras variable's storage, so
+  that only the pieces hold parameters; the model runs on their values
+  (``stateless_call``; at stage 3 gathered from the owners).
+  :meth:`ShardedTrainer.gathered_weights` returns the weights;
+  :meth:`ShardedTrainer.unshard` puts them back into the model (after which
+  the trainer no longer trains it).  The gathered weights stay
   alive from the forward to the end of the backward pass (the tape holds
   them), so a step gathers them once: stage 3 sends what stages 1 and 2
   send.  ZeRO frees each layer's weights after its forward and gathers them
@@ -161,11 +169,14 @@ class ShardedTrainer(SyncTrainer):
 
     ``fit``, ``evaluate``, callbacks, validation and exact resume are
     SyncTrainer's; ``fit`` returns a :class:`ShardedHistory`.  Checkpoint
-    with ``tf.train.Checkpoint(trainer=trainer)``: it holds the model (at
-    stages 1 and 2), the shards, the owners' optimizers and the position;
-    restored into a new trainer, training continues bit for bit.
+    with ``tf.train.Checkpoint(trainer=trainer)``: it holds the pieces, the
+    owners' optimizers and the position (not the released model);
+    restored into a new trainer, training continues bit for bit.  The model
+    is released at every stage: call :meth:`unshard` to use it again.
 
-    What it holds: ``parameter_shards[s]``, ``owner_optimizers[s]`` and
+    What it holds: ``replica_parameters[r]`` (the pieces of replica r's
+    copy: all N at stages 1 and 2, its own at stage 3),
+    ``parameter_shards[s]`` (owner s's piece), ``owner_optimizers[s]`` and
     ``gradient_buffers[s]`` (on device s), ``parameter_count`` (P) and
     ``shard_size`` (``ceil(P / N)``); :meth:`gathered_weights`,
     :meth:`gathered_slots`, :meth:`replica_weights` and :meth:`padding`
@@ -284,46 +295,63 @@ class ShardedTrainer(SyncTrainer):
             [np.asarray(v.numpy()).ravel() for v in variables])
         L = self.shard_size
         config = self.optimizer.get_config()
-        self.parameter_shards, self.owner_optimizers, self.gradient_buffers = [], [], []
-        for s, device in enumerate(self._devices):
+        whole = "parameters" not in self._sharded
+        # replica_parameters[r]: the pieces of the flat vector that replica r holds, on its
+        # device: all N at stages 1 and 2 (its full copy), only its own at stage 3.  Owner
+        # s's shard is piece s of its own copy: the variable its optimizer updates in place.
+        # Plain lists (object.__setattr__), not tracked: the checkpoint holds the state in a
+        # layout that does not depend on the stage or the replicas (_ShardedState).
+        for name in ("replica_parameters", "owner_optimizers", "gradient_buffers"):
+            object.__setattr__(self, name, [])
+        for r, device in enumerate(self._devices):
             with tf.device(device):
-                shard = keras.Variable(flat[s * L:(s + 1) * L], dtype=self._dtype.name,
-                                       trainable=False, name=f"parameters_shard_{s}")
+                self.replica_parameters.append([
+                    keras.Variable(flat[s * L:(s + 1) * L], dtype=self._dtype.name,
+                                   trainable=False, name=f"parameters_{r}_piece_{s}")
+                    for s in range(n) if whole or s == r])
                 owner = type(self.optimizer).from_config(config)
-                owner.build([shard])
-                self.parameter_shards.append(shard)
+                owner.build([self._own_piece(r)])
                 self.owner_optimizers.append(owner)
                 # Stage 1: each replica's full-size gradient; 2 and 3: the owner's reduced shard.
                 size = L if "gradients" in self._sharded else self.parameter_count
                 self.gradient_buffers.append(tf.Variable(
-                    tf.zeros([size], self._dtype), trainable=False, name=f"gradients_{s}"))
-        if "parameters" in self._sharded:
-            self._release_model_variables()
+                    tf.zeros([size], self._dtype), trainable=False, name=f"gradients_{r}"))
+        self._release_model()
+        self.state = _ShardedState(self)      # what tf.train.Checkpoint(trainer=...) saves
 
-    def _release_model_variables(self):
-        """Stage 3: drop the storage of the model's variables; the shards hold the parameters."""
+    def _own_piece(self, r):
+        """Replica ``r``'s own shard of the parameters (piece ``r`` of its copy)."""
+        pieces = self.replica_parameters[r]
+        return pieces[r] if len(pieces) > 1 else pieces[0]
+
+    @property
+    def parameter_shards(self):
+        """The owners' shards of the parameters, ``[owner]`` (each a variable on its device)."""
+        return [self._own_piece(r) for r in range(len(self._devices))]
+
+    def _release_model(self):
+        """Drop the storage of the model's variables (the replicas' pieces hold the parameters)
+        and leave the model out of the trainer's checkpoint (the pieces are in it)."""
         for variable in self.model.trainable_variables:
             variable._value = None      # Keras's own "uninitialized" state (see the docstring)
         self._released = True
+        model = self.model
+        del self.model                            # untracked: not saved by tf.train.Checkpoint
+        object.__setattr__(self, "model", model)
 
     def variables_by_component(self):
         """``[(component, tf.Variable)]``: every variable holding training state, by component.
 
         What :func:`pargrad.memory.bytes_by_device` counts: ``parameters``
-        (the model's copies on every replica at stages 1 and 2, the shards
-        at stage 3), ``master_weights`` (the owners' shards at stages 1 and
-        2), ``optimizer_state`` (the owners' slots) and ``gradients`` (the
-        gradient buffers).  Counters (step counts, learning rates) are left
-        out.
+        (every replica's pieces: its padded full copy at stages 1 and 2, its
+        shard at stage 3), ``optimizer_state`` (the owners' slots) and
+        ``gradients`` (the gradient buffers); no ``master_weights`` (the
+        owner's shard is a piece of its copy).  Counters (step counts,
+        learning rates) are left out.
         """
         rows = []
-        whole = "parameters" not in self._sharded
-        if whole:
-            for variable in self.model.trainable_variables:
-                inner = tf_variable(variable)
-                rows += [("parameters", v) for v in getattr(inner, "values", [inner])]
-        kind = "master_weights" if whole else "parameters"
-        rows += [(kind, tf_variable(shard)) for shard in self.parameter_shards]
+        rows += [("parameters", tf_variable(piece)) for pieces in self.replica_parameters
+                 for piece in pieces]
         for owner in self.owner_optimizers:
             rows += [("optimizer_state", tf_variable(v)) for v in optimizer_slots(owner)]
         rows += [("gradients", buffer) for buffer in self.gradient_buffers]
@@ -373,14 +401,11 @@ class ShardedTrainer(SyncTrainer):
         if "parameters" in self._sharded:
             raise ValueError(f"At stage {self._stage} the replicas hold no full copy of the "
                              "parameters; read gathered_weights().")
-        copies = [[] for _ in self._devices]
-        for variable in self.model.trainable_variables:
-            for r, value in enumerate(tf_variable(variable).values):
-                copies[r].append(np.asarray(value.numpy()))
-        return copies
+        return [self._unflatten(np.concatenate([np.asarray(p.numpy()) for p in pieces]))
+                for pieces in self.replica_parameters]
 
     def unshard(self):
-        """Stage 3: put the gathered weights back into the model (mirrored); return the model.
+        """Put the gathered weights back into the model (mirrored); return the model.
 
         After it the model predicts and saves as any Keras model; this
         trainer no longer trains it.
@@ -402,8 +427,14 @@ class ShardedTrainer(SyncTrainer):
         return start, min((s + 1) * self.shard_size, self.parameter_count)
 
     def _gathered(self):
-        """All-gather, on the current (replica's) device: the full flat parameters, unpadded."""
-        full = tf.concat([tf.identity(tf_variable(s)) for s in self.parameter_shards], 0)
+        """The full flat parameters (unpadded) on the current replica's device: its own copy at
+        stages 1 and 2, an all-gather of the owners' shards at stage 3."""
+        pieces = self.parameter_shards
+        context = tf.distribute.get_replica_context()
+        if "parameters" not in self._sharded and context is not None:
+            replica = tf.get_static_value(context.replica_id_in_sync_group)
+            pieces = self.replica_parameters[int(replica)]
+        full = tf.concat([tf.identity(tf_variable(p)) for p in pieces], 0)
         return full[:self.parameter_count]
 
     def _values(self, flat):
@@ -411,9 +442,9 @@ class ShardedTrainer(SyncTrainer):
         pieces = tf.split(flat, self._sizes)
         return [tf.reshape(p, shape) for p, shape in zip(pieces, self._shapes)]
 
-    def _stage3_gradients(self, x, y, global_batch_size):
-        """Stage 3: the loss and flat gradient of ``(x, y)``, run on the gathered weights.
-        """
+    def _stateless_gradients(self, x, y, global_batch_size):
+        """The loss and gradients of ``(x, y)``, the model run on the replica's flat parameters
+        (gathered at stage 3) with Keras's ``stateless_call``."""
         values = self._values(self._gathered())      # all-gather: the weights, as tensors
         with tf.GradientTape() as tape:
             tape.watch(values)
@@ -432,15 +463,16 @@ class ShardedTrainer(SyncTrainer):
 
     def _replica_gradients_flat(self, x, y, global_batch_size, micro):
         """In replica context: this replica's loss and flat gradient (``micro``: one micro-batch)."""
-        if micro is not None:
-            x, y = x[micro], y[micro]
-        if "parameters" in self._sharded:
-            loss, grads = self._stage3_gradients(x, y, global_batch_size)
-        elif micro is not None:
-            loss, grads = self._gradients(x, y, self.model.trainable_variables, global_batch_size)
-        else:
-            loss, grads = self._local_gradients(x, y, global_batch_size)
-        return loss, self._flat(grads)
+        micros = [(x[micro], y[micro])] if micro is not None else (
+            [(x, y)] if self.accumulation_steps == 1
+            else [(x[i], y[i]) for i in range(self.accumulation_steps)])
+        loss, flat = None, None
+        for xb, yb in micros:      # stage 1's micro-batches added on the replica, as SyncTrainer
+            micro_loss, grads = self._stateless_gradients(xb, yb, global_batch_size)
+            micro_flat = self._flat(grads)
+            loss = micro_loss if loss is None else loss + micro_loss
+            flat = micro_flat if flat is None else flat + micro_flat
+        return loss, flat
 
     def _reduce_scatter(self, flats):
         """Emulated reduce-scatter: owner s adds the replicas' slices s, in replica order.
@@ -514,14 +546,12 @@ class ShardedTrainer(SyncTrainer):
             return tf.identity(written)      # read after the write
 
     def _all_gather(self, shards):
-        """Stages 1 and 2: every replica's full copy of the weights assigned from the shards."""
-        full_flat = None
-        variables = [tf_variable(v) for v in self.model.trainable_variables]
+        """Stages 1 and 2: each owner's updated shard copied into every other replica's copy."""
         for r, device in enumerate(self._devices):
             with tf.device(device):
-                full_flat = tf.concat([tf.identity(s) for s in shards], 0)[:self.parameter_count]
-                for variable, value in zip(variables, self._values(full_flat)):
-                    variable.values[r].assign(value)
+                for s, piece in enumerate(self.replica_parameters[r]):
+                    if s != r:
+                        tf_variable(piece).assign(shards[s])
 
     def _check_finite(self, losses):
         """The finite-loss check (with ``stop_on_non_finite``) on every replica's loss, on the host."""
@@ -545,6 +575,75 @@ class ShardedTrainer(SyncTrainer):
         fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(SyncHistory)}
         return ShardedHistory(**fields, bytes_sent=np.full(len(base.loss), per_step),
                               stage=self._stage, parameter_bytes=padded_bytes)
+
+
+class _ShardedState(tf.__internal__.tracking.Trackable):
+    """A sharded trainer's parameters and optimizer state, saved gathered and unpadded.
+
+    What ``tf.train.Checkpoint(trainer=...)`` writes for a
+    :class:`ShardedTrainer`: the flat parameters (P values), each slot of the
+    owners' optimizers gathered the same way, the owners' step count, and
+    the optimizer's class, stage and replicas that saved them.  Restored,
+    each value is cut into the restoring trainer's own shards, so a
+    checkpoint restores at another stage or on another number of replicas
+    (as PyTorch's distributed checkpoint reshards on load).
+    """
+
+    def __init__(self, trainer):
+        self._trainer = trainer
+
+    def _slot_groups(self):
+        """``{slot name: [owner 0's slot, owner 1's, ...]}``."""
+        groups = {}
+        for owner in self._trainer.owner_optimizers:
+            for slot in optimizer_slots(owner):
+                groups.setdefault(slot.name.rsplit("_", 1)[-1], []).append(tf_variable(slot))
+        return groups
+
+    def _serialize_to_tensors(self):
+        t = self._trainer
+        with tf.device(t._host_device()):
+            def gathered(pieces):
+                return tf.concat([tf.identity(p) for p in pieces], 0)[:t.parameter_count]
+
+            tensors = {"parameters": gathered([tf_variable(p) for p in t.parameter_shards]),
+                       "iterations": tf.identity(tf_variable(t.owner_optimizers[0].iterations)),
+                       "optimizer": tf.constant(type(t.optimizer).__name__),
+                       "stage": tf.constant(t.stage), "replicas": tf.constant(t.replicas)}
+            for name, slots in self._slot_groups().items():
+                tensors[f"slot_{name}"] = gathered(slots)
+        return tensors
+
+    def _restore_from_tensors(self, restored_tensors):
+        t = self._trainer
+        saved = (f"saved at stage {int(restored_tensors['stage'])} on "
+                 f"{int(restored_tensors['replicas'])} replicas")
+        here = f"this {type(t).__name__} (stage {t.stage}, {t.replicas} replicas)"
+        optimizer = restored_tensors["optimizer"].numpy().decode()
+        count = int(restored_tensors["parameters"].shape[0])
+        if count != t.parameter_count or optimizer != type(t.optimizer).__name__:
+            raise ValueError(
+                f"This checkpoint, {saved}, holds {count} parameters and {optimizer}'s state, "
+                f"so it cannot restore into {here}, which trains {t.parameter_count} "
+                f"parameters with {type(t.optimizer).__name__}; restore it into a trainer of "
+                "the same model and optimizer.")
+        L, n = t.shard_size, t.replicas
+        pad = [[0, n * L - t.parameter_count]]
+
+        def shards(values):
+            return tf.split(tf.pad(values, pad), n)
+
+        ops = []
+        parameters = shards(restored_tensors["parameters"])
+        for r, pieces in enumerate(t.replica_parameters):
+            owners = range(n) if len(pieces) == n else [r]
+            ops += [tf_variable(piece).assign(parameters[s]) for s, piece in zip(owners, pieces)]
+        for name, slots in self._slot_groups().items():
+            ops += [slot.assign(value)
+                    for slot, value in zip(slots, shards(restored_tensors[f"slot_{name}"]))]
+        ops += [tf_variable(owner.iterations).assign(restored_tensors["iterations"])
+                for owner in t.owner_optimizers]
+        return tf.group(ops)
 
 
 def _refuse(trainer, name, value, default, reason):

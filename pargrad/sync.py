@@ -66,6 +66,7 @@ the host and passed to the same step, with the batch's size as
 
 import dataclasses
 import time
+import types
 
 import numpy as np
 
@@ -343,10 +344,13 @@ class SyncTrainer(tf.Module):
             # steps that ran): read to name the step and replica in the error.
             on_read = dict(trainable=False, synchronization=tf.VariableSynchronization.ON_READ,
                            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-            self._seen_losses = tf.Variable(tf.zeros([self.replicas], tf.float64), **on_read)
-            self._seen_steps = tf.Variable(tf.constant(0, tf.int64), **on_read)
-            self._seen_weight = tf.Variable(tf.constant(0, tf.float64), **on_read)
-            self._weighed_steps = tf.Variable(tf.constant(0, tf.int64), **on_read)
+            # A plain namespace, so that tf.train.Checkpoint leaves these scratch records out
+            # (their shape depends on the replicas; a checkpoint restores on any count).
+            self._failures = types.SimpleNamespace(
+                losses=tf.Variable(tf.zeros([self.replicas], tf.float64), **on_read),
+                steps=tf.Variable(tf.constant(0, tf.int64), **on_read),
+                weight=tf.Variable(tf.constant(0, tf.float64), **on_read),
+                weighed=tf.Variable(tf.constant(0, tf.int64), **on_read))
         # Where training stands, saved by tf.train.Checkpoint(..., trainer=self).
         self.position = TrainingPosition()
         # The host of this process's replicas, where the data are kept, and how
@@ -516,7 +520,7 @@ class SyncTrainer(tf.Module):
 
         Every replica learns every replica's loss (one small all-reduce), so
         all of them stop at the same step, before the update, and the error
-        can name the replica (from ``_seen_losses``).  Without
+        can name the replica (from ``_failures.losses``).  Without
         ``stop_on_non_finite``, the gradients unchanged.
         """
         if not self.stop_on_non_finite:
@@ -532,7 +536,7 @@ class SyncTrainer(tf.Module):
         Called in replica context by :meth:`_stop_if_not_finite`, or once in
         cross-replica context by a trainer that holds every replica's loss.
         """
-        noted = [self._seen_losses.assign(losses), self._seen_steps.assign_add(1)]
+        noted = [self._failures.losses.assign(losses), self._failures.steps.assign_add(1)]
         with tf.control_dependencies(noted):
             return tf.debugging.Assert(tf.reduce_all(tf.math.is_finite(losses)),
                                        [NON_FINITE_MARK])
@@ -554,7 +558,7 @@ class SyncTrainer(tf.Module):
         local = tf.where(negative, tf.constant(np.nan, tf.float64), local)
         context = tf.distribute.get_replica_context()
         total = context.all_reduce(tf.distribute.ReduceOp.SUM, local)
-        noted = [self._seen_weight.assign(total), self._weighed_steps.assign_add(1)]
+        noted = [self._failures.weight.assign(total), self._failures.weighed.assign_add(1)]
         with tf.control_dependencies(noted):
             check = tf.debugging.Assert(total > 0, [WEIGHT_MARK])   # False for NaN too
         with tf.control_dependencies([check]):
@@ -800,8 +804,8 @@ class SyncTrainer(tf.Module):
         Each is read only when its check is on: a read of a replica variable
         costs a step of the one-step-a-call loop a measurable share.
         """
-        seen = int(self._seen_steps.numpy()) if self.stop_on_non_finite else 0
-        weighed = int(self._weighed_steps.numpy()) if self.sample_weight is not None else 0
+        seen = int(self._failures.steps.numpy()) if self.stop_on_non_finite else 0
+        weighed = int(self._failures.weighed.numpy()) if self.sample_weight is not None else 0
         return seen, weighed
 
     def _stopped(self, message, seen):
@@ -815,7 +819,7 @@ class SyncTrainer(tf.Module):
 
     def _weight_error(self, step):
         """The error of step ``step``, whose global batch's weights were refused."""
-        if np.isnan(self._seen_weight.numpy()):
+        if np.isnan(self._failures.weight.numpy()):
             return ValueError(
                 f"sample_weight must be >= 0 (a mask of 0s and 1s, or weights), but the global "
                 f"batch of step {step} holds a negative (or NaN) weight; nothing was applied. "
@@ -827,7 +831,7 @@ class SyncTrainer(tf.Module):
 
     def _non_finite_error(self, step):
         """The error of step ``step``, which stopped on a replica's non-finite loss."""
-        losses = self._seen_losses.numpy()
+        losses = self._failures.losses.numpy()
         replica = int(np.flatnonzero(~np.isfinite(losses))[0])
         return NonFiniteLossError(
             step, f"replica {replica}", losses[replica],

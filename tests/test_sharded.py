@@ -251,4 +251,76 @@ def test_the_stage_is_read_as_what_it_shards():
         trainer = ShardedTrainer(model, strategy, stage=stage, optimizer=made, progress=False)
         assert trainer.sharded == pargrad.memory.sharded_components(stage)
         components = {component for component, _ in trainer.variables_by_component()}
-        assert ("master_weights" in components) == ("parameters" not in trainer.sharded)
+        assert "master_weights" not in components
+
+
+def test_stage_1_on_one_device_holds_what_data_parallelism_holds():
+    strategy = pargrad.sync_strategy(1)
+    model, made = small_model(strategy)
+    sync = pargrad.memory.bytes_by_device(pargrad.SyncTrainer(model, strategy, optimizer=made,
+                                                              progress=False))
+    for stage in (1, 2, 3):
+        model, made = small_model(strategy)
+        trainer = ShardedTrainer(model, strategy, stage=stage, optimizer=made, progress=False)
+        assert pargrad.memory.bytes_by_device(trainer) == sync
+
+
+# ----------------------------------------------------------------------------
+# Checkpoints at every stage, resharded on restore
+# ----------------------------------------------------------------------------
+
+def _sharded(stage, replicas, **options):
+    strategy = pargrad.sync_strategy(replicas)
+    model, made = small_model(strategy, **options)
+    return ShardedTrainer(model, strategy, stage=stage, optimizer=made, progress=False)
+
+
+@pytest.mark.claim
+@pytest.mark.usefixtures("deterministic_ops")
+@pytest.mark.parametrize("saved_stage", [1, 2, 3])
+def test_a_checkpoint_restores_at_every_stage_and_replica_count(saved_stage, tmp_path):
+    """Saved at ``saved_stage`` on N replicas after 4 steps, restored at stages 1-3 on M:
+    weights, slots and step count equal; 4 more steps equal the uninterrupted 8 steps on N
+    bit for bit when M == N, within rounding when the replicas (the sums' order) change."""
+    x, y = data()
+    results = {}
+    for n in (2, 4):
+        whole = _sharded(saved_stage, n)
+        whole.fit(x, y, steps=8, batch_size=16)
+        first = _sharded(saved_stage, n)
+        first.fit(x, y, steps=4, batch_size=16)
+        path = tf.train.Checkpoint(trainer=first).write(str(tmp_path / f"s{saved_stage}n{n}"))
+        for m in (2, 4):
+            for stage in (1, 2, 3):
+                second = _sharded(stage, m)
+                tf.train.Checkpoint(trainer=second).read(path).assert_consumed()
+                assert_same(second.gathered_weights(), first.gathered_weights())
+                for name, values in first.gathered_slots().items():
+                    assert_same(second.gathered_slots()[name], values)
+                assert {int(o.iterations.numpy()) for o in second.owner_optimizers} == {4}
+                second.fit(x, y, steps=4, batch_size=16)
+                gap = max(np.max(np.abs(a - b)) for a, b in zip(second.gathered_weights(),
+                                                                whole.gathered_weights()))
+                if m == n:
+                    assert gap == 0, (saved_stage, n, stage, m, gap)
+                else:
+                    assert gap <= pargrad.rounding_tolerance("float64", 4), (n, stage, m, gap)
+                results[(saved_stage, n, stage, m)] = float(gap)
+    assert len(results) == 12
+    print("RESULT checkpoint matrix", results)
+
+
+def test_a_checkpoint_before_fit_restores_at_another_stage(tmp_path):
+    for stage in (1, 2, 3):
+        path = tf.train.Checkpoint(trainer=_sharded(stage, 2)).write(str(tmp_path / f"{stage}"))
+        other = _sharded(stage % 3 + 1, 4)
+        tf.train.Checkpoint(trainer=other).read(path).assert_consumed()
+        assert_same(other.gathered_weights(), _sharded(stage, 2).gathered_weights())
+
+
+def test_a_checkpoint_of_another_model_or_optimizer_is_refused_in_one_sentence(tmp_path):
+    path = tf.train.Checkpoint(trainer=_sharded(3, 2)).write(str(tmp_path / "adam"))
+    for other in (_sharded(1, 4, hidden=4), _sharded(1, 4, optimizer="momentum")):
+        with pytest.raises(ValueError, match=r"^This checkpoint, saved at stage 3 on 2 replicas, "
+                                             r".* into this ShardedTrainer \(stage 1, 4 replicas\)"):
+            tf.train.Checkpoint(trainer=other).read(path)
