@@ -235,9 +235,11 @@ show_lines(ShardedTrainer._distributed_step, "loss, flat = self.strategy.run(rep
 # whole at stage 1; at stages 2 and 3 only the owners' reduced shards are
 # kept). `_reduce_scatter` sends slice s of every gradient to owner s, which
 # adds them. The owners update outside `strategy.run`, each under its
-# device; `_all_gather` copies the new shards into every replica's copy. At
-# stage 3 there is no copy: each step gathers the weights as tensors and
-# drops them when it ends.
+# device. At stages 1 and 2 each replica holds its copy of the parameters
+# as N pieces, and owner s's optimizer updates piece s of its own copy in
+# place (no master copy); `_all_gather` copies it into the other replicas'
+# piece s. At stage 3 there is no copy: each step gathers the weights as
+# tensors and drops them when it ends.
 #
 # The three stages against `SyncTrainer` with the same Adam, in float64, for
 # a 1-6-1 network (19 parameters: two shards of 10, one value of padding);
@@ -288,15 +290,21 @@ assert largest_gap(reference.model.get_weights(), parabola_model(hidden=6, dtype
 # run's order (`tf.distribute.ReductionToOneDevice` adds replica 0's, then
 # 1's), and a slice of an element-wise update is the update of the slice.
 #
-# Checkpoints hold the shards and the owners' optimizers: a run saved after
-# 50 steps and resumed in a new trainer, whose model started elsewhere,
-# against the uninterrupted 100:
+# A checkpoint (`tf.train.Checkpoint(trainer=...)`, at every stage, before
+# or after `fit`) holds the parameters and the owners' optimizer state
+# gathered and unpadded, and restoring cuts them into the new trainer's
+# shards, so it restores at another stage or replica count, as PyTorch's
+# distributed checkpoint reshards on load. A run saved at stage 3 after 50
+# steps and resumed at stage 2 in a new trainer, whose model started
+# elsewhere, against the uninterrupted 100 steps of stage 2; then
+# `unshard()`, which puts stage 3's weights back into the Keras model
+# (released while the trainer trains) so that it predicts and saves:
 
 # %%
 import tempfile  # noqa: E402
 
 with tempfile.TemporaryDirectory() as folder:
-    first = trained(2, steps=50)
+    first = trained(3, steps=50)
     saved = tf.train.Checkpoint(trainer=first).save(f"{folder}/ckpt")
     with strategy.scope():
         other = parabola_model(seed=1, hidden=6, dtype="float64")
@@ -304,9 +312,13 @@ with tempfile.TemporaryDirectory() as folder:
     resumed = ShardedTrainer(other, strategy, stage=2, loss="mse", optimizer=adam, progress=False)
     tf.train.Checkpoint(trainer=resumed).restore(saved).assert_consumed()
     resumed.fit(x64, y64, steps=50, batch_size=50)
-print(f"resumed against uninterrupted, stage 2: weight gap "
+print(f"saved at stage 3, resumed at stage 2, against uninterrupted stage 2: weight gap "
       f"{largest_gap(resumed.gathered_weights(), sharded[2].gathered_weights())}")
 print(f"evaluate: loss {resumed.evaluate(x64, y64)['loss']:.6f}")
+model = sharded[3].unshard()  # the weights back in the Keras model: it predicts and saves again
+print(f"stage 3 after unshard(): model.get_weights() against gathered_weights(): gap "
+      f"{largest_gap(model.get_weights(), sharded[3].gathered_weights())}; "
+      f"model.predict gives {model.predict(x64[:3], verbose=0).shape}")
 
 # %% [markdown]
 # With `accumulation_steps=k`, stages 2 and 3 add each micro-batch's reduced
@@ -349,16 +361,15 @@ for row in table:
     assert row["parameters"] == 1153
 totals = {(row["stage"], row["replicas"]): row["formula"]["total"] for row in table}
 assert totals[1, 8] < totals[0, 8] and totals[3, 8] < totals[2, 8] < totals[1, 8]
-assert totals[1, 1] > totals[0, 1]  # one device: the owner's master copy comes on top
+assert totals[1, 1] == totals[0, 1]  # one device: stage 1 holds what data parallelism holds
 
 # %% [markdown]
-# Every device holds exactly what `pargrad.memory.state_bytes` says. At
-# stages 1 and 2 `ShardedTrainer`'s owners also keep their shard as a
-# variable of its own, a master copy (a Keras optimizer updates whole
-# variables), so on one device they hold more than data parallelism
-# ({numref}`fig-memory-against-replicas`). That copy is this trainer's
-# cost, not ZeRO's: in float32 ZeRO needs no master copy (the program above
-# keeps none), and with mixed precision it is the 4 of the 12.
+# Every device holds exactly what `pargrad.memory.state_bytes` says, and
+# the master column stays empty: in float32 the owner updates its piece in
+# place, as the program above does, so on one device stage 1 holds what
+# data parallelism holds ({numref}`fig-memory-against-replicas`). A master
+# copy is needed only where precision needs it, with mixed precision: the 4
+# of the 12.
 
 # %% mystnb={"figure": {"caption": "Training state a device holds against the number of replicas, float32 Adam, for the 1,153-parameter model: points counted from the variables of real trainers, lines from the formula. Data parallelism stays flat; each stage falls further, and stage 3 falls as 1/N.", "name": "fig-memory-against-replicas"}}
 formula = {stage: {n: memory.state_bytes(1153, replicas=n, stage=stage)["total"]
