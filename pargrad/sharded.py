@@ -172,7 +172,11 @@ class ShardedTrainer(SyncTrainer):
     with ``tf.train.Checkpoint(trainer=trainer)``: it holds the pieces, the
     owners' optimizers and the position (not the released model);
     restored into a new trainer, training continues bit for bit.  The model
-    is released at every stage: call :meth:`unshard` to use it again.
+    is released at every stage: its ``get_weights``, ``predict``, ``save``
+    (and Keras's other methods that read weights) raise a ``ValueError``
+    that says to call :meth:`unshard` (or read :meth:`gathered_weights`),
+    as does a second trainer made on it; after ``unshard()`` the model
+    saves and loads as any Keras model.
 
     What it holds: ``replica_parameters[r]`` (the pieces of replica r's
     copy: all N at stages 1 and 2, its own at stage 3),
@@ -338,6 +342,13 @@ class ShardedTrainer(SyncTrainer):
         model = self.model
         del self.model                            # untracked: not saved by tf.train.Checkpoint
         object.__setattr__(self, "model", model)
+        # The released model's own methods would fail on storage that is gone (TypeError:
+        # 'NoneType' object is not callable): they say what to do instead, until unshard().
+        where = (f"This model's weights live in a {type(self).__name__}'s shards (stage "
+                 f"{self.stage}, {self.replicas} replicas), not in its variables")
+        for method in RELEASED_METHODS:
+            object.__setattr__(model, method, _released_method(method, where))
+        object.__setattr__(model, "_pargrad_released", where)
 
     def variables_by_component(self):
         """``[(component, tf.Variable)]``: every variable holding training state, by component.
@@ -415,6 +426,8 @@ class ShardedTrainer(SyncTrainer):
                 for variable, value in zip(self.model.trainable_variables,
                                            self.gathered_weights()):
                     variable._initialize(value)
+            for method in RELEASED_METHODS + ("_pargrad_released",):
+                object.__delattr__(self.model, method)
             self._released = False
             self._unsharded = True
         return self.model
@@ -644,6 +657,20 @@ class _ShardedState(tf.__internal__.tracking.Trackable):
         ops += [tf_variable(owner.iterations).assign(restored_tensors["iterations"])
                 for owner in t.owner_optimizers]
         return tf.group(ops)
+
+
+# The methods of a released model that say to call unshard() (instance attributes).
+RELEASED_METHODS = ("get_weights", "set_weights", "predict", "evaluate", "fit", "save",
+                    "save_weights", "predict_on_batch", "train_on_batch", "test_on_batch")
+
+
+def _released_method(method, where):
+    def refused(*args, **kwargs):
+        raise ValueError(f"{where}, so model.{method} cannot run; call trainer.unshard() to "
+                         "put them back into the model first (the trainer then stops "
+                         "training it), or read trainer.gathered_weights().")
+    refused.__name__ = method
+    return refused
 
 
 def _refuse(trainer, name, value, default, reason):

@@ -168,6 +168,28 @@ def test_stage_3_frees_the_model_and_unshard_gives_it_back():
         trainer.fit(x, y, steps=1, batch_size=16)
 
 
+@pytest.mark.parametrize("stage", [1, 3])
+def test_the_released_model_says_to_unshard_and_unshard_then_save_round_trips(stage, tmp_path):
+    strategy = pargrad.sync_strategy(2)
+    x, y = data()
+    model, made = small_model(strategy)
+    trainer = ShardedTrainer(model, strategy, stage=stage, optimizer=made, progress=False)
+    trainer.fit(x, y, steps=3, batch_size=16)
+    for call in (model.get_weights, lambda: model.predict(x, verbose=0),
+                 lambda: model.save(str(tmp_path / "no.keras"))):
+        with pytest.raises(ValueError, match=rf"stage {stage}, 2 replicas.*call "
+                                             r"trainer\.unshard\(\)"):
+            call()
+    with pytest.raises(ValueError, match="call unshard"):
+        pargrad.SyncTrainer(model, strategy, progress=False)
+    trainer.unshard()
+    assert_same(model.get_weights(), trainer.gathered_weights())
+    model.save(str(tmp_path / "model.keras"))
+    loaded = keras.models.load_model(str(tmp_path / "model.keras"))
+    assert_same(loaded.get_weights(), trainer.gathered_weights())
+    assert np.array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
+
+
 @pytest.mark.parametrize("stage, error", [(0, ValueError), (4, ValueError), ("1", TypeError),
                                           (True, TypeError), (None, TypeError)])
 def test_bad_stage_is_refused(stage, error):
