@@ -98,6 +98,21 @@ Design choices, and why:
   (:func:`pargrad.memory.zero_bytes_sent`), to hold one layer at a time;
   gathering the whole model at once, as here, gains nothing from that.
 
+Mixed precision: under Keras's ``mixed_bfloat16`` policy the model's
+variables are float32 and each layer casts them to bfloat16 where it
+computes, as FSDP's mixed precision computes in bfloat16 on float32
+shards.  So the pieces, the owners' shards (the master weights) and the
+optimizer state are float32; the parameters are gathered in float32 and
+cast to bfloat16 per layer (FSDP gathers them already in bfloat16, half the
+bytes: not done here, to keep the update equal to the mirrored run's);
+the gradients, of float32 values, are reduced in float32.  It equals
+``SyncTrainer`` under the same policy bit for bit (the same casts on the
+same values), and holds ``state_bytes(..., precision="float32")``: 4 + 4 +
+8 bytes a parameter with Adam, where ZeRO's 2 + 2 + 12 keeps 16-bit
+parameters and gradients and a float32 master (the same 16 bytes at stage
+0; ZeRO shards 12 of them at stage 1, this trainer 8).  ``mixed_float16``
+is refused: it needs loss scaling.
+
 Not supported (refused with the reason): a model with non-trainable state
 (BatchNorm's moving statistics are updated on every replica by Keras's
 mirrored machinery, which a sharded update bypasses), variables of several
@@ -263,8 +278,10 @@ class ShardedTrainer(SyncTrainer):
         check_optimizer_in_scope("optimizer", optimizer, self.strategy)
         if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) or (
                 getattr(self.model.dtype_policy, "name", None) == "mixed_float16"):
-            raise ValueError(f"{type(self).__name__} does not train in mixed_float16 (no loss "
-                             "scaling of shards); use a float32 or float64 model.")
+            raise ValueError(f"{type(self).__name__} does not train in mixed_float16: float16 "
+                             "gradients underflow without loss scaling, which the owners' "
+                             "shard updates do not do; use the mixed_bfloat16 policy (bfloat16 "
+                             "has float32's range, no loss scaling needed), or float32.")
         return optimizer
 
     def _evaluation_model(self):
