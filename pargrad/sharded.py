@@ -98,6 +98,21 @@ Design choices, and why:
   (:func:`pargrad.memory.zero_bytes_sent`), to hold one layer at a time;
   gathering the whole model at once, as here, gains nothing from that.
 
+Mixed precision: under Keras's ``mixed_bfloat16`` policy the model's
+variables are float32 and each layer casts them to bfloat16 where it
+computes, as FSDP's mixed precision computes in bfloat16 on float32
+shards.  So the pieces, the owners' shards (the master weights) and the
+optimizer state are float32; the parameters are gathered in float32 and
+cast to bfloat16 per layer (FSDP gathers them already in bfloat16, half the
+bytes: not done here, to keep the update equal to the mirrored run's);
+the gradients, of float32 values, are reduced in float32.  It equals
+``SyncTrainer`` under the same policy bit for bit (the same casts on the
+same values), and holds ``state_bytes(..., precision="float32")``: 4 + 4 +
+8 bytes a parameter with Adam, where ZeRO's 2 + 2 + 12 keeps 16-bit
+parameters and gradients and a float32 master (the same 16 bytes at stage
+0; ZeRO shards 12 of them at stage 1, this trainer 8).  ``mixed_float16``
+is refused: it needs loss scaling.
+
 Not supported (refused with the reason): a model with non-trainable state
 (BatchNorm's moving statistics are updated on every replica by Keras's
 mirrored machinery, which a sharded update bypasses), variables of several
@@ -172,7 +187,11 @@ class ShardedTrainer(SyncTrainer):
     with ``tf.train.Checkpoint(trainer=trainer)``: it holds the pieces, the
     owners' optimizers and the position (not the released model);
     restored into a new trainer, training continues bit for bit.  The model
-    is released at every stage: call :meth:`unshard` to use it again.
+    is released at every stage: its ``get_weights``, ``predict``, ``save``
+    (and Keras's other methods that read weights) raise a ``ValueError``
+    that says to call :meth:`unshard` (or read :meth:`gathered_weights`),
+    as does a second trainer made on it; after ``unshard()`` the model
+    saves and loads as any Keras model.
 
     What it holds: ``replica_parameters[r]`` (the pieces of replica r's
     copy: all N at stages 1 and 2, its own at stage 3),
@@ -259,8 +278,10 @@ class ShardedTrainer(SyncTrainer):
         check_optimizer_in_scope("optimizer", optimizer, self.strategy)
         if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) or (
                 getattr(self.model.dtype_policy, "name", None) == "mixed_float16"):
-            raise ValueError(f"{type(self).__name__} does not train in mixed_float16 (no loss "
-                             "scaling of shards); use a float32 or float64 model.")
+            raise ValueError(f"{type(self).__name__} does not train in mixed_float16: float16 "
+                             "gradients underflow without loss scaling, which the owners' "
+                             "shard updates do not do; use the mixed_bfloat16 policy (bfloat16 "
+                             "has float32's range, no loss scaling needed), or float32.")
         return optimizer
 
     def _evaluation_model(self):
@@ -338,6 +359,13 @@ class ShardedTrainer(SyncTrainer):
         model = self.model
         del self.model                            # untracked: not saved by tf.train.Checkpoint
         object.__setattr__(self, "model", model)
+        # The released model's own methods would fail on storage that is gone (TypeError:
+        # 'NoneType' object is not callable): they say what to do instead, until unshard().
+        where = (f"This model's weights live in a {type(self).__name__}'s shards (stage "
+                 f"{self.stage}, {self.replicas} replicas), not in its variables")
+        for method in RELEASED_METHODS:
+            object.__setattr__(model, method, _released_method(method, where))
+        object.__setattr__(model, "_pargrad_released", where)
 
     def variables_by_component(self):
         """``[(component, tf.Variable)]``: every variable holding training state, by component.
@@ -415,6 +443,8 @@ class ShardedTrainer(SyncTrainer):
                 for variable, value in zip(self.model.trainable_variables,
                                            self.gathered_weights()):
                     variable._initialize(value)
+            for method in RELEASED_METHODS + ("_pargrad_released",):
+                object.__delattr__(self.model, method)
             self._released = False
             self._unsharded = True
         return self.model
@@ -644,6 +674,20 @@ class _ShardedState(tf.__internal__.tracking.Trackable):
         ops += [tf_variable(owner.iterations).assign(restored_tensors["iterations"])
                 for owner in t.owner_optimizers]
         return tf.group(ops)
+
+
+# The methods of a released model that say to call unshard() (instance attributes).
+RELEASED_METHODS = ("get_weights", "set_weights", "predict", "evaluate", "fit", "save",
+                    "save_weights", "predict_on_batch", "train_on_batch", "test_on_batch")
+
+
+def _released_method(method, where):
+    def refused(*args, **kwargs):
+        raise ValueError(f"{where}, so model.{method} cannot run; call trainer.unshard() to "
+                         "put them back into the model first (the trainer then stops "
+                         "training it), or read trainer.gathered_weights().")
+    refused.__name__ = method
+    return refused
 
 
 def _refuse(trainer, name, value, default, reason):

@@ -313,6 +313,10 @@ class SyncTrainer(tf.Module):
                  accumulation_steps=1, progress=True, jit_compile=False, metrics=None,
                  stop_on_non_finite=True, sample_weight=None):
         super().__init__(name="sync_trainer")
+        released = getattr(model, "_pargrad_released", None)     # set by ShardedTrainer
+        if isinstance(released, str):
+            raise ValueError(f"{released}, so {type(self).__name__} cannot train it; call "
+                             "unshard() on that trainer first.")
         check_model_and_strategy(type(self).__name__, model, strategy)
         self.accumulation_steps = check_whole_number(
             "accumulation_steps", accumulation_steps, advice="Pass 1 for no accumulation.")

@@ -168,6 +168,28 @@ def test_stage_3_frees_the_model_and_unshard_gives_it_back():
         trainer.fit(x, y, steps=1, batch_size=16)
 
 
+@pytest.mark.parametrize("stage", [1, 3])
+def test_the_released_model_says_to_unshard_and_unshard_then_save_round_trips(stage, tmp_path):
+    strategy = pargrad.sync_strategy(2)
+    x, y = data()
+    model, made = small_model(strategy)
+    trainer = ShardedTrainer(model, strategy, stage=stage, optimizer=made, progress=False)
+    trainer.fit(x, y, steps=3, batch_size=16)
+    for call in (model.get_weights, lambda: model.predict(x, verbose=0),
+                 lambda: model.save(str(tmp_path / "no.keras"))):
+        with pytest.raises(ValueError, match=rf"stage {stage}, 2 replicas.*call "
+                                             r"trainer\.unshard\(\)"):
+            call()
+    with pytest.raises(ValueError, match="call unshard"):
+        pargrad.SyncTrainer(model, strategy, progress=False)
+    trainer.unshard()
+    assert_same(model.get_weights(), trainer.gathered_weights())
+    model.save(str(tmp_path / "model.keras"))
+    loaded = keras.models.load_model(str(tmp_path / "model.keras"))
+    assert_same(loaded.get_weights(), trainer.gathered_weights())
+    assert np.array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
+
+
 @pytest.mark.parametrize("stage, error", [(0, ValueError), (4, ValueError), ("1", TypeError),
                                           (True, TypeError), (None, TypeError)])
 def test_bad_stage_is_refused(stage, error):
@@ -324,3 +346,51 @@ def test_a_checkpoint_of_another_model_or_optimizer_is_refused_in_one_sentence(t
         with pytest.raises(ValueError, match=r"^This checkpoint, saved at stage 3 on 2 replicas, "
                                              r".* into this ShardedTrainer \(stage 1, 4 replicas\)"):
             tf.train.Checkpoint(trainer=other).read(path)
+
+
+# ----------------------------------------------------------------------------
+# Mixed precision (Keras's mixed_bfloat16 policy)
+# ----------------------------------------------------------------------------
+
+def bfloat16_model(strategy):
+    with strategy.scope():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((2,)),
+                                  keras.layers.Dense(5, activation="tanh", dtype="mixed_bfloat16"),
+                                  keras.layers.Dense(1, dtype="mixed_bfloat16")])
+        return model, keras.optimizers.Adam(1e-2)
+
+
+@pytest.mark.claim
+@pytest.mark.usefixtures("deterministic_ops")
+def test_mixed_bfloat16_equals_the_mirrored_run_and_holds_float32_state():
+    strategy = pargrad.sync_strategy(2)
+    x, y = data()
+    x, y = x.astype("float32"), y.astype("float32")
+    model, made = bfloat16_model(strategy)
+    reference = pargrad.SyncTrainer(model, strategy, optimizer=made, progress=False)
+    expected = reference.fit(x, y, steps=10, batch_size=16)
+    for stage in (1, 2, 3):
+        sharded_model, sharded_optimizer = bfloat16_model(strategy)
+        trainer = ShardedTrainer(sharded_model, strategy, stage=stage,
+                                 optimizer=sharded_optimizer, progress=False)
+        history = trainer.fit(x, y, steps=10, batch_size=16)
+        assert np.array_equal(history.loss, expected.loss)
+        assert_same(trainer.gathered_weights(), weights(model))
+        expected_bytes = pargrad.memory.state_bytes(21, replicas=2, stage=stage,
+                                                    precision="float32", optimizer="adam")
+        for held in pargrad.memory.bytes_by_device(trainer).values():
+            assert held == expected_bytes
+    one = pargrad.memory.state_bytes(1, replicas=1, stage=0, precision="float32")
+    assert one["total"] == 16 == pargrad.memory.state_bytes(1, replicas=1, stage=0,
+                                                            precision="mixed")["total"]
+
+
+def test_mixed_float16_is_refused_with_the_reason_and_what_to_do():
+    strategy = pargrad.sync_strategy(2)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, dtype="mixed_float16")])
+        made = keras.optimizers.Adam(1e-2)
+    model.dtype_policy = keras.DTypePolicy("mixed_float16")
+    with pytest.raises(ValueError, match="loss scaling.*mixed_bfloat16"):
+        ShardedTrainer(model, strategy, stage=1, optimizer=made)
