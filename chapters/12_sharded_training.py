@@ -294,9 +294,9 @@ assert largest_gap(reference.model.get_weights(), parabola_model(hidden=6, dtype
 # or after `fit`) holds the parameters and the owners' optimizer state
 # gathered and unpadded, and restoring cuts them into the new trainer's
 # shards, so it restores at another stage or replica count, as PyTorch's
-# distributed checkpoint reshards on load. A run saved at stage 3 after 50
-# steps and resumed at stage 2 in a new trainer, whose model started
-# elsewhere, against the uninterrupted 100 steps of stage 2; then
+# distributed checkpoint reshards on load. A run saved at stage 2 after 50
+# steps and resumed at stage 3 in a new trainer, whose model started
+# elsewhere, against the uninterrupted 100 steps of stage 3; then
 # `unshard()`, which puts stage 3's weights back into the Keras model
 # (released while the trainer trains) so that it predicts and saves:
 
@@ -304,16 +304,16 @@ assert largest_gap(reference.model.get_weights(), parabola_model(hidden=6, dtype
 import tempfile  # noqa: E402
 
 with tempfile.TemporaryDirectory() as folder:
-    first = trained(3, steps=50)
+    first = trained(2, steps=50)
     saved = tf.train.Checkpoint(trainer=first).save(f"{folder}/ckpt")
     with strategy.scope():
         other = parabola_model(seed=1, hidden=6, dtype="float64")
         adam = keras.optimizers.Adam(0.01)
-    resumed = ShardedTrainer(other, strategy, stage=2, loss="mse", optimizer=adam, progress=False)
+    resumed = ShardedTrainer(other, strategy, stage=3, loss="mse", optimizer=adam, progress=False)
     tf.train.Checkpoint(trainer=resumed).restore(saved).assert_consumed()
     resumed.fit(x64, y64, steps=50, batch_size=50)
-print(f"saved at stage 3, resumed at stage 2, against uninterrupted stage 2: weight gap "
-      f"{largest_gap(resumed.gathered_weights(), sharded[2].gathered_weights())}")
+print(f"saved at stage 2, resumed at stage 3, against uninterrupted stage 3: weight gap "
+      f"{largest_gap(resumed.gathered_weights(), sharded[3].gathered_weights())}")
 print(f"evaluate: loss {resumed.evaluate(x64, y64)['loss']:.6f}")
 model = sharded[3].unshard()  # the weights back in the Keras model: it predicts and saves again
 print(f"stage 3 after unshard(): model.get_weights() against gathered_weights(): gap "
@@ -571,6 +571,26 @@ assert abs(one_pass - cost.ring_all_reduce_time(nbytes, 64, ndr)) < 1e-12
 # `keras.optimizers.LossScaleOptimizer`), the factor lowered whenever a
 # gradient overflows. Counted as ZeRO counts: 2 bytes of 16-bit parameters,
 # 2 of gradients, 12 of float32 master weights and Adam's moments.
+# `ShardedTrainer` accepts `mixed_bfloat16` (equal to `SyncTrainer` under
+# the same policy) as Keras runs it: the variables stay float32 and each
+# layer casts them to bfloat16 when it computes, so it keeps float32
+# parameters and gradients and needs no separate master copy. Bytes a
+# parameter, on 64 devices:
+
+# %%
+for stage in range(4):
+    zero, here = (memory.state_bytes(6400, replicas=64, stage=stage, precision=precision,
+                                     optimizer="adam")["total"] / 6400
+                  for precision in ("mixed", "float32"))
+    print(f"stage {stage}: ZeRO's mixed precision {zero:5.2f}, ShardedTrainer under "
+          f"mixed_bfloat16 {here:5.2f} bytes a parameter")
+
+# %% [markdown]
+# The same 16 bytes unsharded; sharded, ZeRO's 16-bit weights and gradients
+# cost half of what stay float32 here, and its master copy sits with the
+# optimizer state, sharded from stage 1. `mixed_float16` is refused: it
+# needs loss scaling, which the trainer does not do for shards; use
+# `mixed_bfloat16`.
 #
 # ## When your model does not fit
 #
