@@ -403,11 +403,12 @@ def predicted_peak_bytes(row, replicas=REPLICAS):
       tape's);
     * the gradient held twice a replica while it changes form: at stage 0
       the tape's gradient and the all-reduced sum each replica receives
-      (one copy of the parameters' bytes); at stages 1 and 2 the tape's
-      per-variable gradients and the flat vector they are concatenated into
-      (two copies); at stage 3 the gathered weights and their gradient
-      (two copies of what is gathered at once: the whole model, as
-      ``ShardedTrainer`` gathers it now; one unit, where a trainer gathers
+      (one copy of the parameters' bytes); at stages 1 to 3 the weights
+      the model runs on (joined from the replica's pieces at stages 1 and
+      2, gathered from the owners at stage 3) and their gradient, then the
+      gradient and the flat vector it is joined into (two copies of what
+      is gathered at once: the whole model, as ``ShardedTrainer`` gathers
+      it now; one unit, ``row["gathered_bytes"]``, where a trainer gathers
       unit by unit, as FSDP does);
     * at stages 1 to 3, the reduce-scatter's result: each owner's sum of
       its slices, ``1/N`` of the parameters, one copy of them over the
@@ -416,7 +417,7 @@ def predicted_peak_bytes(row, replicas=REPLICAS):
       replica, kept from the forward to the backward pass (a few MB here).
 
     Returns ``{"state", "gradient_forms", "owners_sums", "activations",
-    "total"}`` in bytes.
+    "total"}`` in bytes (the book's tables print MB of 2**20 bytes).
     Taught in the chapter "When the model does not fit".
     """
     parameter_bytes = 4 * row["parameters"]
