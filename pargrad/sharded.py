@@ -340,6 +340,24 @@ class ShardedTrainer(SyncTrainer):
         self._release_model()
         self.state = _ShardedState(self)      # what tf.train.Checkpoint(trainer=...) saves
 
+    def transient_bytes(self):
+        """``{"gathered_parameters": bytes, "gradients": bytes}`` a replica holds as tensors
+        during a step, on top of its variables (:meth:`variables_by_component`).
+
+        The model runs on a tensor copy of the parameters' values (of the
+        replica's pieces at stages 1 and 2, of the owners' gathered shards at
+        stage 3): P values, kept from the forward pass to the end of the
+        backward pass by the tape (briefly twice that while the flat vector is
+        cut into the variables' shapes).  The replica's gradient is P values
+        too, until it is written to its buffer (stage 1) or reduce-scattered
+        (stages 2 and 3).  Stage 3 holds the whole model gathered, not one
+        layer at a time (see the module's docstring).  For predicting a
+        step's peak: variables + these + the activations.  Taught in the
+        chapter "When the model does not fit".
+        """
+        nbytes = self.parameter_count * self._dtype.size
+        return {"gathered_parameters": nbytes, "gradients": nbytes}
+
     def _own_piece(self, r):
         """Replica ``r``'s own shard of the parameters (piece ``r`` of its copy)."""
         pieces = self.replica_parameters[r]

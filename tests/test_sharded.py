@@ -394,3 +394,11 @@ def test_mixed_float16_is_refused_with_the_reason_and_what_to_do():
     model.dtype_policy = keras.DTypePolicy("mixed_float16")
     with pytest.raises(ValueError, match="loss scaling.*mixed_bfloat16"):
         ShardedTrainer(model, strategy, stage=1, optimizer=made)
+
+
+def test_transient_bytes_are_the_whole_models_values():
+    strategy = pargrad.sync_strategy(4)
+    for stage in (1, 3):
+        model, made = small_model(strategy)
+        trainer = ShardedTrainer(model, strategy, stage=stage, optimizer=made, progress=False)
+        assert trainer.transient_bytes() == {"gathered_parameters": 21 * 8, "gradients": 21 * 8}
