@@ -319,7 +319,8 @@ def stage_peaks(stages=(0, 1, 2, 3), width=PEAK_WIDTH, layers=PEAK_LAYERS, per_r
     Each stage runs in a process of its own, so that no other run's memory
     hides its peak.  Returns one row a stage: ``{"stage", "device",
     "resettable", "idle_mb", "peak_mb", "per_device_mb", "counted",
-    "parameters", "width", "layers", "per_replica", "unit_bytes"}``, where ``peak_mb`` is how far training
+    "parameters", "width", "layers", "per_replica", "transient_bytes",
+    "unit_bytes"}``, where ``peak_mb`` is how far training
     raised the peak above the idle process (TensorFlow imported, devices
     split).  On a CPU the four logical devices share one process and one
     allocator, so the peak is the resident set's (``VmHWM``), the sum over
@@ -380,6 +381,9 @@ def _stage_probe(stage, width, layers, per_replica, steps):
     for held in memory.bytes_by_device(trainer).values():
         for component, nbytes in held.items():
             counted[component] += nbytes
+    # What a replica holds as tensors during a step, as the trainer reports it (stages 1-3).
+    transient = (sum(trainer.transient_bytes().values())
+                 if hasattr(trainer, "transient_bytes") else None)
     per_device = None
     if gpus:
         per_device = [tf.config.experimental.get_memory_info(gpu)["peak"] / 2**20 for gpu in gpus]
@@ -390,6 +394,7 @@ def _stage_probe(stage, width, layers, per_replica, steps):
             "idle_mb": round(idle, 1), "peak_mb": round(peak, 1), "per_device_mb": per_device,
             "counted": counted, "parameters": model.count_params(),
             "width": width, "layers": layers, "per_replica": per_replica,
+            "transient_bytes": transient,
             "unit_bytes": 4 * (width * width + width)}
 
 
@@ -409,7 +414,9 @@ def predicted_peak_bytes(row, replicas=REPLICAS):
       gradient and the flat vector it is joined into (two copies of what
       is gathered at once: the whole model, as ``ShardedTrainer`` gathers
       it now; one unit, ``row["gathered_bytes"]``, where a trainer gathers
-      unit by unit, as FSDP does);
+      unit by unit, as FSDP does); where the row has the trainer's own
+      count, ``row["transient_bytes"]``
+      (:meth:`pargrad.ShardedTrainer.transient_bytes`), that count;
     * at stages 1 to 3, the reduce-scatter's result: each owner's sum of
       its slices, ``1/N`` of the parameters, one copy of them over the
       owners;
@@ -424,6 +431,8 @@ def predicted_peak_bytes(row, replicas=REPLICAS):
     gathered = row.get("gathered_bytes", parameter_bytes)
     copies = {0: parameter_bytes, 1: 2 * parameter_bytes, 2: 2 * parameter_bytes,
               3: 2 * gathered}[row["stage"]]
+    if row["stage"] >= 1 and row.get("transient_bytes") is not None:
+        copies = row["transient_bytes"]      # the trainer's own count (transient_bytes())
     parts = {"state": row["counted"]["total"], "gradient_forms": replicas * copies,
              "owners_sums": parameter_bytes if row["stage"] >= 1 else 0,
              "activations": replicas * 4 * row["layers"] * row["per_replica"] * row["width"]}
