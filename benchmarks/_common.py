@@ -1,9 +1,10 @@
-"""What the benchmarks share: the machine line, the perceptron and its data, interleaved best-of rounds, the RESULT line.
+"""What the benchmarks share: the machine line, the perceptron and its data on mirrored replicas, interleaved best-of rounds, the RESULT line.
 
 Not a benchmark itself.  A benchmark imports it after ``pargrad`` (which
 imports TensorFlow quietly).
 """
 
+import argparse
 import os
 import platform
 import time
@@ -35,6 +36,32 @@ def data():
     rng = np.random.default_rng(0)
     return (rng.standard_normal((EXAMPLES, FEATURES)).astype(np.float32),
             rng.standard_normal((EXAMPLES, 1)).astype(np.float32))
+
+
+def replica_parser(doc, rounds):
+    """The step-time benchmarks' parser: ``--replicas`` (2), ``--steps`` (100), ``--rounds``."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--replicas", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=100, help="steps a contender trains a round")
+    parser.add_argument("--rounds", type=int, default=rounds)
+    return parser
+
+
+def mirrored_perceptron_data(replicas):
+    """``replicas`` logical devices, a MirroredStrategy over them, the data and the global batch.
+
+    Prints the machine line.  Returns ``(devices, strategy, x, y, batch)``:
+    ``PER_REPLICA`` examples a replica.  Call it before TensorFlow has
+    placed anything (the devices are split here).
+    """
+    import pargrad
+    from pargrad.strategies import sync_strategy
+
+    devices = pargrad.logical_devices(replicas)
+    strategy = sync_strategy(replicas)
+    x, y = data()
+    print(describe_machine(devices))
+    return devices, strategy, x, y, PER_REPLICA * replicas
 
 
 def describe_machine(devices):

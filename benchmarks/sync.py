@@ -41,18 +41,16 @@ Keras's, are timed without their fixed cost a call (see
 ``per_step_of_calls``), which the script prints apart.
 """
 
-import argparse
-
-import pargrad  # first: it imports TensorFlow quietly
+import pargrad  # noqa: F401  (first: it imports TensorFlow quietly)
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from _common import (EXAMPLES, PER_REPLICA, best_of_rounds, data,
-                     describe_machine, perceptron, result_line, timed, verdict)
+from _common import (EXAMPLES, PER_REPLICA, best_of_rounds, describe_machine,
+                     mirrored_perceptron_data, perceptron, replica_parser, result_line, timed,
+                     verdict)
 from pargrad.book.instruments import InstrumentedSyncTrainer
-from pargrad.strategies import sync_strategy
 from pargrad.sync import SyncTrainer
 
 def squared_error_gradients(model, global_batch):
@@ -189,21 +187,14 @@ def keras_fit_with_xla_fails(strategy, x, y, batch):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--replicas", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=100, help="steps a contender trains per round")
-    parser.add_argument("--rounds", type=int, default=8)
+    parser = replica_parser(__doc__, rounds=8)
     parser.add_argument("--steps-per-call", type=int, default=100)
     args = parser.parse_args()
     k = args.steps_per_call
     if args.steps % k:
         parser.error(f"--steps ({args.steps}) must be a multiple of --steps-per-call ({k})")
 
-    devices = pargrad.logical_devices(args.replicas)
-    strategy = sync_strategy(args.replicas)
-    x, y = data()
-    batch = PER_REPLICA * args.replicas
-    print(describe_machine(devices))
+    devices, strategy, x, y, batch = mirrored_perceptron_data(args.replicas)
     print(f"MirroredStrategy over {strategy.extended.worker_devices}, all-reduce "
           f"{type(strategy.extended._cross_device_ops).__name__}; bare step on {devices[0]}; "
           f"global batch {batch} ({PER_REPLICA} a replica), {args.steps} steps a round, "

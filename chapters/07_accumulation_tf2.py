@@ -52,7 +52,7 @@ from pargrad.book import show_source  # noqa: E402
 from pargrad.book.plots_accumulation import peak_memory_against_batch  # noqa: E402
 from pargrad.book.plots_one_device import loss_curve  # noqa: E402
 from pargrad.accumulate import GradientAccumulator  # noqa: E402
-from pargrad.book.memory import peak_memory  # noqa: E402
+from pargrad.book.peaks import peak_memory  # noqa: E402
 from pargrad.book.parabola import parabola_data, parabola_model  # noqa: E402
 from pargrad.strategies import sync_strategy  # noqa: E402
 from pargrad.sync import SyncTrainer  # noqa: E402

@@ -354,15 +354,15 @@ assert cold[4 * same_examples] > cold[same_examples] + 0.1  # the control: more 
 # the gradients, one tensor per parameter, on every replica. We measure one
 # update without accumulation and one accumulating four micro-batches, each
 # in a fresh process, since memory a finished run gave back would hide the
-# next peak (`pargrad.book.memory`), on a wider network of the digits MLP's
+# next peak (`pargrad.book.peaks`), on a wider network of the digits MLP's
 # shape:
 
 # %% tags=["nbval-ignore-output"]
-from pargrad.book import memory
+from pargrad.book import peaks
 
-buffer_mb = memory.REPLICAS * memory.probe_parameter_bytes(1024) / 2**20
-plain_update = memory.sync_update_peak_memory(1, width=1024)
-accumulating = memory.sync_update_peak_memory(4, width=1024)
+buffer_mb = peaks.REPLICAS * peaks.probe_parameter_bytes(1024) / 2**20
+plain_update = peaks.sync_update_peak_memory(1, width=1024)
+accumulating = peaks.sync_update_peak_memory(4, width=1024)
 extra_buffers = (accumulating["rise_mb"] - plain_update["rise_mb"]) / buffer_mb
 print(f"peak rose by {plain_update['rise_mb']:.0f} MB without accumulation, "
       f"{accumulating['rise_mb']:.0f} MB accumulating 4 micro-batches ({accumulating['device']})")

@@ -13,6 +13,7 @@ they share (the chapter "What communication costs").
 import numpy as np
 
 from pargrad import cost
+from pargrad.checks import check_whole_number
 
 
 def ring_all_reduce(vectors):
@@ -68,3 +69,20 @@ def ring_bytes(parameter_bytes, replicas):
     "Communicating rarely".
     """
     return cost.ring_pattern(replicas).traffic * float(parameter_bytes)
+
+
+def sharded_step_bytes(parameter_bytes, replicas, *, gathers=1):
+    """Bytes each replica sends a step when the gradients are reduce-scattered once and the
+    parameters all-gathered ``gathers`` times: ``(gathers + 1) / 2 x`` :func:`ring_bytes`.
+
+    A reduce-scatter and an all-gather are each half of a ring all-reduce
+    (``(R - 1) / R`` of the bytes).  ``gathers=1``: an all-reduce's bytes
+    (ZeRO stages 0, 1 and 2, and :class:`pargrad.ShardedTrainer` when it
+    gathers the whole model once a step); ``gathers=2``: ZeRO stage 3,
+    which gathers each layer for the forward and again for the backward
+    pass, 1.5 x an all-reduce.  The one formula of the history
+    (:class:`pargrad.sharded.ShardedHistory`), :func:`pargrad.memory.zero_bytes_sent`
+    and the chapter "When the model does not fit", which teaches it.
+    """
+    gathers = check_whole_number("gathers", gathers, 1)
+    return (gathers + 1) / 2 * ring_bytes(parameter_bytes, replicas)

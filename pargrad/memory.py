@@ -9,8 +9,8 @@ PyTorch) keeps 1/N of some of them on each of N devices:
 stage  sharded over the N replicas                         held whole on each
 =====  ==================================================  ======================
 0      nothing (plain data parallelism, ``SyncTrainer``)   everything
-1      optimizer state, master weights                     parameters, gradients
-2      optimizer state, master weights, gradients          parameters
+1      optimizer state (and master weights, if any)        parameters, gradients
+2      optimizer state (and master weights), gradients     parameters
 3      everything                                          nothing
 =====  ==================================================  ======================
 
@@ -31,26 +31,33 @@ Bytes a parameter (``precision``):
   updates, with its state in float32 (Adam 4 + 4): the Ultra-Scale
   Playbook's 2 + 2 + 12 bytes a parameter, ZeRO's K = 12.
 
-Master weights in full precision: at stages 1 and 2 each owner keeps its
-shard of the parameters in a variable of its own, which its optimizer
-updates (a Keras optimizer updates a variable, and TensorFlow cannot update
-a slice of another variable in place); the updated shard is then gathered
-into every replica's full copy.  So ``"float32"``/``"float64"`` count one
-shard of master weights at stages 1 and 2 (DeepSpeed's flat fp32 partition
-does the same); at stage 0 the parameters are the master weights, and at
-stage 3 the shard *is* the parameters' only copy.
+No master copy in full precision: in ``"float32"``/``"float64"`` the
+parameters are the master weights.  Each owner's optimizer updates its
+shard in place, the shard being a piece of the owner's own copy of the
+parameters (:class:`pargrad.sharded.ShardedTrainer`), so stage 1 on one
+device holds exactly what data parallelism holds, and the totals are
+ZeRO's: with P, G, K the bytes a parameter of the parameters, gradients
+and optimizer state, Psi parameters and N replicas, per device
+
+* stage 0: (P + G + K) Psi;
+* stage 1: (P + G) Psi + K Psi / N;
+* stage 2: P Psi + (G + K) Psi / N;
+* stage 3: (P + G + K) Psi / N.
+
+A master copy exists only under mixed precision (16-bit parameters and
+gradients, float32 master weights in K, sharded with the optimizer state).
 
 A shard holds ``ceil(parameters / replicas)`` values: the parameters are
-flattened into one vector padded with zeros to a multiple of the replicas
-(:class:`pargrad.sharded.ShardedTrainer`), so the count is exact, not a
-fraction of a byte.
+flattened into one vector padded with zeros to a multiple of the replicas,
+so the count is exact, not a fraction of a byte; at stages 1 and 2 each
+replica's full copy is that padded vector, ``replicas x shard`` values
+(``parameters`` itself whenever the replicas divide it).
 """
 
 import numbers
 
+from pargrad.allreduce import sharded_step_bytes
 from pargrad.checks import ArgumentTypeError, check_choice, check_whole_number
-from pargrad.strategies import tf_variable
-from pargrad.sync import SyncTrainer
 
 PRECISIONS = ("float32", "float64", "mixed")
 OPTIMIZERS = ("sgd", "momentum", "adam")
@@ -91,7 +98,8 @@ def state_bytes(parameters, *, replicas, stage, precision="float32", optimizer="
     Returns ``{"parameters", "gradients", "optimizer_state",
     "master_weights", "total"}``, each in bytes per device (ints).  A
     sharded component holds ``ceil(parameters / replicas)`` values per
-    device, a whole one ``parameters``.  ``precision`` is ``"float32"``,
+    device, a whole one ``parameters`` (at stages 1 and 2 the parameters'
+    padded flat copy, ``replicas x ceil(parameters / replicas)``).  ``precision`` is ``"float32"``,
     ``"float64"`` or ``"mixed"`` (16-bit parameters and gradients, float32
     master weights and optimizer state); ``optimizer`` is ``"sgd"``,
     ``"momentum"`` or ``"adam"``.  Stage 0 is plain data parallelism.
@@ -104,10 +112,10 @@ def state_bytes(parameters, *, replicas, stage, precision="float32", optimizer="
         state  = 4 if mixed else value                          # optimizer, master
         shard  = ceil(parameters / replicas)
         count(c) = shard if stage shards c else parameters
-        parameters      = value x count(parameters)
+        parameters      = value x (replicas x shard if stage in (1, 2) else count(parameters))
         gradients       = value x count(gradients)
         optimizer_state = state x values_per_parameter(optimizer) x count(optimizer_state)
-        master_weights  = state x count(master_weights)   if mixed or stage in (1, 2) else 0
+        master_weights  = state x count(master_weights)   if mixed else 0
 
     Taught in the chapter "When the model does not fit".
     """
@@ -124,9 +132,10 @@ def state_bytes(parameters, *, replicas, stage, precision="float32", optimizer="
     def count(component):
         return shard if component in sharded else parameters
 
-    has_master = precision == "mixed" or stage in (1, 2)
+    has_master = precision == "mixed"        # in full precision the parameters are the master
+    padded_copy = replicas * shard if stage in (1, 2) else count("parameters")
     held = {
-        "parameters": value * count("parameters"),
+        "parameters": value * padded_copy,
         "gradients": value * count("gradients"),
         "optimizer_state": state * STATE_VALUES[optimizer] * count("optimizer_state"),
         "master_weights": state * count("master_weights") if has_master else 0,
@@ -142,13 +151,12 @@ def zero_bytes_sent(parameter_bytes, *, replicas, stage):
     stages 1 and 2 as a reduce-scatter of the gradients and an all-gather
     of the updated parameters); stage 3: 1.5 times that (the parameters
     are all-gathered twice, for the forward and for the backward pass, and
-    the gradients reduce-scattered once).  Taught in the chapter "When the
-    model does not fit".
+    the gradients reduce-scattered once): :func:`pargrad.allreduce.sharded_step_bytes`
+    with one or two gathers.  Taught in the chapter "When the model does not fit".
     """
     replicas = check_whole_number("replicas", replicas, 1)
-    stage = check_stage(stage, advice="Pass 0, 1, 2 or 3.")
-    half = (replicas - 1) / replicas * parameter_bytes
-    return (3 if stage == 3 else 2) * half
+    gathers = 2 if "parameters" in sharded_components(stage) else 1
+    return sharded_step_bytes(parameter_bytes, replicas, gathers=gathers)
 
 
 # ----------------------------------------------------------------------------
@@ -158,55 +166,26 @@ def zero_bytes_sent(parameter_bytes, *, replicas, stage):
 def bytes_by_device(trainer):
     """``{device name: {component: bytes, ..., "total": bytes}}`` that ``trainer`` holds.
 
-    Counted by walking the variables that TensorFlow holds for the trainer
-    (its model's, its optimizers', its own buffers) and grouping them by the
+    Counted from the variables the trainer reports by component
+    (``trainer.variables_by_component()``: :meth:`pargrad.SyncTrainer.variables_by_component`,
+    :meth:`pargrad.ShardedTrainer.variables_by_component`), grouped by the
     device each lives on.  Components as :func:`state_bytes`: parameters,
-    gradients, optimizer_state, master_weights.
-
-    * A :class:`pargrad.sharded.ShardedTrainer` says which of its variables
-      is which (:meth:`~pargrad.sharded.ShardedTrainer.variables_by_component`);
-      it keeps its gradients in variables (full-size per replica at stage 1,
-      the owner's shard at stages 2 and 3), as PyTorch's ``.grad``.
-    * A :class:`pargrad.SyncTrainer` is stage 0: its model's mirrored
-      variables (one copy on each replica's device) and its optimizer's
-      slots.  It keeps no gradient variables: its gradients are tensors that
-      live from the backward pass to the update, one full set per replica;
-      they are counted as ``gradients`` at the size of the trainable
-      variables, so that the stages compare like for like.  Counters (the
-      optimizer's iteration count and learning rate, the trainer's
-      position) are not counted.
+    gradients, optimizer_state, master_weights.  A ``SyncTrainer`` keeps its
+    gradients as tensors that live from the backward pass to the update: it
+    reports them at the size of its parameters, so that the stages compare
+    like for like; a ``ShardedTrainer`` keeps them in variables (full-size
+    per replica at stage 1, the owner's shard at stages 2 and 3), as
+    PyTorch's ``.grad``.  Counters (iteration counts, learning rates, the
+    position) are not counted.  This module imports no trainer.
 
     Taught in the chapter "When the model does not fit".
     """
     counter = getattr(trainer, "variables_by_component", None)
-    if counter is not None:
-        return _grouped(counter())
-    if isinstance(trainer, SyncTrainer):
-        return _grouped(_sync_variables(trainer))
-    raise TypeError(f"bytes_by_device counts a pargrad.SyncTrainer or ShardedTrainer, got "
-                    f"{type(trainer).__name__}; pass the trainer you fit with.")
-
-
-def _components(variable):
-    """The per-device tensors behind ``variable`` (a Keras, mirrored or plain variable)."""
-    inner = tf_variable(variable)
-    values = getattr(inner, "values", None)   # a MirroredVariable's components
-    return list(values) if values is not None else [inner]
-
-
-def _sync_variables(trainer):
-    """``[(component, tf.Variable)]`` for a SyncTrainer: stage 0."""
-    rows = []
-    for variable in trainer.model.trainable_variables:
-        rows += [("parameters", v) for v in _components(variable)]
-        rows += [("gradients", v) for v in _components(variable)]     # the transient gradient
-    optimizer = getattr(trainer.optimizer, "inner_optimizer", trainer.optimizer)
-    counters = {id(optimizer.iterations), id(getattr(optimizer, "_learning_rate", None))}
-    for variable in optimizer.variables:
-        if id(variable) in counters or variable.shape.rank == 0:
-            continue
-        rows += [("optimizer_state", v) for v in _components(variable)]
-    return rows
+    if not callable(counter):
+        raise TypeError(f"bytes_by_device counts a trainer that reports its variables by "
+                        f"component (pargrad.SyncTrainer, pargrad.ShardedTrainer), got "
+                        f"{type(trainer).__name__}; pass the trainer you fit with.")
+    return _grouped(counter())
 
 
 def _grouped(rows):

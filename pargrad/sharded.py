@@ -51,11 +51,18 @@ Design choices, and why:
   strategy under ``tf.device(owner's device)`` so that its variables (its
   moments, its step counter) live on the owner's device, and the step
   calls it in cross-replica context under the same device: a plain
-  one-device update of one variable, the owner's shard.  That shard is a
-  variable of its own: a Keras optimizer updates a variable, and
-  TensorFlow cannot update a slice of another variable in place, so at
-  stages 1 and 2 each owner holds its 1/N of the parameters twice (its
-  shard, and inside its full copy), counted as ``master_weights``.
+  one-device update of one variable, the owner's shard.
+* **No master copy.**  A Keras optimizer updates a variable, and Keras 3's
+  ``stateless_apply`` (update values, not variables) is refused by its
+  TensorFlow backend.  So each replica's copy of the parameters is held as
+  N variables, the *pieces* of the flat vector (``replica_parameters[r]``),
+  and owner s's shard is piece s of its own copy: its optimizer updates it
+  in place, and the all-gather copies it into the other replicas' piece s.
+  Each replica holds its 1/N once, so stage 1 on one device holds exactly
+  what data parallelism holds (:func:`pargrad.memory.state_bytes`, ZeRO's
+  (P + G) Psi + K Psi / N).  The model runs on the concatenated pieces
+  (``stateless_call``) at every stage, so its own variables are released
+  (below).
 * **Reduce-scatter, emulated.**  TensorFlow has none on a CPU
   (``CollectiveReduceScatterV2`` has no CPU kernel, and ``ReplicaContext``
   offers only ``all_reduce`` and ``all_gather``).  pargrad sends each
@@ -77,18 +84,34 @@ Design choices, and why:
   accumulation, the accumulator).  So :func:`pargrad.memory.bytes_by_device`
   counts the gradient memory from what TensorFlow holds, as for
   PyTorch's ``.grad``.
-* **Stage 3 frees the model's own variables**: after the trainer copies
-  them into the shards it releases each Keras variable's storage, so that
-  only the shards hold parameters; the model runs on gathered tensors
-  (``stateless_call``).  :meth:`ShardedTrainer.gathered_weights` returns the
-  weights; :meth:`ShardedTrainer.unshard` puts them back into the model
-  (after which the trainer no longer trains it).  The gathered weights stay
+* **The trainer frees the model's own variables** (every stage): after it
+  copies them into the pieces it releases each Keras variable's storage, so
+  that only the pieces hold parameters; the model runs on their values
+  (``stateless_call``; at stage 3 gathered from the owners).
+  :meth:`ShardedTrainer.gathered_weights` returns the weights;
+  :meth:`ShardedTrainer.unshard` puts them back into the model (after which
+  the trainer no longer trains it).  The gathered weights stay
   alive from the forward to the end of the backward pass (the tape holds
   them), so a step gathers them once: stage 3 sends what stages 1 and 2
   send.  ZeRO frees each layer's weights after its forward and gathers them
   again for its backward, 1.5 times the bytes
   (:func:`pargrad.memory.zero_bytes_sent`), to hold one layer at a time;
   gathering the whole model at once, as here, gains nothing from that.
+
+Mixed precision: under Keras's ``mixed_bfloat16`` policy the model's
+variables are float32 and each layer casts them to bfloat16 where it
+computes, as FSDP's mixed precision computes in bfloat16 on float32
+shards.  So the pieces, the owners' shards (the master weights) and the
+optimizer state are float32; the parameters are gathered in float32 and
+cast to bfloat16 per layer (FSDP gathers them already in bfloat16, half the
+bytes: not done here, to keep the update equal to the mirrored run's);
+the gradients, of float32 values, are reduced in float32.  It equals
+``SyncTrainer`` under the same policy bit for bit (the same casts on the
+same values), and holds ``state_bytes(..., precision="float32")``: 4 + 4 +
+8 bytes a parameter with Adam, where ZeRO's 2 + 2 + 12 keeps 16-bit
+parameters and gradients and a float32 master (the same 16 bytes at stage
+0; ZeRO shards 12 of them at stage 1, this trainer 8).  ``mixed_float16``
+is refused: it needs loss scaling.
 
 Not supported (refused with the reason): a model with non-trainable state
 (BatchNorm's moving statistics are updated on every replica by Keras's
@@ -107,15 +130,15 @@ from pargrad._quiet import import_tensorflow_quietly
 tf = import_tensorflow_quietly()
 import keras  # noqa: E402  (after the quiet TensorFlow import)
 
+from pargrad.allreduce import sharded_step_bytes  # noqa: E402
 from pargrad.checks import check_flag  # noqa: E402
-from pargrad.memory import check_stage  # noqa: E402
+from pargrad.memory import check_stage, sharded_components  # noqa: E402
 from pargrad.strategies import (  # noqa: E402
-    ReplicaEvaluation,
     check_optimizer_in_scope,
     check_rate_or_optimizer,
     tf_variable,
 )
-from pargrad.sync import NON_FINITE_MARK, SyncHistory, SyncTrainer  # noqa: E402
+from pargrad.sync import SyncHistory, SyncTrainer, optimizer_slots  # noqa: E402
 
 
 @dataclasses.dataclass
@@ -161,11 +184,18 @@ class ShardedTrainer(SyncTrainer):
 
     ``fit``, ``evaluate``, callbacks, validation and exact resume are
     SyncTrainer's; ``fit`` returns a :class:`ShardedHistory`.  Checkpoint
-    with ``tf.train.Checkpoint(trainer=trainer)``: it holds the model (at
-    stages 1 and 2), the shards, the owners' optimizers and the position;
-    restored into a new trainer, training continues bit for bit.
+    with ``tf.train.Checkpoint(trainer=trainer)``: it holds the pieces, the
+    owners' optimizers and the position (not the released model);
+    restored into a new trainer, training continues bit for bit.  The model
+    is released at every stage: its ``get_weights``, ``predict``, ``save``
+    (and Keras's other methods that read weights) raise a ``ValueError``
+    that says to call :meth:`unshard` (or read :meth:`gathered_weights`),
+    as does a second trainer made on it; after ``unshard()`` the model
+    saves and loads as any Keras model.
 
-    What it holds: ``parameter_shards[s]``, ``owner_optimizers[s]`` and
+    What it holds: ``replica_parameters[r]`` (the pieces of replica r's
+    copy: all N at stages 1 and 2, its own at stage 3),
+    ``parameter_shards[s]`` (owner s's piece), ``owner_optimizers[s]`` and
     ``gradient_buffers[s]`` (on device s), ``parameter_count`` (P) and
     ``shard_size`` (``ceil(P / N)``); :meth:`gathered_weights`,
     :meth:`gathered_slots`, :meth:`replica_weights` and :meth:`padding`
@@ -181,37 +211,50 @@ class ShardedTrainer(SyncTrainer):
     """
 
     def __init__(self, model, strategy, *, stage, optimizer=None, learning_rate=None, loss=None,
-                 accumulation_steps=1, progress=True, stop_on_non_finite=True):
+                 accumulation_steps=1, progress=True, stop_on_non_finite=True, metrics=None,
+                 jit_compile=False, sample_weight=None):
+        name = type(self).__name__
         stage = check_stage(stage, allowed=(1, 2, 3), advice=(
             "Pass 1 (optimizer state sharded), 2 (and gradients) or 3 (and parameters); "
             "for stage 0, plain data parallelism, use pargrad.SyncTrainer."))
         check_flag("stop_on_non_finite", stop_on_non_finite)
+        _refuse(name, "metrics", metrics, None, (
+            "The metrics would be updated by every replica on its shard, but the sharded "
+            "step runs the model on gathered weights outside Keras's metric machinery; "
+            "evaluate them after fit (trainer.evaluate) or train with pargrad.SyncTrainer."))
+        _refuse(name, "jit_compile", jit_compile, False, (
+            "The sharded step's reduce-scatter and all-gather are copies between the "
+            "replicas' devices, and an XLA computation runs on one device; pass "
+            "jit_compile=False."))
+        _refuse(name, "sample_weight", sample_weight, None, (
+            "The sharded step divides every replica's loss by the global batch size, not "
+            "by a total weight all-reduced first; use pargrad.SyncTrainer for a weighted "
+            "loss."))
         if not isinstance(strategy, tf.distribute.MirroredStrategy):
             raise TypeError(
-                f"ShardedTrainer needs a tf.distribute.MirroredStrategy over this process's "
+                f"{name} needs a tf.distribute.MirroredStrategy over this process's "
                 f"devices, got {type(strategy).__name__}; make one with pargrad.sync_strategy(n) "
                 "(without TF_CONFIG).")
         if isinstance(model, keras.Model) and model.non_trainable_variables:
             names = [v.path for v in model.non_trainable_variables]
             raise ValueError(
-                f"ShardedTrainer trains models whose every variable is trainable; this model "
+                f"{name} trains models whose every variable is trainable; this model "
                 f"holds non-trainable state {names[:4]} (BatchNormalization's moving "
                 "statistics?), which Keras updates on every replica outside the optimizer, "
                 "so a sharded update would leave it out. Use pargrad.SyncTrainer for this "
                 "model, or a normalization without state (LayerNormalization).")
         if tf.distribute.has_strategy():
             raise ValueError(
-                "Make the ShardedTrainer outside `with strategy.scope():` (build the model and "
+                f"Make the {name} outside `with strategy.scope():` (build the model and "
                 "the optimizer inside it): the owners' shards and optimizers live on one "
                 "device each, not mirrored.")
         self._stage = stage
+        # What this stage splits over the replicas (read as components, never as a number).
+        self._sharded = sharded_components(stage)
+        self._unsharded = False
         super().__init__(model, strategy, loss=loss, optimizer=optimizer,
                          learning_rate=learning_rate, accumulation_steps=accumulation_steps,
                          progress=progress, stop_on_non_finite=stop_on_non_finite)
-        hint = ("To train on regardless, pass stop_on_non_finite=False to ShardedTrainer."
-                if self.stop_on_non_finite else None)
-        self._feed = dataclasses.replace(self._feed, finite_hint=hint, trainer="ShardedTrainer")
-        self._evaluation.feed = self._feed
         self._build_shards()
 
     # -- what the trainer holds -------------------------------------------------
@@ -221,24 +264,34 @@ class ShardedTrainer(SyncTrainer):
         """1, 2 or 3: which state is sharded (see the module's docstring)."""
         return self._stage
 
+    @property
+    def sharded(self):
+        """The components this stage splits over the replicas (:func:`pargrad.memory.sharded_components`)."""
+        return self._sharded
+
     def _make_optimizer(self, optimizer, learning_rate):
-        """The template optimizer (checked, unbuilt) and the failing-step records (plain variables)."""
-        check_rate_or_optimizer("ShardedTrainer", optimizer, learning_rate)
+        """The template optimizer, checked and left unbuilt: the owners build copies of it."""
+        check_rate_or_optimizer(type(self).__name__, optimizer, learning_rate)
         with self.strategy.scope():
             if optimizer is None:
                 optimizer = keras.optimizers.SGD(1e-2 if learning_rate is None else learning_rate)
         check_optimizer_in_scope("optimizer", optimizer, self.strategy)
         if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) or (
                 getattr(self.model.dtype_policy, "name", None) == "mixed_float16"):
-            raise ValueError("ShardedTrainer does not train in mixed precision (no loss scaling "
-                             "of shards); use a float32 or float64 model.")
-        with tf.device(self._host_device()):
-            self._seen_losses = tf.Variable(tf.zeros([self.replicas], tf.float64),
-                                            trainable=False)
-            self._seen_steps = tf.Variable(tf.constant(0, tf.int64), trainable=False)
-        if getattr(self.model, "optimizer", None) is None:
-            self.model.optimizer = optimizer
+            raise ValueError(f"{type(self).__name__} does not train in mixed_float16: float16 "
+                             "gradients underflow without loss scaling, which the owners' "
+                             "shard updates do not do; use the mixed_bfloat16 policy (bfloat16 "
+                             "has float32's range, no loss scaling needed), or float32.")
         return optimizer
+
+    def _evaluation_model(self):
+        """Stage 3: the model run on the weights gathered onto each replica; else the model."""
+        return _GatheredModel(self) if "parameters" in self._sharded else self.model
+
+    def _before_fit(self):
+        if self._unsharded:
+            raise ValueError(f"This trainer's model was unsharded (unshard()); make a new "
+                             f"{type(self).__name__} to train it again.")
 
     def _host_device(self):
         return tf.DeviceSpec.from_string(self.strategy.extended.worker_devices[0]).replace(
@@ -249,7 +302,7 @@ class ShardedTrainer(SyncTrainer):
         variables = self.model.trainable_variables
         dtypes = {v.dtype for v in variables}
         if len(dtypes) > 1:
-            raise ValueError(f"ShardedTrainer flattens the trainable variables into one vector, "
+            raise ValueError(f"{type(self).__name__} flattens the trainable variables into one vector, "
                              f"so they must share one dtype; this model's hold {sorted(dtypes)}.")
         self._dtype = tf.as_dtype(variables[0].dtype)
         self._shapes = [tuple(v.shape) for v in variables]
@@ -263,57 +316,92 @@ class ShardedTrainer(SyncTrainer):
             [np.asarray(v.numpy()).ravel() for v in variables])
         L = self.shard_size
         config = self.optimizer.get_config()
-        self.parameter_shards, self.owner_optimizers, self.gradient_buffers = [], [], []
-        for s, device in enumerate(self._devices):
+        whole = "parameters" not in self._sharded
+        # replica_parameters[r]: the pieces of the flat vector that replica r holds, on its
+        # device: all N at stages 1 and 2 (its full copy), only its own at stage 3.  Owner
+        # s's shard is piece s of its own copy: the variable its optimizer updates in place.
+        # Plain lists (object.__setattr__), not tracked: the checkpoint holds the state in a
+        # layout that does not depend on the stage or the replicas (_ShardedState).
+        for name in ("replica_parameters", "owner_optimizers", "gradient_buffers"):
+            object.__setattr__(self, name, [])
+        for r, device in enumerate(self._devices):
             with tf.device(device):
-                shard = keras.Variable(flat[s * L:(s + 1) * L], dtype=self._dtype.name,
-                                       trainable=False, name=f"parameters_shard_{s}")
+                self.replica_parameters.append([
+                    keras.Variable(flat[s * L:(s + 1) * L], dtype=self._dtype.name,
+                                   trainable=False, name=f"parameters_{r}_piece_{s}")
+                    for s in range(n) if whole or s == r])
                 owner = type(self.optimizer).from_config(config)
-                owner.build([shard])
-                self.parameter_shards.append(shard)
+                owner.build([self._own_piece(r)])
                 self.owner_optimizers.append(owner)
                 # Stage 1: each replica's full-size gradient; 2 and 3: the owner's reduced shard.
-                size = self.parameter_count if self._stage == 1 else L
+                size = L if "gradients" in self._sharded else self.parameter_count
                 self.gradient_buffers.append(tf.Variable(
-                    tf.zeros([size], self._dtype), trainable=False, name=f"gradients_{s}"))
-        if self._stage == 3:
-            self._release_model_variables()
-            self._evaluation = ReplicaEvaluation(self.strategy, _GatheredModel(self),
-                                                 self.loss, [], self._feed)
+                    tf.zeros([size], self._dtype), trainable=False, name=f"gradients_{r}"))
+        self._release_model()
+        self.state = _ShardedState(self)      # what tf.train.Checkpoint(trainer=...) saves
 
-    def _release_model_variables(self):
-        """Stage 3: drop the storage of the model's variables; the shards hold the parameters."""
+    def transient_bytes(self):
+        """``{"gathered_parameters": bytes, "gradients": bytes}`` a replica holds as tensors
+        during a step, on top of its variables (:meth:`variables_by_component`).
+
+        The model runs on a tensor copy of the parameters' values (of the
+        replica's pieces at stages 1 and 2, of the owners' gathered shards at
+        stage 3): P values, kept from the forward pass to the end of the
+        backward pass by the tape (briefly twice that while the flat vector is
+        cut into the variables' shapes).  The replica's gradient is P values
+        too, until it is written to its buffer (stage 1) or reduce-scattered
+        (stages 2 and 3).  Stage 3 holds the whole model gathered, not one
+        layer at a time (see the module's docstring).  For predicting a
+        step's peak: variables + these + the activations.  Taught in the
+        chapter "When the model does not fit".
+        """
+        nbytes = self.parameter_count * self._dtype.size
+        return {"gathered_parameters": nbytes, "gradients": nbytes}
+
+    def _own_piece(self, r):
+        """Replica ``r``'s own shard of the parameters (piece ``r`` of its copy)."""
+        pieces = self.replica_parameters[r]
+        return pieces[r] if len(pieces) > 1 else pieces[0]
+
+    @property
+    def parameter_shards(self):
+        """The owners' shards of the parameters, ``[owner]`` (each a variable on its device)."""
+        return [self._own_piece(r) for r in range(len(self._devices))]
+
+    def _release_model(self):
+        """Drop the storage of the model's variables (the replicas' pieces hold the parameters)
+        and leave the model out of the trainer's checkpoint (the pieces are in it)."""
         for variable in self.model.trainable_variables:
             variable._value = None      # Keras's own "uninitialized" state (see the docstring)
         self._released = True
+        model = self.model
+        del self.model                            # untracked: not saved by tf.train.Checkpoint
+        object.__setattr__(self, "model", model)
+        # The released model's own methods would fail on storage that is gone (TypeError:
+        # 'NoneType' object is not callable): they say what to do instead, until unshard().
+        where = (f"This model's weights live in a {type(self).__name__}'s shards (stage "
+                 f"{self.stage}, {self.replicas} replicas), not in its variables")
+        for method in RELEASED_METHODS:
+            object.__setattr__(model, method, _released_method(method, where))
+        object.__setattr__(model, "_pargrad_released", where)
 
     def variables_by_component(self):
         """``[(component, tf.Variable)]``: every variable holding training state, by component.
 
         What :func:`pargrad.memory.bytes_by_device` counts: ``parameters``
-        (the model's copies on every replica at stages 1 and 2, the shards
-        at stage 3), ``master_weights`` (the owners' shards at stages 1 and
-        2), ``optimizer_state`` (the owners' slots) and ``gradients`` (the
-        gradient buffers).  Counters (step counts, learning rates) are left
-        out.
+        (every replica's pieces: its padded full copy at stages 1 and 2, its
+        shard at stage 3), ``optimizer_state`` (the owners' slots) and
+        ``gradients`` (the gradient buffers); no ``master_weights`` (the
+        owner's shard is a piece of its copy).  Counters (step counts,
+        learning rates) are left out.
         """
         rows = []
-        if self._stage < 3:
-            for variable in self.model.trainable_variables:
-                inner = tf_variable(variable)
-                rows += [("parameters", v) for v in getattr(inner, "values", [inner])]
-        kind = "parameters" if self._stage == 3 else "master_weights"
-        rows += [(kind, tf_variable(shard)) for shard in self.parameter_shards]
+        rows += [("parameters", tf_variable(piece)) for pieces in self.replica_parameters
+                 for piece in pieces]
         for owner in self.owner_optimizers:
-            rows += [("optimizer_state", tf_variable(v)) for v in self._slots(owner)]
+            rows += [("optimizer_state", tf_variable(v)) for v in optimizer_slots(owner)]
         rows += [("gradients", buffer) for buffer in self.gradient_buffers]
         return rows
-
-    @staticmethod
-    def _slots(optimizer):
-        """An optimizer's per-parameter variables (its moments), without its counters."""
-        counters = {id(optimizer.iterations), id(getattr(optimizer, "_learning_rate", None))}
-        return [v for v in optimizer.variables if id(v) not in counters and len(v.shape) > 0]
 
     # -- gathered views ---------------------------------------------------------
 
@@ -340,7 +428,7 @@ class ShardedTrainer(SyncTrainer):
         """
         by_name = {}
         for owner in self.owner_optimizers:
-            for slot in self._slots(owner):
+            for slot in optimizer_slots(owner):
                 name = slot.name.rsplit("_", 1)[-1]
                 by_name.setdefault(name, []).append(np.asarray(slot.numpy()))
         return {name: self._unflatten(np.concatenate(parts)) for name, parts in by_name.items()}
@@ -349,32 +437,32 @@ class ShardedTrainer(SyncTrainer):
         """The padded tail of the flat vector: parameters, gradient shard and slots (all zero)."""
         tail = slice(self.parameter_count, None)
         out = {"parameters": self._flat_parameters()[tail]}
-        for owner_slots in zip(*[self._slots(o) for o in self.owner_optimizers]):
+        for owner_slots in zip(*[optimizer_slots(o) for o in self.owner_optimizers]):
             name = owner_slots[0].name.rsplit("_", 1)[-1]
             out[name] = np.concatenate([np.asarray(v.numpy()) for v in owner_slots])[tail]
         return out
 
     def replica_weights(self):
         """Stages 1 and 2: each replica's full copy, ``[replica][variable]`` as NumPy arrays."""
-        if self._stage == 3:
-            raise ValueError("At stage 3 the replicas hold no full copy; read gathered_weights().")
-        copies = [[] for _ in self._devices]
-        for variable in self.model.trainable_variables:
-            for r, value in enumerate(tf_variable(variable).values):
-                copies[r].append(np.asarray(value.numpy()))
-        return copies
+        if "parameters" in self._sharded:
+            raise ValueError(f"At stage {self._stage} the replicas hold no full copy of the "
+                             "parameters; read gathered_weights().")
+        return [self._unflatten(np.concatenate([np.asarray(p.numpy()) for p in pieces]))
+                for pieces in self.replica_parameters]
 
     def unshard(self):
-        """Stage 3: put the gathered weights back into the model (mirrored); return the model.
+        """Put the gathered weights back into the model (mirrored); return the model.
 
         After it the model predicts and saves as any Keras model; this
         trainer no longer trains it.
         """
-        if self._stage == 3 and getattr(self, "_released", False):
+        if getattr(self, "_released", False):
             with self.strategy.scope():
                 for variable, value in zip(self.model.trainable_variables,
                                            self.gathered_weights()):
                     variable._initialize(value)
+            for method in RELEASED_METHODS + ("_pargrad_released",):
+                object.__delattr__(self.model, method)
             self._released = False
             self._unsharded = True
         return self.model
@@ -387,8 +475,14 @@ class ShardedTrainer(SyncTrainer):
         return start, min((s + 1) * self.shard_size, self.parameter_count)
 
     def _gathered(self):
-        """All-gather, on the current (replica's) device: the full flat parameters, unpadded."""
-        full = tf.concat([tf.identity(tf_variable(s)) for s in self.parameter_shards], 0)
+        """The full flat parameters (unpadded) on the current replica's device: its own copy at
+        stages 1 and 2, an all-gather of the owners' shards at stage 3."""
+        pieces = self.parameter_shards
+        context = tf.distribute.get_replica_context()
+        if "parameters" not in self._sharded and context is not None:
+            replica = tf.get_static_value(context.replica_id_in_sync_group)
+            pieces = self.replica_parameters[int(replica)]
+        full = tf.concat([tf.identity(tf_variable(p)) for p in pieces], 0)
         return full[:self.parameter_count]
 
     def _values(self, flat):
@@ -396,9 +490,9 @@ class ShardedTrainer(SyncTrainer):
         pieces = tf.split(flat, self._sizes)
         return [tf.reshape(p, shape) for p, shape in zip(pieces, self._shapes)]
 
-    def _stage3_gradients(self, x, y, global_batch_size):
-        """Stage 3: the loss and flat gradient of ``(x, y)``, run on the gathered weights.
-        """
+    def _stateless_gradients(self, x, y, global_batch_size):
+        """The loss and gradients of ``(x, y)``, the model run on the replica's flat parameters
+        (gathered at stage 3) with Keras's ``stateless_call``."""
         values = self._values(self._gathered())      # all-gather: the weights, as tensors
         with tf.GradientTape() as tape:
             tape.watch(values)
@@ -417,15 +511,16 @@ class ShardedTrainer(SyncTrainer):
 
     def _replica_gradients_flat(self, x, y, global_batch_size, micro):
         """In replica context: this replica's loss and flat gradient (``micro``: one micro-batch)."""
-        if micro is not None:
-            x, y = x[micro], y[micro]
-        if self._stage == 3:
-            loss, grads = self._stage3_gradients(x, y, global_batch_size)
-        elif micro is not None:
-            loss, grads = self._gradients(x, y, self.model.trainable_variables, global_batch_size)
-        else:
-            loss, grads = self._local_gradients(x, y, global_batch_size)
-        return loss, self._flat(grads)
+        micros = [(x[micro], y[micro])] if micro is not None else (
+            [(x, y)] if self.accumulation_steps == 1
+            else [(x[i], y[i]) for i in range(self.accumulation_steps)])
+        loss, flat = None, None
+        for xb, yb in micros:      # stage 1's micro-batches added on the replica, as SyncTrainer
+            micro_loss, grads = self._stateless_gradients(xb, yb, global_batch_size)
+            micro_flat = self._flat(grads)
+            loss = micro_loss if loss is None else loss + micro_loss
+            flat = micro_flat if flat is None else flat + micro_flat
+        return loss, flat
 
     def _reduce_scatter(self, flats):
         """Emulated reduce-scatter: owner s adds the replicas' slices s, in replica order.
@@ -457,7 +552,8 @@ class ShardedTrainer(SyncTrainer):
         Shown in the chapter "When the model does not fit".
         """
         k = self.accumulation_steps
-        micros = list(range(k)) if (self._stage >= 2 and k > 1) else [None]
+        # Sharded gradients are reduced a micro-batch at a time; whole ones accumulate first.
+        micros = list(range(k)) if ("gradients" in self._sharded and k > 1) else [None]
         losses = 0
         for i, micro in enumerate(micros):
             def replica_step(micro=micro):
@@ -469,12 +565,12 @@ class ShardedTrainer(SyncTrainer):
             # Each replica's loss, its micro-batches added first (as SyncTrainer does).
             losses = list(loss) if i == 0 else [a + l for a, l in zip(losses, loss)]
             flats = self.strategy.experimental_local_results(flat)
-            if self._stage == 1:
+            if "gradients" not in self._sharded:
                 # Each replica keeps its full gradient in its buffer, then reduce-scatter.
                 flats = [self._assigned(self.gradient_buffers[r], f, r)
                          for r, f in enumerate(flats)]
             shards = self._reduce_scatter(flats)
-            if self._stage >= 2:
+            if "gradients" in self._sharded:
                 shards = [self._assigned(self.gradient_buffers[s], g, s, add=i > 0)
                           for s, g in enumerate(shards)]
         check = self._check_finite(losses)
@@ -485,7 +581,7 @@ class ShardedTrainer(SyncTrainer):
                     self.owner_optimizers[s].apply_gradients([(shards[s],
                                                                self.parameter_shards[s])])
                     updates.append(tf.identity(tf_variable(self.parameter_shards[s])))
-            if self._stage < 3:
+            if "parameters" not in self._sharded:
                 self._all_gather(updates)
         with tf.device(self._devices[0]):     # the replicas' sum, as strategy.reduce adds it
             total = _sum_in_order(*losses)
@@ -498,14 +594,12 @@ class ShardedTrainer(SyncTrainer):
             return tf.identity(written)      # read after the write
 
     def _all_gather(self, shards):
-        """Stages 1 and 2: every replica's full copy of the weights assigned from the shards."""
-        full_flat = None
-        variables = [tf_variable(v) for v in self.model.trainable_variables]
+        """Stages 1 and 2: each owner's updated shard copied into every other replica's copy."""
         for r, device in enumerate(self._devices):
             with tf.device(device):
-                full_flat = tf.concat([tf.identity(s) for s in shards], 0)[:self.parameter_count]
-                for variable, value in zip(variables, self._values(full_flat)):
-                    variable.values[r].assign(value)
+                for s, piece in enumerate(self.replica_parameters[r]):
+                    if s != r:
+                        tf_variable(piece).assign(shards[s])
 
     def _check_finite(self, losses):
         """The finite-loss check (with ``stop_on_non_finite``) on every replica's loss, on the host."""
@@ -513,42 +607,112 @@ class ShardedTrainer(SyncTrainer):
             return []
         with tf.device(self._host_device()):
             stacked = tf.stack([tf.cast(loss, tf.float64) for loss in losses])
-            noted = [self._seen_losses.assign(stacked), self._seen_steps.assign_add(1)]
-            with tf.control_dependencies(noted):
-                return [tf.debugging.Assert(tf.reduce_all(tf.math.is_finite(stacked)),
-                                            [NON_FINITE_MARK])]
-
-    def _counts(self):
-        seen = int(self._seen_steps.numpy()) if self.stop_on_non_finite else 0
-        return seen, 0
-
-    def _non_finite_error(self, step):
-        error = super()._non_finite_error(step)
-        error.args = tuple(str(a).replace("SyncTrainer", "ShardedTrainer") for a in error.args)
-        return error
+            return [self._finite_check(stacked)]
 
     # -- the loop ---------------------------------------------------------------
 
-    def fit(self, x, y=None, *, batch_size=None, epochs=None, steps=None, shuffle=None,
-            seed=None, validation_data=None, validation_batch_size=None, callbacks=None,
-            steps_per_call=1):
-        """Train as :meth:`pargrad.SyncTrainer.fit` does (the same arguments); return a
-        :class:`ShardedHistory`.  Taught in the chapter "When the model does not fit"."""
-        if getattr(self, "_unsharded", False):
-            raise ValueError("This trainer's model was unsharded (unshard()); make a new "
-                             "ShardedTrainer to train it again.")
-        return super().fit(x, y, batch_size=batch_size, epochs=epochs, steps=steps,
-                           shuffle=shuffle, seed=seed, validation_data=validation_data,
-                           validation_batch_size=validation_batch_size, callbacks=callbacks,
-                           steps_per_call=steps_per_call)
+    # All-gathers of the parameters a step: one, before the update's use (stages 1 and
+    # 2: after it; stage 3: before the forward pass, kept through the backward pass).
+    gathers_per_step = 1
 
     def _history(self, records, keras_history, source):
+        """SyncHistory's fields, plus the bytes sent a step (:func:`pargrad.allreduce.sharded_step_bytes`)."""
         base = super()._history(records, keras_history, source)
         padded_bytes = self.replicas * self.shard_size * self._dtype.size
-        per_step = 2 * (self.replicas - 1) / self.replicas * padded_bytes
+        per_step = sharded_step_bytes(padded_bytes, self.replicas, gathers=self.gathers_per_step)
         fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(SyncHistory)}
         return ShardedHistory(**fields, bytes_sent=np.full(len(base.loss), per_step),
                               stage=self._stage, parameter_bytes=padded_bytes)
+
+
+class _ShardedState(tf.__internal__.tracking.Trackable):
+    """A sharded trainer's parameters and optimizer state, saved gathered and unpadded.
+
+    What ``tf.train.Checkpoint(trainer=...)`` writes for a
+    :class:`ShardedTrainer`: the flat parameters (P values), each slot of the
+    owners' optimizers gathered the same way, the owners' step count, and
+    the optimizer's class, stage and replicas that saved them.  Restored,
+    each value is cut into the restoring trainer's own shards, so a
+    checkpoint restores at another stage or on another number of replicas
+    (as PyTorch's distributed checkpoint reshards on load).
+    """
+
+    def __init__(self, trainer):
+        self._trainer = trainer
+
+    def _slot_groups(self):
+        """``{slot name: [owner 0's slot, owner 1's, ...]}``."""
+        groups = {}
+        for owner in self._trainer.owner_optimizers:
+            for slot in optimizer_slots(owner):
+                groups.setdefault(slot.name.rsplit("_", 1)[-1], []).append(tf_variable(slot))
+        return groups
+
+    def _serialize_to_tensors(self):
+        t = self._trainer
+        with tf.device(t._host_device()):
+            def gathered(pieces):
+                return tf.concat([tf.identity(p) for p in pieces], 0)[:t.parameter_count]
+
+            tensors = {"parameters": gathered([tf_variable(p) for p in t.parameter_shards]),
+                       "iterations": tf.identity(tf_variable(t.owner_optimizers[0].iterations)),
+                       "optimizer": tf.constant(type(t.optimizer).__name__),
+                       "stage": tf.constant(t.stage), "replicas": tf.constant(t.replicas)}
+            for name, slots in self._slot_groups().items():
+                tensors[f"slot_{name}"] = gathered(slots)
+        return tensors
+
+    def _restore_from_tensors(self, restored_tensors):
+        t = self._trainer
+        saved = (f"saved at stage {int(restored_tensors['stage'])} on "
+                 f"{int(restored_tensors['replicas'])} replicas")
+        here = f"this {type(t).__name__} (stage {t.stage}, {t.replicas} replicas)"
+        optimizer = restored_tensors["optimizer"].numpy().decode()
+        count = int(restored_tensors["parameters"].shape[0])
+        if count != t.parameter_count or optimizer != type(t.optimizer).__name__:
+            raise ValueError(
+                f"This checkpoint, {saved}, holds {count} parameters and {optimizer}'s state, "
+                f"so it cannot restore into {here}, which trains {t.parameter_count} "
+                f"parameters with {type(t.optimizer).__name__}; restore it into a trainer of "
+                "the same model and optimizer.")
+        L, n = t.shard_size, t.replicas
+        pad = [[0, n * L - t.parameter_count]]
+
+        def shards(values):
+            return tf.split(tf.pad(values, pad), n)
+
+        ops = []
+        parameters = shards(restored_tensors["parameters"])
+        for r, pieces in enumerate(t.replica_parameters):
+            owners = range(n) if len(pieces) == n else [r]
+            ops += [tf_variable(piece).assign(parameters[s]) for s, piece in zip(owners, pieces)]
+        for name, slots in self._slot_groups().items():
+            ops += [slot.assign(value)
+                    for slot, value in zip(slots, shards(restored_tensors[f"slot_{name}"]))]
+        ops += [tf_variable(owner.iterations).assign(restored_tensors["iterations"])
+                for owner in t.owner_optimizers]
+        return tf.group(ops)
+
+
+# The methods of a released model that say to call unshard() (instance attributes).
+RELEASED_METHODS = ("get_weights", "set_weights", "predict", "evaluate", "fit", "save",
+                    "save_weights", "predict_on_batch", "train_on_batch", "test_on_batch")
+
+
+def _released_method(method, where):
+    def refused(*args, **kwargs):
+        raise ValueError(f"{where}, so model.{method} cannot run; call trainer.unshard() to "
+                         "put them back into the model first (the trainer then stops "
+                         "training it), or read trainer.gathered_weights().")
+    refused.__name__ = method
+    return refused
+
+
+def _refuse(trainer, name, value, default, reason):
+    """``ValueError`` in :mod:`pargrad.checks`' voice unless ``value`` is ``default``."""
+    if value is default:
+        return
+    raise ValueError(f"{name} must be {default!r} for {trainer}, got {value!r}. {reason}")
 
 
 def _add_in_order(*pieces):
@@ -591,6 +755,6 @@ def mirrored_slots(optimizer):
     the model does not fit".
     """
     by_name = {}
-    for slot in ShardedTrainer._slots(optimizer):
+    for slot in optimizer_slots(optimizer):
         by_name.setdefault(slot.name.rsplit("_", 1)[-1], []).append(np.asarray(slot.numpy()))
     return by_name

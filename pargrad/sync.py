@@ -66,6 +66,7 @@ the host and passed to the same step, with the batch's size as
 
 import dataclasses
 import time
+import types
 
 import numpy as np
 
@@ -82,6 +83,7 @@ from pargrad.strategies import (  # noqa: E402
     check_rate_or_optimizer,
     gather_from_replicas,
     host_device,
+    tf_variable,
     variables_outside_scope,
 )
 from pargrad.data import (  # noqa: E402
@@ -151,6 +153,15 @@ class SyncHistory(KerasHistory):
 # global batch whose sample weights are not positive in sum (or hold a negative one).
 NON_FINITE_MARK = "pargrad: the loss of a replica is not finite"
 WEIGHT_MARK = "pargrad: the total weight of the global batch is not positive"
+
+# The private names of SyncTrainer that a subclass may use (see "The subclass
+# contract" in SyncTrainer's docstring): what it overrides, and what it calls.
+SUBCLASS_CONTRACT = {
+    "overrides": ("_make_optimizer", "_replica_step", "_distributed_step", "_history",
+                  "_evaluation_model", "_before_fit", "_before_step", "_step_ends"),
+    "calls": ("_shard", "_gradients", "_local_gradients", "_replica_gradients",
+              "_stop_if_not_finite", "_finite_check"),
+}
 
 
 class SyncTrainer(tf.Module):
@@ -261,6 +272,32 @@ class SyncTrainer(tf.Module):
     change the update that the book compares with the single-device one.
     Every other bad argument raises an error that says what to pass.
 
+    **The subclass contract.**  A trainer built on this one (the book's
+    :class:`pargrad.book.instruments.InstrumentedSyncTrainer`,
+    :class:`pargrad.ShardedTrainer`) uses only these names of it, listed in
+    :data:`SUBCLASS_CONTRACT` (a repository test,
+    ``tests/repository/test_trainer_contract.py``, fails on any other
+    private name of the parent used by a subclass).  It may *override*:
+
+    * :meth:`_make_optimizer` (the optimizer's construction; returns it),
+    * :meth:`_replica_step` (one replica's part of a step) or
+      :meth:`_distributed_step` (the whole step, in cross-replica context),
+    * :meth:`_history` (what ``fit`` returns, from the step records),
+    * :meth:`_evaluation_model` (the model that ``evaluate`` and validation run),
+    * :meth:`variables_by_component` (the variables holding training state,
+      by component, for :func:`pargrad.memory.bytes_by_device`),
+    * the hooks :meth:`_before_fit` (once at the start of every ``fit``),
+      :meth:`_before_step` (before each call of the step function) and
+      :meth:`_step_ends` (when each step of a call ended);
+
+    and it may *call*: :meth:`_shard` (this replica's rows),
+    :meth:`_gradients`, :meth:`_local_gradients`, ``_replica_gradients``
+    (the loss and gradients before any communication),
+    :meth:`_stop_if_not_finite` (in replica context) and
+    :meth:`_finite_check` (on every replica's loss at once, in cross-replica
+    context).  ``fit``, ``run_call``, ``evaluate`` and the errors are the
+    parent's; every message names ``type(self).__name__``.
+
     Taught in the chapters "Synchronous training" and "Your own model".
     """
 
@@ -272,7 +309,11 @@ class SyncTrainer(tf.Module):
                  accumulation_steps=1, progress=True, jit_compile=False, metrics=None,
                  stop_on_non_finite=True, sample_weight=None):
         super().__init__(name="sync_trainer")
-        check_model_and_strategy("SyncTrainer", model, strategy)
+        released = getattr(model, "_pargrad_released", None)     # set by ShardedTrainer
+        if isinstance(released, str):
+            raise ValueError(f"{released}, so {type(self).__name__} cannot train it; call "
+                             "unshard() on that trainer first.")
+        check_model_and_strategy(type(self).__name__, model, strategy)
         self.accumulation_steps = check_whole_number(
             "accumulation_steps", accumulation_steps, advice="Pass 1 for no accumulation.")
         self.stop_on_non_finite = check_flag("stop_on_non_finite", stop_on_non_finite)
@@ -295,27 +336,44 @@ class SyncTrainer(tf.Module):
         self.progress = check_flag("progress", progress)
         self.jit_compile = bool(jit_compile)
         self.optimizer = self._make_optimizer(optimizer, learning_rate)
+        if getattr(self.model, "optimizer", None) is None:
+            # As after Keras's compile: callbacks read model.optimizer (TensorBoard).
+            self.model.optimizer = self.optimizer
+        with strategy.scope():
+            # What a failing step leaves behind (each replica's loss, the
+            # steps that ran): read to name the step and replica in the error.
+            on_read = dict(trainable=False, synchronization=tf.VariableSynchronization.ON_READ,
+                           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+            # A plain namespace, so that tf.train.Checkpoint leaves these scratch records out
+            # (their shape depends on the replicas; a checkpoint restores on any count).
+            self._failures = types.SimpleNamespace(
+                losses=tf.Variable(tf.zeros([self.replicas], tf.float64), **on_read),
+                steps=tf.Variable(tf.constant(0, tf.int64), **on_read),
+                weight=tf.Variable(tf.constant(0, tf.float64), **on_read),
+                weighed=tf.Variable(tf.constant(0, tf.int64), **on_read))
         # Where training stands, saved by tf.train.Checkpoint(..., trainer=self).
         self.position = TrainingPosition()
         # The host of this process's replicas, where the data are kept, and how
         # batches must look.
         self._host = host_device(strategy)
-        hint = ("To train on regardless, pass stop_on_non_finite=False to SyncTrainer."
+        hint = (f"To train on regardless, pass stop_on_non_finite=False to {type(self).__name__}."
                 if self.stop_on_non_finite else None)
         self._feed = Feed.for_model(model, host=self._host, replicas=self.replicas,
-                                    accumulation_steps=self.accumulation_steps, finite_hint=hint)
-        self._evaluation = ReplicaEvaluation(strategy, model, self.loss, self.metrics, self._feed)
+                                    accumulation_steps=self.accumulation_steps, finite_hint=hint,
+                                    trainer=type(self).__name__)
+        self._evaluation = ReplicaEvaluation(strategy, self._evaluation_model(), self.loss,
+                                             self.metrics, self._feed)
         self._compile_step()
 
     def _make_optimizer(self, optimizer, learning_rate):
-        """The optimizer, built in the strategy's scope, and the variables a failing step fills.
+        """The optimizer, built in the strategy's scope (part of the subclass contract).
 
         Default: ``keras.optimizers.SGD(learning_rate)`` (0.01 without one).
         Under ``mixed_float16`` it is wrapped in a ``LossScaleOptimizer``, as
-        Keras's ``compile`` does; an uncompiled model gets it as
+        Keras's ``compile`` does.  An uncompiled model then gets it as
         ``model.optimizer``, for the callbacks that read it.
         """
-        check_rate_or_optimizer("SyncTrainer", optimizer, learning_rate)
+        check_rate_or_optimizer(type(self).__name__, optimizer, learning_rate)
         with self.strategy.scope():
             if optimizer is None:
                 optimizer = keras.optimizers.SGD(1e-2 if learning_rate is None else learning_rate)
@@ -325,18 +383,38 @@ class SyncTrainer(tf.Module):
                 # As Keras's compile does: float16 gradients underflow without it.
                 optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
             optimizer.build(self.model.trainable_variables)
-            # What a failing step leaves behind (each replica's loss, the
-            # steps that ran): read to name the step and replica in the error.
-            on_read = dict(trainable=False, synchronization=tf.VariableSynchronization.ON_READ,
-                           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-            self._seen_losses = tf.Variable(tf.zeros([self.replicas], tf.float64), **on_read)
-            self._seen_steps = tf.Variable(tf.constant(0, tf.int64), **on_read)
-            self._seen_weight = tf.Variable(tf.constant(0, tf.float64), **on_read)
-            self._weighed_steps = tf.Variable(tf.constant(0, tf.int64), **on_read)
-        if getattr(self.model, "optimizer", None) is None:
-            # As after Keras's compile: callbacks read model.optimizer (TensorBoard).
-            self.model.optimizer = optimizer
         return optimizer
+
+    def _evaluation_model(self):
+        """The model that ``evaluate`` and ``validation_data`` run (part of the subclass contract).
+
+        Called once, when the trainer is made: anything called as
+        ``model(x, training=False)`` with a ``losses`` attribute.
+        """
+        return self.model
+
+    def variables_by_component(self):
+        """``[(component, tf.Variable)]``: the variables holding training state, by component.
+
+        What :func:`pargrad.memory.bytes_by_device` counts, one row per
+        device's copy.  Components as :func:`pargrad.memory.state_bytes`:
+        ``parameters`` (the model's mirrored variables, one copy a replica),
+        ``optimizer_state`` (the optimizer's slots) and ``gradients``: this
+        trainer keeps no gradient variables (its gradients are tensors that
+        live from the backward pass to the update, one full set a
+        replica), so each parameter's copy is listed again as its
+        gradient's size, so that the stages compare like for like.
+        Counters (the iteration count, the learning rate, the position)
+        are left out.  Taught in the chapter "When the model does not fit".
+        """
+        rows = []
+        for variable in self.model.trainable_variables:
+            rows += [("parameters", v) for v in _copies(variable)]
+            rows += [("gradients", v) for v in _copies(variable)]   # the transient gradient
+        optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)
+        rows += [("optimizer_state", v) for slot in optimizer_slots(optimizer)
+                 for v in _copies(slot)]
+        return rows
 
     def _compile_step(self):
         """The ``tf.function`` s of one step, of a graph loop of steps, and of evaluation.
@@ -442,18 +520,26 @@ class SyncTrainer(tf.Module):
 
         Every replica learns every replica's loss (one small all-reduce), so
         all of them stop at the same step, before the update, and the error
-        can name the replica (from ``_seen_losses``).  Without
+        can name the replica (from ``_failures.losses``).  Without
         ``stop_on_non_finite``, the gradients unchanged.
         """
         if not self.stop_on_non_finite:
             return grads
         losses = gather_from_replicas(tf.cast(loss, tf.float64), self.replicas)
-        noted = [self._seen_losses.assign(losses), self._seen_steps.assign_add(1)]
-        with tf.control_dependencies(noted):
-            check = tf.debugging.Assert(tf.reduce_all(tf.math.is_finite(losses)),
-                                        [NON_FINITE_MARK])
-        with tf.control_dependencies([check]):
+        with tf.control_dependencies([self._finite_check(losses)]):
             return [tf.identity(g) for g in grads]
+
+    def _finite_check(self, losses):
+        """The op that stops a step whose replicas' ``losses`` (float64, one a replica) are not
+        all finite, after noting them for the error (part of the subclass contract).
+
+        Called in replica context by :meth:`_stop_if_not_finite`, or once in
+        cross-replica context by a trainer that holds every replica's loss.
+        """
+        noted = [self._failures.losses.assign(losses), self._failures.steps.assign_add(1)]
+        with tf.control_dependencies(noted):
+            return tf.debugging.Assert(tf.reduce_all(tf.math.is_finite(losses)),
+                                       [NON_FINITE_MARK])
 
     def _weighted_replica_gradients(self, x, y, global_batch_size):
         """With ``sample_weight``: the replica's loss and gradients over the global total weight.
@@ -472,7 +558,7 @@ class SyncTrainer(tf.Module):
         local = tf.where(negative, tf.constant(np.nan, tf.float64), local)
         context = tf.distribute.get_replica_context()
         total = context.all_reduce(tf.distribute.ReduceOp.SUM, local)
-        noted = [self._seen_weight.assign(total), self._weighed_steps.assign_add(1)]
+        noted = [self._failures.weight.assign(total), self._failures.weighed.assign_add(1)]
         with tf.control_dependencies(noted):
             check = tf.debugging.Assert(total > 0, [WEIGHT_MARK])   # False for NaN too
         with tf.control_dependencies([check]):
@@ -664,6 +750,7 @@ class SyncTrainer(tf.Module):
         each step on the replicas).  The progress bar is the constructor's
         ``progress``, as for every trainer of the package.
         """
+        self._before_fit()
         steps, epochs = _fit_length(steps, epochs)
         by_epoch = epochs is not None
         shuffle = check_flag("shuffle", (by_epoch and not isinstance(x, tf.data.Dataset))
@@ -717,8 +804,8 @@ class SyncTrainer(tf.Module):
         Each is read only when its check is on: a read of a replica variable
         costs a step of the one-step-a-call loop a measurable share.
         """
-        seen = int(self._seen_steps.numpy()) if self.stop_on_non_finite else 0
-        weighed = int(self._weighed_steps.numpy()) if self.sample_weight is not None else 0
+        seen = int(self._failures.steps.numpy()) if self.stop_on_non_finite else 0
+        weighed = int(self._failures.weighed.numpy()) if self.sample_weight is not None else 0
         return seen, weighed
 
     def _stopped(self, message, seen):
@@ -732,7 +819,7 @@ class SyncTrainer(tf.Module):
 
     def _weight_error(self, step):
         """The error of step ``step``, whose global batch's weights were refused."""
-        if np.isnan(self._seen_weight.numpy()):
+        if np.isnan(self._failures.weight.numpy()):
             return ValueError(
                 f"sample_weight must be >= 0 (a mask of 0s and 1s, or weights), but the global "
                 f"batch of step {step} holds a negative (or NaN) weight; nothing was applied. "
@@ -744,11 +831,11 @@ class SyncTrainer(tf.Module):
 
     def _non_finite_error(self, step):
         """The error of step ``step``, which stopped on a replica's non-finite loss."""
-        losses = self._seen_losses.numpy()
+        losses = self._failures.losses.numpy()
         replica = int(np.flatnonzero(~np.isfinite(losses))[0])
         return NonFiniteLossError(
             step, f"replica {replica}", losses[replica],
-            "To train on regardless, pass stop_on_non_finite=False to SyncTrainer.")
+            f"To train on regardless, pass stop_on_non_finite=False to {type(self).__name__}.")
 
     def _history(self, records, keras_history, source):
         """The :class:`SyncHistory` of a fit: its step records and Keras's History."""
@@ -785,11 +872,31 @@ class SyncTrainer(tf.Module):
         """``{prefix + "loss": ..., prefix + metric: ...}`` of a checked source."""
         return self._evaluation(source, prefix)
 
+    def _before_fit(self):
+        """Called at the start of every ``fit``, before its arguments are read; nothing in
+        the core (part of the subclass contract: raise here to refuse a fit)."""
+
     def _before_step(self, step):
         """Called before each call of the step function; nothing to do in the core.
 
         (The book's instrumented trainer sets its backup-worker plan here.)
         """
+
+
+def _copies(variable):
+    """The per-device ``tf.Variable`` s behind ``variable`` (a Keras, mirrored or plain one)."""
+    inner = tf_variable(variable)
+    values = getattr(inner, "values", None)      # a MirroredVariable's components
+    return list(values) if values is not None else [inner]
+
+
+def optimizer_slots(optimizer):
+    """A Keras optimizer's per-parameter variables (its moments), without its counters.
+
+    Taught in the chapter "When the model does not fit".
+    """
+    counters = {id(optimizer.iterations), id(getattr(optimizer, "_learning_rate", None))}
+    return [v for v in optimizer.variables if id(v) not in counters and len(v.shape) > 0]
 
 
 def _fit_length(steps, epochs):

@@ -27,11 +27,12 @@ def test_full_precision_counts():
     assert memory.state_bytes(10, replicas=4, stage=0) == {
         "parameters": 40, "gradients": 40, "optimizer_state": 80, "master_weights": 0,
         "total": 160}
-    # Stage 1 on 4 replicas, 10 parameters: shards of ceil(10 / 4) = 3 values.
+    # Stage 1 on 4 replicas, 10 parameters: shards of ceil(10 / 4) = 3 values, each replica's
+    # copy the padded flat vector of 4 x 3 values; no master copy in full precision.
     assert memory.state_bytes(10, replicas=4, stage=1, precision="float64",
                               optimizer="momentum") == {
-        "parameters": 80, "gradients": 80, "optimizer_state": 24, "master_weights": 24,
-        "total": 208}
+        "parameters": 96, "gradients": 80, "optimizer_state": 24, "master_weights": 0,
+        "total": 200}
     assert memory.state_bytes(10, replicas=4, stage=2, optimizer="sgd")["gradients"] == 12
     stage3 = memory.state_bytes(10, replicas=4, stage=3, optimizer="adam")
     assert stage3 == {"parameters": 12, "gradients": 12, "optimizer_state": 24,
@@ -132,3 +133,46 @@ print(json.dumps(rows))
     result = run_python(code.format(devices=8, replicas=(8,), optimizers=["adam"]), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     _check_counts(json.loads(result.stdout.strip().splitlines()[-1]))
+
+
+def test_one_formula_of_bytes_sent_per_step():
+    from pargrad.allreduce import ring_bytes, sharded_step_bytes
+    assert sharded_step_bytes(400, 4) == ring_bytes(400, 4) == 600
+    assert sharded_step_bytes(400, 4, gathers=2) == 1.5 * ring_bytes(400, 4) == 900
+    for stage in (0, 1, 2, 3):
+        gathers = 2 if stage == 3 else 1
+        assert memory.zero_bytes_sent(400, replicas=4, stage=stage) == sharded_step_bytes(
+            400, 4, gathers=gathers)
+
+
+def test_memory_imports_no_trainer():
+    import ast
+    import pathlib
+    source = pathlib.Path(memory.__file__).read_text()
+    imported = {node.module for node in ast.walk(ast.parse(source))
+                if isinstance(node, ast.ImportFrom)}
+    imported |= {alias.name for node in ast.walk(ast.parse(source))
+                 if isinstance(node, ast.Import) for alias in node.names}
+    assert not imported & {"pargrad.sync", "pargrad.sharded", "pargrad.local_sgd",
+                           "pargrad.asynchronous"}, imported
+
+
+def test_bytes_by_device_refuses_what_reports_no_variables():
+    with pytest.raises(TypeError, match="variables by component"):
+        memory.bytes_by_device(object())
+
+
+@pytest.mark.parametrize("precision, p, g, k", [("float32", 4, 4, 8), ("float64", 8, 8, 16),
+                                                ("mixed", 2, 2, 12)])
+def test_zero_formulas_per_stage(precision, p, g, k):
+    """ZeRO's per-device totals, Psi = 1200 parameters (divisible by N), Adam."""
+    psi = 1200
+    for n in (1, 2, 4, 8):
+        totals = [memory.state_bytes(psi, replicas=n, stage=stage, precision=precision)["total"]
+                  for stage in range(4)]
+        assert totals == [(p + g + k) * psi, (p + g) * psi + k * psi // n,
+                          p * psi + (g + k) * psi // n, (p + g + k) * psi // n]
+        held = memory.state_bytes(psi, replicas=n, stage=1, precision=precision)
+        assert (held["master_weights"] > 0) == (precision == "mixed")
+    one = [memory.state_bytes(psi, replicas=1, stage=s, precision=precision) for s in range(4)]
+    assert all(held == one[0] for held in one)    # one device: every stage holds stage 0's

@@ -168,6 +168,28 @@ def test_stage_3_frees_the_model_and_unshard_gives_it_back():
         trainer.fit(x, y, steps=1, batch_size=16)
 
 
+@pytest.mark.parametrize("stage", [1, 3])
+def test_the_released_model_says_to_unshard_and_unshard_then_save_round_trips(stage, tmp_path):
+    strategy = pargrad.sync_strategy(2)
+    x, y = data()
+    model, made = small_model(strategy)
+    trainer = ShardedTrainer(model, strategy, stage=stage, optimizer=made, progress=False)
+    trainer.fit(x, y, steps=3, batch_size=16)
+    for call in (model.get_weights, lambda: model.predict(x, verbose=0),
+                 lambda: model.save(str(tmp_path / "no.keras"))):
+        with pytest.raises(ValueError, match=rf"stage {stage}, 2 replicas.*call "
+                                             r"trainer\.unshard\(\)"):
+            call()
+    with pytest.raises(ValueError, match="call unshard"):
+        pargrad.SyncTrainer(model, strategy, progress=False)
+    trainer.unshard()
+    assert_same(model.get_weights(), trainer.gathered_weights())
+    model.save(str(tmp_path / "model.keras"))
+    loaded = keras.models.load_model(str(tmp_path / "model.keras"))
+    assert_same(loaded.get_weights(), trainer.gathered_weights())
+    assert np.array_equal(loaded.predict(x, verbose=0), model.predict(x, verbose=0))
+
+
 @pytest.mark.parametrize("stage, error", [(0, ValueError), (4, ValueError), ("1", TypeError),
                                           (True, TypeError), (None, TypeError)])
 def test_bad_stage_is_refused(stage, error):
@@ -219,3 +241,164 @@ def test_a_non_finite_loss_stops_before_the_update():
     with pytest.raises(pargrad.NonFiniteLossError, match="replica 1"):
         trainer.fit(x, bad, steps=1, batch_size=16)
     assert_same(trainer.gathered_weights(), before)
+
+
+@pytest.mark.parametrize("name, value", [("metrics", [keras.metrics.MeanSquaredError()]),
+                                         ("jit_compile", True),
+                                         ("sample_weight", lambda x, y: tf.ones_like(y))])
+def test_keras_arguments_it_cannot_honour_are_refused_by_name_with_the_reason(name, value):
+    strategy = pargrad.sync_strategy(2)
+    model, made = small_model(strategy)
+    with pytest.raises(ValueError, match=rf"^{name} must be .* for ShardedTrainer, got .*\. \w"):
+        ShardedTrainer(model, strategy, stage=1, optimizer=made, **{name: value})
+
+
+def test_messages_name_the_trainer_that_refused():
+    strategy = pargrad.sync_strategy(2)
+    with pytest.raises(TypeError, match="^ShardedTrainer needs a Keras model"):
+        ShardedTrainer("not a model", strategy, stage=1)
+    x, y = data()
+    model, made = small_model(strategy)
+    trainer = ShardedTrainer(model, strategy, stage=3, optimizer=made, progress=False)
+    bad = y.copy()
+    bad[3] = np.nan
+    with pytest.raises(ValueError, match="stop_on_non_finite=False to ShardedTrainer"):
+        trainer.fit(x, bad, steps=1, batch_size=16)
+
+
+def test_the_stage_is_read_as_what_it_shards():
+    strategy = pargrad.sync_strategy(2)
+    for stage in (1, 2, 3):
+        model, made = small_model(strategy)
+        trainer = ShardedTrainer(model, strategy, stage=stage, optimizer=made, progress=False)
+        assert trainer.sharded == pargrad.memory.sharded_components(stage)
+        components = {component for component, _ in trainer.variables_by_component()}
+        assert "master_weights" not in components
+
+
+def test_stage_1_on_one_device_holds_what_data_parallelism_holds():
+    strategy = pargrad.sync_strategy(1)
+    model, made = small_model(strategy)
+    sync = pargrad.memory.bytes_by_device(pargrad.SyncTrainer(model, strategy, optimizer=made,
+                                                              progress=False))
+    for stage in (1, 2, 3):
+        model, made = small_model(strategy)
+        trainer = ShardedTrainer(model, strategy, stage=stage, optimizer=made, progress=False)
+        assert pargrad.memory.bytes_by_device(trainer) == sync
+
+
+# ----------------------------------------------------------------------------
+# Checkpoints at every stage, resharded on restore
+# ----------------------------------------------------------------------------
+
+def _sharded(stage, replicas, **options):
+    strategy = pargrad.sync_strategy(replicas)
+    model, made = small_model(strategy, **options)
+    return ShardedTrainer(model, strategy, stage=stage, optimizer=made, progress=False)
+
+
+@pytest.mark.claim
+@pytest.mark.usefixtures("deterministic_ops")
+@pytest.mark.parametrize("saved_stage", [1, 2, 3])
+def test_a_checkpoint_restores_at_every_stage_and_replica_count(saved_stage, tmp_path):
+    """Saved at ``saved_stage`` on N replicas after 4 steps, restored at stages 1-3 on M:
+    weights, slots and step count equal; 4 more steps equal the uninterrupted 8 steps on N
+    bit for bit when M == N, within rounding when the replicas (the sums' order) change."""
+    x, y = data()
+    results = {}
+    for n in (2, 4):
+        whole = _sharded(saved_stage, n)
+        whole.fit(x, y, steps=8, batch_size=16)
+        first = _sharded(saved_stage, n)
+        first.fit(x, y, steps=4, batch_size=16)
+        path = tf.train.Checkpoint(trainer=first).write(str(tmp_path / f"s{saved_stage}n{n}"))
+        for m in (2, 4):
+            for stage in (1, 2, 3):
+                second = _sharded(stage, m)
+                tf.train.Checkpoint(trainer=second).read(path).assert_consumed()
+                assert_same(second.gathered_weights(), first.gathered_weights())
+                for name, values in first.gathered_slots().items():
+                    assert_same(second.gathered_slots()[name], values)
+                assert {int(o.iterations.numpy()) for o in second.owner_optimizers} == {4}
+                second.fit(x, y, steps=4, batch_size=16)
+                gap = max(np.max(np.abs(a - b)) for a, b in zip(second.gathered_weights(),
+                                                                whole.gathered_weights()))
+                if m == n:
+                    assert gap == 0, (saved_stage, n, stage, m, gap)
+                else:
+                    assert gap <= pargrad.rounding_tolerance("float64", 4), (n, stage, m, gap)
+                results[(saved_stage, n, stage, m)] = float(gap)
+    assert len(results) == 12
+    print("RESULT checkpoint matrix", results)
+
+
+def test_a_checkpoint_before_fit_restores_at_another_stage(tmp_path):
+    for stage in (1, 2, 3):
+        path = tf.train.Checkpoint(trainer=_sharded(stage, 2)).write(str(tmp_path / f"{stage}"))
+        other = _sharded(stage % 3 + 1, 4)
+        tf.train.Checkpoint(trainer=other).read(path).assert_consumed()
+        assert_same(other.gathered_weights(), _sharded(stage, 2).gathered_weights())
+
+
+def test_a_checkpoint_of_another_model_or_optimizer_is_refused_in_one_sentence(tmp_path):
+    path = tf.train.Checkpoint(trainer=_sharded(3, 2)).write(str(tmp_path / "adam"))
+    for other in (_sharded(1, 4, hidden=4), _sharded(1, 4, optimizer="momentum")):
+        with pytest.raises(ValueError, match=r"^This checkpoint, saved at stage 3 on 2 replicas, "
+                                             r".* into this ShardedTrainer \(stage 1, 4 replicas\)"):
+            tf.train.Checkpoint(trainer=other).read(path)
+
+
+# ----------------------------------------------------------------------------
+# Mixed precision (Keras's mixed_bfloat16 policy)
+# ----------------------------------------------------------------------------
+
+def bfloat16_model(strategy):
+    with strategy.scope():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((2,)),
+                                  keras.layers.Dense(5, activation="tanh", dtype="mixed_bfloat16"),
+                                  keras.layers.Dense(1, dtype="mixed_bfloat16")])
+        return model, keras.optimizers.Adam(1e-2)
+
+
+@pytest.mark.claim
+@pytest.mark.usefixtures("deterministic_ops")
+def test_mixed_bfloat16_equals_the_mirrored_run_and_holds_float32_state():
+    strategy = pargrad.sync_strategy(2)
+    x, y = data()
+    x, y = x.astype("float32"), y.astype("float32")
+    model, made = bfloat16_model(strategy)
+    reference = pargrad.SyncTrainer(model, strategy, optimizer=made, progress=False)
+    expected = reference.fit(x, y, steps=10, batch_size=16)
+    for stage in (1, 2, 3):
+        sharded_model, sharded_optimizer = bfloat16_model(strategy)
+        trainer = ShardedTrainer(sharded_model, strategy, stage=stage,
+                                 optimizer=sharded_optimizer, progress=False)
+        history = trainer.fit(x, y, steps=10, batch_size=16)
+        assert np.array_equal(history.loss, expected.loss)
+        assert_same(trainer.gathered_weights(), weights(model))
+        expected_bytes = pargrad.memory.state_bytes(21, replicas=2, stage=stage,
+                                                    precision="float32", optimizer="adam")
+        for held in pargrad.memory.bytes_by_device(trainer).values():
+            assert held == expected_bytes
+    one = pargrad.memory.state_bytes(1, replicas=1, stage=0, precision="float32")
+    assert one["total"] == 16 == pargrad.memory.state_bytes(1, replicas=1, stage=0,
+                                                            precision="mixed")["total"]
+
+
+def test_mixed_float16_is_refused_with_the_reason_and_what_to_do():
+    strategy = pargrad.sync_strategy(2)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1, dtype="mixed_float16")])
+        made = keras.optimizers.Adam(1e-2)
+    model.dtype_policy = keras.DTypePolicy("mixed_float16")
+    with pytest.raises(ValueError, match="loss scaling.*mixed_bfloat16"):
+        ShardedTrainer(model, strategy, stage=1, optimizer=made)
+
+
+def test_transient_bytes_are_the_whole_models_values():
+    strategy = pargrad.sync_strategy(4)
+    for stage in (1, 3):
+        model, made = small_model(strategy)
+        trainer = ShardedTrainer(model, strategy, stage=stage, optimizer=made, progress=False)
+        assert trainer.transient_bytes() == {"gathered_parameters": 21 * 8, "gradients": 21 * 8}

@@ -13,7 +13,7 @@ def peak_memory_against_batch(batch_sizes, big_batch_mb, accumulated_mb, micro_b
     """Peak memory against batch size: one big batch vs accumulated micro-batches.
 
     Chapter "Accumulation in TF2 and across replicas".  ``big_batch_mb`` and
-    ``accumulated_mb`` are the peaks (MB) that ``pargrad.book.memory.peak_memory``
+    ``accumulated_mb`` are the peaks (MB) that ``pargrad.book.peaks.peak_memory``
     measured for the same ``batch_sizes``.
     """
     fig, ax = plt.subplots(figsize=(5, 3.2))

@@ -10,9 +10,13 @@
   ``k`` micro-batches on every replica;
 * :func:`counted_state_table` (taught in the chapter "When the model does
   not fit"): the bytes each device holds at ZeRO stages 0-3 on 1 to 8
-  replicas, counted from the trainers' variables, beside the formula.
+  replicas, counted from the trainers' variables, beside the formula;
+* :func:`stage_peaks` and :func:`predicted_peak_bytes` (taught in the same
+  chapter): the peak of training a 50-million-parameter model at stages
+  0-3 on four replicas, measured, beside what the state and the step's
+  transient tensors predict.
 
-Both read the peak with :class:`PeakMeter` in a child process started for
+They read the peak with :class:`PeakMeter` in a child process started for
 the measurement: memory that a finished run gave back to the allocator
 stays in the process and would hide the next run's peak, and nothing the
 notebook holds should count.  Measurements for the book, not training
@@ -83,7 +87,7 @@ class PeakMeter:
 def _in_fresh_process(probe, arguments, timeout):
     """Run ``probe(*arguments)`` of this module in a new Python process; return its JSON result."""
     code = ("import json, sys\n"
-            f"from pargrad.book.memory import {probe}\n"
+            f"from pargrad.book.peaks import {probe}\n"
             f"print(json.dumps({probe}(*map(json.loads, sys.argv[1:]))))\n")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     result = subprocess.run([sys.executable, "-c", code, *map(json.dumps, arguments)],
@@ -289,3 +293,148 @@ def _counted_probe(replica_counts, optimizer_name):
                                               precision="float32", optimizer=optimizer_name),
             })
     return rows
+
+
+# ----------------------------------------------------------------------------
+# Peaks measured at stages 0-3: the model that does not fit
+# ----------------------------------------------------------------------------
+
+PEAK_WIDTH = 2500        # the peak probe's model: 8 Dense layers of 2500 x 2500 (+ bias), float32
+PEAK_LAYERS = 8          # 50,020,000 parameters, 200 MB; one layer (a stage-3 unit) 25 MB
+
+
+def peak_parameters(width=PEAK_WIDTH, layers=PEAK_LAYERS):
+    """Parameters of the peak probe's model: ``layers`` Dense layers of ``width`` x ``width``."""
+    return layers * (width * width + width)
+
+
+def stage_peaks(stages=(0, 1, 2, 3), width=PEAK_WIDTH, layers=PEAK_LAYERS, per_replica=4,
+                steps=2, timeout=240):
+    """Peak memory of training at ZeRO stages 0-3 on four replicas, each stage in a fresh process.
+
+    The model: ``layers`` Dense layers of ``width`` x ``width`` (ReLU but the
+    last), float32, Adam, on :data:`REPLICAS` logical devices,
+    ``per_replica`` examples a replica, ``steps`` steps; stage 0 is
+    :class:`pargrad.SyncTrainer`, stages 1-3 :class:`pargrad.ShardedTrainer`.
+    Each stage runs in a process of its own, so that no other run's memory
+    hides its peak.  Returns one row a stage: ``{"stage", "device",
+    "resettable", "idle_mb", "peak_mb", "per_device_mb", "counted",
+    "parameters", "width", "layers", "per_replica", "transient_bytes",
+    "unit_bytes"}``, where ``peak_mb`` is how far training
+    raised the peak above the idle process (TensorFlow imported, devices
+    split).  On a CPU the four logical devices share one process and one
+    allocator, so the peak is the resident set's (``VmHWM``), the sum over
+    the devices, and ``per_device_mb`` is None; on a GPU each logical GPU's
+    peak is read and ``peak_mb`` is their sum.  ``counted`` is what
+    :func:`pargrad.memory.bytes_by_device` counts, summed over the devices,
+    by component; ``unit_bytes`` the largest layer's parameter bytes.
+
+    Taught in the chapter "When the model does not fit".
+    """
+    stages = [check_whole_number("stages", stage, 0) for stage in stages]
+    if not stages or any(stage > 3 for stage in stages):
+        raise ValueError(f"stages must be among 0, 1, 2 and 3, got {stages!r}.")
+    arguments = [check_whole_number(name, value) for name, value in (
+        ("width", width), ("layers", layers), ("per_replica", per_replica), ("steps", steps))]
+    return [_in_fresh_process("_stage_probe", [stage, *arguments], timeout) for stage in stages]
+
+
+def _stage_probe(stage, width, layers, per_replica, steps):
+    """Run in a child process: the row of :func:`stage_peaks` for one stage."""
+    import pargrad
+
+    # A GPU's logical devices get 1 GB each by default: too little for stage 0's 1 GB a replica.
+    room = 4096 if tf.config.list_physical_devices("GPU") else None
+    devices = pargrad.logical_devices(REPLICAS, memory_limit_mb=room)
+    import keras
+    import numpy as np
+
+    from pargrad import memory
+    from pargrad.sharded import ShardedTrainer
+    from pargrad.strategies import sync_strategy
+    from pargrad.sync import SyncTrainer
+
+    gpus = [d for d in devices if "GPU" in d.upper()]
+    meter = PeakMeter()
+    batch = per_replica * REPLICAS
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch, width)).astype(np.float32)
+    y = rng.standard_normal((batch, width)).astype(np.float32)
+    strategy = sync_strategy(REPLICAS)
+    meter.reset()
+    for gpu in gpus:
+        tf.config.experimental.reset_memory_stats(gpu)
+    idle = meter.peak_mb() if not gpus else 0.0
+    keras.utils.set_random_seed(0)
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((width,))] + [
+            keras.layers.Dense(width, activation="relu" if i < layers - 1 else None)
+            for i in range(layers)])
+        optimizer = keras.optimizers.Adam(1e-4)
+    if stage == 0:
+        trainer = SyncTrainer(model, strategy, loss="mse", optimizer=optimizer, progress=False)
+    else:
+        trainer = ShardedTrainer(model, strategy, stage=stage, loss="mse", optimizer=optimizer,
+                                 progress=False)
+    trainer.fit(x, y, steps=steps, batch_size=batch, steps_per_call=steps)
+    counted = dict.fromkeys(memory.COMPONENTS + ("total",), 0)
+    for held in memory.bytes_by_device(trainer).values():
+        for component, nbytes in held.items():
+            counted[component] += nbytes
+    # What a replica holds as tensors during a step, as the trainer reports it (stages 1-3).
+    transient = (sum(trainer.transient_bytes().values())
+                 if hasattr(trainer, "transient_bytes") else None)
+    per_device = None
+    if gpus:
+        per_device = [tf.config.experimental.get_memory_info(gpu)["peak"] / 2**20 for gpu in gpus]
+        peak = sum(per_device)
+    else:
+        peak = meter.peak_mb() - idle
+    return {"stage": stage, "device": meter.device, "resettable": meter.resettable,
+            "idle_mb": round(idle, 1), "peak_mb": round(peak, 1), "per_device_mb": per_device,
+            "counted": counted, "parameters": model.count_params(),
+            "width": width, "layers": layers, "per_replica": per_replica,
+            "transient_bytes": transient,
+            "unit_bytes": 4 * (width * width + width)}
+
+
+def predicted_peak_bytes(row, replicas=REPLICAS):
+    """The peak :func:`stage_peaks` should measure for ``row``, in bytes, and its parts.
+
+    What a step holds at its fullest, summed over the ``replicas``:
+
+    * the persistent state, counted from the trainer's variables
+      (``row["counted"]``: at stage 0 it counts one gradient a replica, the
+      tape's);
+    * the gradient held twice a replica while it changes form: at stage 0
+      the tape's gradient and the all-reduced sum each replica receives
+      (one copy of the parameters' bytes); at stages 1 to 3 the weights
+      the model runs on (joined from the replica's pieces at stages 1 and
+      2, gathered from the owners at stage 3) and their gradient, then the
+      gradient and the flat vector it is joined into (two copies of what
+      is gathered at once: the whole model, as ``ShardedTrainer`` gathers
+      it now; one unit, ``row["gathered_bytes"]``, where a trainer gathers
+      unit by unit, as FSDP does); where the row has the trainer's own
+      count, ``row["transient_bytes"]``
+      (:meth:`pargrad.ShardedTrainer.transient_bytes`), that count;
+    * at stages 1 to 3, the reduce-scatter's result: each owner's sum of
+      its slices, ``1/N`` of the parameters, one copy of them over the
+      owners;
+    * the activations: ``layers`` x ``per_replica`` x ``width`` values a
+      replica, kept from the forward to the backward pass (a few MB here).
+
+    Returns ``{"state", "gradient_forms", "owners_sums", "activations",
+    "total"}`` in bytes (the book's tables print MB of 2**20 bytes).
+    Taught in the chapter "When the model does not fit".
+    """
+    parameter_bytes = 4 * row["parameters"]
+    gathered = row.get("gathered_bytes", parameter_bytes)
+    copies = {0: parameter_bytes, 1: 2 * parameter_bytes, 2: 2 * parameter_bytes,
+              3: 2 * gathered}[row["stage"]]
+    if row["stage"] >= 1 and row.get("transient_bytes") is not None:
+        copies = row["transient_bytes"]      # the trainer's own count (transient_bytes())
+    parts = {"state": row["counted"]["total"], "gradient_forms": replicas * copies,
+             "owners_sums": parameter_bytes if row["stage"] >= 1 else 0,
+             "activations": replicas * 4 * row["layers"] * row["per_replica"] * row["width"]}
+    parts["total"] = sum(parts.values())
+    return parts
