@@ -223,7 +223,7 @@ class SyncTrainer(tf.Module):
       mean over real tokens), not the mean of the micro-batches' means.
       Taught in the chapter "Accumulating sequences".
     * ``progress``: show a progress bar (tqdm, notebook-aware) during fit;
-      a constructor argument in all three trainers.
+      a constructor argument in all four trainers.
     * ``jit_compile``: compile each replica's forward and backward pass
       (all its ``accumulation_steps`` micro-batches) with XLA into one
       computation on the replica's device, traced once per replica.  The
