@@ -4,15 +4,16 @@
 # ```{admonition} Takeaway
 # Sum the $k$ micro-batches' gradients into accumulator variables and apply
 # `accumulator / k` (or divide by a counter) in a separate `run` call: that
-# is the big batch's update. Answer 1 applies the sum, a step $k$ times too
-# long; answer 4's 2.4 is the `assign_add` run once more by the fetch.
+# is the big batch's update. Answer 1 applies the sum: harmless with the Adam
+# its code uses (Adam divides $k$ away), a step $k$ times too long with SGD or
+# momentum. Answer 4's 2.4 is the `assign_add` run once more by the fetch.
 # ```
 #
 # A batch that does not fit in memory can still be trained on: split it into
 # $k$ *{term}`micro-batches <micro-batch>`*, compute their gradients one after
 # the other, add them up, and update the weights once. This is
 # *{term}`gradient accumulation`*. Done right, the update is exactly the big
-# batch's; done wrong, it is $k$ times too large, or it silently re-runs part
+# batch's; done wrong, it is $k$ times too large (with SGD), or it silently re-runs part
 # of the graph.
 #
 # Our guide is the accumulation thread ([Where this book starts](00_sources)),
@@ -634,8 +635,9 @@ except RuntimeError as error:
 #
 # The last answer notes that PyTorch needs none of this: `backward()` *adds*
 # into each parameter's `.grad` (hence `optimizer.zero_grad()` in PyTorch
-# loops), so accumulating $k$ micro-batches is not zeroing for $k$ calls, and
-# dividing each micro-batch's loss by $k$ gives the mean
+# loops), so to accumulate $k$ micro-batches you simply call `backward()` $k$
+# times without zeroing in between, and dividing each micro-batch's loss by
+# $k$ gives the mean
 # {cite}`li2020pytorch`. Side by side:
 #
 # | TF1 recipe (answer 3) | PyTorch |
@@ -766,9 +768,10 @@ print(f"largest gap between the two curves: {np.abs(losses - big_losses).max():.
 #
 # - Gradient accumulation replaces one big batch by $k$ micro-batches run one
 #   after the other; the update must use the **mean** of their gradients.
-# - Answer 1 applies the **sum**: with SGD or momentum the step is exactly $k$
-#   times too large (a hidden learning rate of $k\eta$, here stable for $k=5$
-#   and divergent for $k=50$); Adam hides it.
+# - Answer 1 applies the **sum**: harmless with Adam, the optimizer its code
+#   uses (Adam divides the factor $k$ away, up to its $\epsilon$); with SGD or
+#   momentum the step is exactly $k$ times too large (a hidden learning rate of
+#   $k\eta$, here stable for $k=5$ and divergent for $k=50$).
 # - Answer 2 (gradients kept in Python and fed back) is correct but moves
 #   every gradient through Python twice per update.
 # - Answer 3 adds a counter and applies `accumulator / counter`: equal to the

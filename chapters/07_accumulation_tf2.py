@@ -136,8 +136,8 @@ moved = max(np.max(np.abs(a - b)) for a, b in zip(model.get_weights(), new_model
 assert moved > 0.01
 
 # %% [markdown]
-# This answers the accumulation thread's asker, who feared that the small
-# batch memory allows "makes the model high-variance". A batch's gradient is
+# This answers the accumulation thread's asker, who feared that a batch as
+# small as memory allows "makes the model high-variance". A batch's gradient is
 # the mean of its examples' gradients, each a noisy estimate of the gradient
 # over all the data; for independent examples the variance of that mean falls
 # as one over the batch size. A small batch's gradient is therefore noisy,
