@@ -3,10 +3,10 @@
 #
 # ```{admonition} Takeaway
 # Sum the $k$ micro-batches' gradients into accumulator variables and apply
-# `accumulator / k` (or divide by a counter) in a separate `run` call: that
-# is the big batch's update. Answer 1 applies the sum: harmless with the Adam
-# its code uses (Adam divides $k$ away), a step $k$ times too long with SGD or
-# momentum. Answer 4's 2.4 is the `assign_add` run once more by the fetch.
+# `accumulator / k` (or divide by a counter) in a separate `run` call: the
+# big batch's update. Answer 1 applies the sum: harmless with its Adam, a
+# step $k$ times too long with SGD or momentum. Answer 4's 2.4 is the
+# `assign_add` run once more by the fetch.
 # ```
 #
 # A batch that does not fit in memory can still be trained on: split it into
