@@ -600,6 +600,9 @@ glue("bound-factor-7", delay.stable_rate_bound(0) / delay.stable_rate_bound(7))
 # read-modify-write:
 
 # %% tags=["program"]
+import os
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"  # set before TensorFlow starts: no start-up logs
+
 import keras
 
 counter = keras.Variable(0.0)

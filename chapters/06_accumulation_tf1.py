@@ -449,6 +449,9 @@ for name, make_optimizer in [("SGD", sgd), ("Adam", adam)]:
 # so the mean should be 2.0:
 
 # %% tags=["program"]
+import os
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"  # set before TensorFlow starts: no start-up logs
+
 import tensorflow as tf
 
 v1 = tf.compat.v1
@@ -515,6 +518,9 @@ with v1.Session(graph=graph) as session:
 # then `False` once:
 
 # %% tags=["program"]
+import os
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"  # set before TensorFlow starts: no start-up logs
+
 import tensorflow as tf
 
 v1 = tf.compat.v1
@@ -556,6 +562,9 @@ assert runs == 1
 # ran:
 
 # %% tags=["program"]
+import os
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"  # set before TensorFlow starts: no start-up logs
+
 import tensorflow as tf
 
 v1 = tf.compat.v1

@@ -74,6 +74,9 @@ print("TensorFlow", tf.__version__, "| Keras", keras.__version__, "| devices:", 
 # train the big batch from the same weights and print the difference:
 
 # %% tags=["program"]
+import os
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"  # set before TensorFlow starts: no start-up logs
+
 import keras
 import numpy as np
 import tensorflow as tf
