@@ -223,7 +223,7 @@ print("w at t0, t1, t2:", np.round(async_path, 4))
 # taken at $w_0$, and applies them once, ending with the slower device, as
 # the asynchronous pair does.
 
-# %%
+# %% tags=["hide-input"]
 halves = [(x[worker::2], targets[worker::2]) for worker in range(2)]  # the trainer's deal
 
 

@@ -129,10 +129,9 @@ for name, scenario in race.SCENARIOS.items():
 # twice: again on held-out seeds {glue:text}`held-out-first` to
 # {glue:text}`held-out-last`, with a sweep of their own on other tuning
 # seeds, and every verdict pools the two sets, which must lean the same
-# way. The races and
-# sweeps take far longer than a page may, so `benchmarks/sync_vs_async.py
-# --clock virtual` ran them and stored every checkpoint; the deep dive
-# re-runs samples of them live and checks them against the files.
+# way. The races and sweeps take far longer than a page may, so they were
+# run ahead and every checkpoint stored; the deep dive re-runs samples of
+# them live and checks them against the stored ones.
 
 # %% tags=["remove-cell"]
 stored = race.stored_sweep("sync_vs_async_virtual")

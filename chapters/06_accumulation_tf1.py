@@ -155,7 +155,7 @@ with graph.as_default():
 # Creating the accumulators from the variables' shapes instead, the rest of the
 # answer runs as written:
 
-# %%
+# %% tags=["hide-input"]
 def answer1_graph(make_optimizer):
     """Answer 1's recipe: accumulators, zero_ops, accum_ops, apply the accumulators."""
     x, y, variables, loss = parabola_graph()
@@ -219,7 +219,7 @@ print(f"Adam: answer 1's step is {length:.3f} x the big batch's, same direction:
 # plainly, with answer 1 and 5 micro-batches of 10, and with answer 1 and 50
 # micro-batches of one example.
 
-# %%
+# %% tags=["hide-input"]
 def train_answer1(k, updates=200):
     """Full-batch loss before each of `updates` answer-1 updates of k micro-batches."""
     graph = tf.Graph()
@@ -391,7 +391,7 @@ print(f"answer 2's copies over {pcie4.name}: at least {1000 * copies:.2f} ms per
 # and a training step that applies `accumulator / counter`, everything in the
 # graph. The division must read the *variables*, a point answer 4 explains.
 
-# %%
+# %% tags=["hide-input"]
 def answer3_graph(make_optimizer):
     """Answer 1 plus a counter: apply accumulator / counter."""
     x, y, variables, loss = parabola_graph()
@@ -659,7 +659,7 @@ except RuntimeError as error:
 # five backward passes. Without PyTorch installed, the cell computes the same
 # two numbers with TensorFlow; the output is the same either way.
 
-# %%
+# %% tags=["hide-input"]
 def pytorch_accumulation(k=5, value=2.0):
     import torch
 

@@ -174,7 +174,7 @@ print(inspect.getsource(GradientAccumulator.mean_gradients))
 # window. On the y = x² network's 50 points, micro-batches of 10 and
 # `accumulation_steps=5` make one update from the whole data set.
 
-# %%
+# %% tags=["hide-input"]
 x_all, y_all = parabola_data()
 K = 5
 
@@ -366,7 +366,7 @@ print(f"2 replicas x 5 micro-batches vs big batch, max |difference|: {difference
 # "the same weights" means equal up to float64 rounding
 # (`pargrad.rounding_tolerance`) on any machine.
 
-# %%
+# %% tags=["hide-input"]
 x, y = parabola_data(n=48, dtype="float64")
 STEPS = 300
 four_replicas = sync_strategy(4)  # one strategy for every four-replica run below
@@ -430,7 +430,7 @@ show_source(SyncTrainer._accumulated_gradients)
 # two last examples the weight of sixteen. Weighting each micro-batch by its
 # size gives exactly the big batch's gradient:
 
-# %%
+# %% tags=["hide-input"]
 sizes = [16, 16, 16, 2]
 pieces = np.split(np.arange(50), np.cumsum(sizes)[:-1])
 model = parabola_model()
@@ -570,7 +570,7 @@ assert growth_whole > 100 and growth_accumulated < growth_whole / 4
 # warm-up for large factors). On the y = x² network, 200 epochs of shuffled
 # data:
 
-# %%
+# %% tags=["hide-input"]
 def train_epochs(micro_batch, steps, learning_rate, epochs=200):
     """Full-data loss after each epoch, accumulating `steps` micro-batches per update."""
     keras.utils.set_random_seed(0)

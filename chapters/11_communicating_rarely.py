@@ -181,7 +181,7 @@ print(f"{len(x)} points, {rc.REPLICAS} replicas, {rc.PARAMETERS} parameters "
 # in 10^15 in the initial weights grows visibly), no two programs repeat it
 # to the digit, and the gap is compared with what such a nudge produces.
 
-# %% tags=["nbval-ignore-output"]
+# %% tags=["nbval-ignore-output", "hide-input"]
 dial = rc.replication_at_stored_rates("dial")
 page = dial.page
 

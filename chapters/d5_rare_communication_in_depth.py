@@ -118,7 +118,7 @@ for steps in rc.DIAL:
 # against synchronous SGD with momentum depend on where the outer
 # momentum's swing stands at the last round:
 
-# %%
+# %% tags=["hide-input"]
 def said(result):
     """One verdict as a sentence: what it says, wins and losses over both sets, the ratio."""
     v = getattr(result, "pooled", result)
