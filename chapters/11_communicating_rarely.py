@@ -359,12 +359,12 @@ def against_reference(race, reference=rc.SYNC_MOMENTUM):
     for name in race.page.scores:
         if name == reference:
             continue
-        pooled = race.compare(name, reference).pooled
+        result = race.compare(name, reference)      # both seed sets: the book's verdict
         shown = (f"{name.split(',')[0]} at H = {int(picked[name]['H'])}"
                  if name in (rc.LOCAL_TUNED, rc.DILOCO_TUNED) else name)
-        said = {f"{name} ahead": "ahead", f"{reference} ahead": "behind"}.get(pooled.verdict,
-                                                                           pooled.verdict)
-        parts.append(f"{shown} {experiments.format_ratio(pooled.effect)} ({said})")
+        said = {f"{name} ahead": "ahead", f"{reference} ahead": "behind"}.get(result.verdict,
+                                                                           result.verdict)
+        parts.append(f"{shown} {experiments.format_ratio(result.pooled.effect)} ({said})")
     return ", ".join(parts)
 
 
