@@ -42,6 +42,7 @@ below; ``tests/repository/test_reader_metrics.py`` holds them.
 """
 
 import argparse
+import ast
 import json
 import pathlib
 import re
@@ -217,8 +218,13 @@ def glued_values(cells):
                 continue
             data = {mime.rsplit("/", 2)[-2] + "/" + mime.rsplit("/", 1)[-1]: value
                     for mime, value in output.get("data", {}).items()}
-            text = data.get("text/markdown", data.get("text/plain", ""))
-            values[name] = (_text(text), any(m.startswith("image/") for m in data))
+            text = _text(data.get("text/markdown", data.get("text/plain", "")))
+            try:                                  # a glued str's repr, as myst-nb reads it
+                value = ast.literal_eval(text)
+                text = value if isinstance(value, str) else text
+            except (SyntaxError, ValueError):
+                pass
+            values[name] = (text, any(m.startswith("image/") for m in data))
     return values
 
 
