@@ -360,12 +360,12 @@ def against_reference(race, reference=rc.SYNC_MOMENTUM):
         if name == reference:
             continue
         result = race.compare(name, reference)      # both seed sets: the book's verdict
-        shown = (f"{name.split(',')[0]} at H = {int(picked[name]['H'])}"
+        shown = (f"{name.split(',')[0]} (H = {int(picked[name]['H'])})"
                  if name in (rc.LOCAL_TUNED, rc.DILOCO_TUNED) else name)
         said = {f"{name} ahead": "ahead", f"{reference} ahead": "behind"}.get(result.verdict,
                                                                            result.verdict)
-        parts.append(f"{shown} {experiments.format_ratio(result.pooled.effect)} ({said})")
-    return ", ".join(parts)
+        parts.append(f"{shown}: {experiments.format_ratio(result.pooled.effect)}, {said}")
+    return "; ".join(parts)
 
 
 glue("race-fast", against_reference(races[FAST.name]))
