@@ -254,7 +254,8 @@ print(f"staleness costs per update, yet the pair beats one step at the same rate
       f"eta*a from {both_hold.min():.2f} to {both_hold.max():.2f}")
 pair_loss = lambda w: float(np.mean((w * pair_x - pair_x / 2) ** 2))  # noqa: E731
 pair_grid = np.linspace(-0.5, 3.5, 161)
-stale_pair, fresh_pair, sync_pair, sync_double_pair = pair_runs(0.6 / pair_curvature)
+FIGURE_ETA_A = 0.6  # the chapter's STEP_TIMES_CURVATURE
+stale_pair, fresh_pair, sync_pair, sync_double_pair = pair_runs(FIGURE_ETA_A / pair_curvature)
 figure = plots.stale_gradient(pair_grid, [pair_loss(w) for w in pair_grid], stale_pair,
                               fresh_pair, sync_pair, sweep=pair_sweep,
                               sync_double_path=sync_double_pair)
@@ -270,7 +271,7 @@ assert abs(both_hold.min() - (2 - np.sqrt(2))) <= 0.03 and abs(both_hold.max() -
 # ```{glue:figure} stale-pair-figure
 # :name: fig-stale-pair
 #
-# The chapter's figure at $\eta a = 0.6$, plus: (c) dashed, one step at
+# The chapter's figure, at its rate, plus: (c) dashed, one step at
 # $2\eta$, landing where the stale pair does; (d) the distance to the
 # minimum after each run, relative to the start, for every $\eta a$, shaded
 # where the stale pair loses to the fresh one yet beats the step at $\eta$.
