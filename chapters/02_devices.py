@@ -158,8 +158,7 @@ import os
 cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 print(f"cores this process may use: {cores}")
 # No check on the order of these times: on a machine busy with other programs
-# they scatter (a check that four devices are not faster than two failed here
-# once for that reason), and the text draws its conclusion from the cores.
+# they scatter, so the text draws its conclusion from the cores.
 
 # %% [markdown]
 # The speed-up, if any, is bounded by the cores the machine really has (the

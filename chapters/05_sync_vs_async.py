@@ -4,8 +4,8 @@
 # ```{admonition} Takeaway
 # In the same time, asynchronous training is not worse when devices are
 # unequal: behind a slow device, or with heavy-tailed delays, it reached
-# both accuracy targets before plain synchronous training on nearly every
-# seed. With equal devices synchronous training got there first. A backup
+# both accuracy targets before plain synchronous training in nearly every
+# run. With equal devices synchronous training got there first. A backup
 # worker removes the straggler's cost from synchronous training, which is
 # why synchronous training became the default.
 # ```
@@ -39,7 +39,7 @@
 # [Which mode when](#which-mode-when) closes the page with a table.
 #
 # **In this chapter you will** race `SyncTrainer` and `AsyncTrainer` on one clock, read a
-# time-to-target table over paired seeds, and know which mode to pick for
+# chart of every run's time to target, and know which mode to pick for
 # which cluster. You need the chapters
 # [Synchronous training](03_synchronous) and
 # [Asynchronous training](04_asynchronous). How the rates were tuned, the
@@ -71,7 +71,7 @@ import keras
 import matplotlib.pyplot as plt
 import numpy as np
 from pargrad.book import digits, experiments, glue, race
-from pargrad.book.plots_race import race_curves
+from pargrad.book.plots_race import race_curves, time_to_target_chart
 from pargrad.book.instruments import sync_step_times
 
 devices = pargrad.logical_devices(4)
@@ -130,10 +130,9 @@ for name, scenario in race.SCENARIOS.items():
 # twice: again on held-out seeds {glue:text}`held-out-first` to
 # {glue:text}`held-out-last`, with a sweep of their own on other tuning
 # seeds, and every verdict pools the two sets, which must lean the same
-# way. The races and
-# sweeps take far longer than a page may, so `benchmarks/sync_vs_async.py
-# --clock virtual` ran them and stored every checkpoint; the deep dive
-# re-runs samples of them live and checks them against the files.
+# way. The races and sweeps take far longer than a page may, so they were
+# run ahead and every checkpoint stored; the deep dive re-runs samples of
+# them live and checks them against the stored ones.
 
 # %% tags=["remove-cell"]
 stored = race.stored_sweep("sync_vs_async_virtual")
@@ -181,7 +180,7 @@ plt.close(figure)
 # :name: fig-race-virtual
 #
 # Test accuracy against virtual time, one panel a scenario. The line is the
-# median of the seeds, the band spans the lowest and the highest seed, the
+# median of the runs, the band spans the lowest and the highest run, the
 # dotted horizontal line is the higher target. Solid: synchronous; dashed:
 # asynchronous; dotted (equal devices only): the zero-staleness control, one
 # device making the asynchronous workers' updates one after the other.
@@ -198,23 +197,33 @@ plt.close(figure)
 #
 # DAWNBench ranks entries by the time they need to reach a fixed accuracy
 # {cite}`coleman2017dawnbench,coleman2019analysis`. Ours: the first
-# checkpoint at or above a target, seed by seed, at two targets,
+# checkpoint at or above a target, run by run, at two targets,
 # {glue:text}`target-low:.0f`% and {glue:text}`target-high:.0f`% test
 # accuracy, both below the plateau the runs with equal devices end on
 # (median {glue:text}`plateau:.0f`%), where the first checkpoint above a
-# target would be mostly noise. The table compares each method with plain
-# synchronous training in each scenario, over both seed sets together: the
-# median time, the median per-seed time ratio to synchronous training over
-# the seeds where the two differ (below 1: faster), the seeds on which the
-# method was faster, and the verdict of the book's rule
-# ([How the book decides](a0_methods)): a paired signed-rank test on the
-# per-seed time ratios of both sets pooled, each set leaning the same way,
-# and a lead of more than {glue:text}`floor:.0f` %.
+# target would be mostly noise. {numref}`fig-time-to-target-core` shows every
+# run's time to the higher target.
 
-# %% tags=["remove-input"]
-COMPARED = {scenario: ["sync, 1 backup", "async"] for scenario in race.SCENARIOS}
-for target in TARGETS:
-    display(race.race_results_table(results, "sync", COMPARED, target, held_out=held_out_results))
+# %% tags=["remove-cell"]
+figure = time_to_target_chart(race.time_to_target_table(results, TARGETS[1]),
+                            unit="virtual time")
+glue("time-to-target-core", figure, display=False)
+plt.close(figure)
+
+# %% [markdown]
+# ```{glue:figure} time-to-target-core
+# :name: fig-time-to-target-core
+#
+# Time to {glue:text}`target-high:.0f`% test accuracy on the virtual clock:
+# a dot a run, a bar to the median, an × for a run that never got there.
+# ```
+#
+# The verdicts below come from the book's rule
+# ([How the book decides](a0_methods)): a paired signed-rank test on the
+# per-seed time ratios of the page's and the held-out runs pooled, each set
+# leaning the same way, and a lead of more than {glue:text}`floor:.0f` %.
+# Undecided, it says "no difference shown" if the two sets lean apart, "too
+# few seeds to tell" if they lean the same way.
 
 # %% tags=["remove-cell"]
 def verdict(scenario, first, second, target):
@@ -267,33 +276,32 @@ glue("ex2-sync-async", verdict("one device 3x slower", "sync", "async", TARGETS[
 
 # %% [markdown]
 # Three verdicts answer the stale-gradient article's question; each pools
-# the page's seeds and the held-out ones, {glue:text}`pooled-seeds` paired
-# seeds.
+# the page's runs and the held-out ones, {glue:text}`pooled-seeds` pairs.
 #
 # 1. **Behind stragglers, asynchronous training is ahead, not worse.** With
 #    one device three times slower, and with heavy-tailed delays,
 #    asynchronous training reached both targets before plain synchronous
-#    training on at least {glue:text}`straggler-fewest-wins` of the
-#    {glue:text}`pooled-seeds` seeds, in
+#    training in at least {glue:text}`straggler-fewest-wins` of the
+#    {glue:text}`pooled-seeds` pairs, in
 #    {glue:text}`straggler-ratio-low:.2f` to
 #    {glue:text}`straggler-ratio-high:.2f` of its time (the median per-seed
 #    ratio), and synchronous training with one backup worker on at least
 #    {glue:text}`backup-fewest-wins` (ratios
 #    {glue:text}`backup-ratio-low:.2f` to {glue:text}`backup-ratio-high:.2f`).
 # 2. **With equal devices, synchronous training reaches both targets
-#    first**, on at least {glue:text}`eq-fewest-wins` of the
-#    {glue:text}`pooled-seeds` seeds, in {glue:text}`eq-ratio-low:.2f` to
+#    first**, in at least {glue:text}`eq-fewest-wins` of the
+#    {glue:text}`pooled-seeds` pairs, in {glue:text}`eq-ratio-low:.2f` to
 #    {glue:text}`eq-ratio-high:.2f` of asynchronous training's time.
 #    Staleness itself has a cost: the zero-staleness control reached both
-#    targets before the asynchronous workers on every seed.
+#    targets before the asynchronous workers every time.
 # 3. **Between a backup worker and asynchronous training, the kind of
 #    straggler decides, by little.** Behind the slow device the backup
-#    worker reached both targets first, on {glue:text}`slow-backup-wins-low`
-#    and {glue:text}`slow-backup-wins-high` seeds, in
+#    worker reached both targets first, in {glue:text}`slow-backup-wins-low`
+#    and {glue:text}`slow-backup-wins-high` pairs, in
 #    {glue:text}`slow-backup-ratio-low:.2f` to
 #    {glue:text}`slow-backup-ratio-high:.2f` of asynchronous training's
 #    time; with heavy-tailed delays asynchronous training reached the lower
-#    target first, on {glue:text}`heavy-async-wins` seeds (ratio
+#    target first, in {glue:text}`heavy-async-wins` pairs (ratio
 #    {glue:text}`heavy-async-ratio:.2f`), and at the higher target no
 #    difference is shown.
 #

@@ -3,16 +3,17 @@
 #
 # ```{admonition} Takeaway
 # Sum the $k$ micro-batches' gradients into accumulator variables and apply
-# `accumulator / k` (or divide by a counter) in a separate `run` call: that
-# is the big batch's update. Answer 1 applies the sum, a step $k$ times too
-# long; answer 4's 2.4 is the `assign_add` run once more by the fetch.
+# `accumulator / k` (or divide by a counter) in a separate `run` call: the
+# big batch's update. Answer 1 applies the sum: harmless with its Adam, a
+# step $k$ times too long with SGD or momentum. Answer 4's 2.4 is the
+# `assign_add` run once more by the fetch.
 # ```
 #
 # A batch that does not fit in memory can still be trained on: split it into
 # $k$ *{term}`micro-batches <micro-batch>`*, compute their gradients one after
 # the other, add them up, and update the weights once. This is
 # *{term}`gradient accumulation`*. Done right, the update is exactly the big
-# batch's; done wrong, it is $k$ times too large, or it silently re-runs part
+# batch's; done wrong, it is $k$ times too large (with SGD), or it silently re-runs part
 # of the graph.
 #
 # Our guide is the accumulation thread ([Where this book starts](00_sources)),
@@ -154,7 +155,7 @@ with graph.as_default():
 # Creating the accumulators from the variables' shapes instead, the rest of the
 # answer runs as written:
 
-# %%
+# %% tags=["hide-input"]
 def answer1_graph(make_optimizer):
     """Answer 1's recipe: accumulators, zero_ops, accum_ops, apply the accumulators."""
     x, y, variables, loss = parabola_graph()
@@ -218,7 +219,7 @@ print(f"Adam: answer 1's step is {length:.3f} x the big batch's, same direction:
 # plainly, with answer 1 and 5 micro-batches of 10, and with answer 1 and 50
 # micro-batches of one example.
 
-# %%
+# %% tags=["hide-input"]
 def train_answer1(k, updates=200):
     """Full-batch loss before each of `updates` answer-1 updates of k micro-batches."""
     graph = tf.Graph()
@@ -390,7 +391,7 @@ print(f"answer 2's copies over {pcie4.name}: at least {1000 * copies:.2f} ms per
 # and a training step that applies `accumulator / counter`, everything in the
 # graph. The division must read the *variables*, a point answer 4 explains.
 
-# %%
+# %% tags=["hide-input"]
 def answer3_graph(make_optimizer):
     """Answer 1 plus a counter: apply accumulator / counter."""
     x, y, variables, loss = parabola_graph()
@@ -448,6 +449,9 @@ for name, make_optimizer in [("SGD", sgd), ("Adam", adam)]:
 # so the mean should be 2.0:
 
 # %% tags=["program"]
+import os
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"  # set before TensorFlow starts: no start-up logs
+
 import tensorflow as tf
 
 v1 = tf.compat.v1
@@ -514,6 +518,9 @@ with v1.Session(graph=graph) as session:
 # then `False` once:
 
 # %% tags=["program"]
+import os
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"  # set before TensorFlow starts: no start-up logs
+
 import tensorflow as tf
 
 v1 = tf.compat.v1
@@ -555,6 +562,9 @@ assert runs == 1
 # ran:
 
 # %% tags=["program"]
+import os
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"  # set before TensorFlow starts: no start-up logs
+
 import tensorflow as tf
 
 v1 = tf.compat.v1
@@ -634,8 +644,9 @@ except RuntimeError as error:
 #
 # The last answer notes that PyTorch needs none of this: `backward()` *adds*
 # into each parameter's `.grad` (hence `optimizer.zero_grad()` in PyTorch
-# loops), so accumulating $k$ micro-batches is not zeroing for $k$ calls, and
-# dividing each micro-batch's loss by $k$ gives the mean
+# loops), so to accumulate $k$ micro-batches you simply call `backward()` $k$
+# times without zeroing in between, and dividing each micro-batch's loss by
+# $k$ gives the mean
 # {cite}`li2020pytorch`. Side by side:
 #
 # | TF1 recipe (answer 3) | PyTorch |
@@ -648,7 +659,7 @@ except RuntimeError as error:
 # five backward passes. Without PyTorch installed, the cell computes the same
 # two numbers with TensorFlow; the output is the same either way.
 
-# %%
+# %% tags=["hide-input"]
 def pytorch_accumulation(k=5, value=2.0):
     import torch
 
@@ -766,9 +777,10 @@ print(f"largest gap between the two curves: {np.abs(losses - big_losses).max():.
 #
 # - Gradient accumulation replaces one big batch by $k$ micro-batches run one
 #   after the other; the update must use the **mean** of their gradients.
-# - Answer 1 applies the **sum**: with SGD or momentum the step is exactly $k$
-#   times too large (a hidden learning rate of $k\eta$, here stable for $k=5$
-#   and divergent for $k=50$); Adam hides it.
+# - Answer 1 applies the **sum**: harmless with Adam, the optimizer its code
+#   uses (Adam divides the factor $k$ away, up to its $\epsilon$); with SGD or
+#   momentum the step is exactly $k$ times too large (a hidden learning rate of
+#   $k\eta$, here stable for $k=5$ and divergent for $k=50$).
 # - Answer 2 (gradients kept in Python and fed back) is correct but moves
 #   every gradient through Python twice per update.
 # - Answer 3 adds a counter and applies `accumulator / counter`: equal to the

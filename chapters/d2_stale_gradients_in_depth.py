@@ -39,7 +39,7 @@ import tensorflow as tf
 from IPython.display import Markdown, display
 from pargrad import AsyncTrainer, Scenario
 from pargrad.book import delay, experiments, glue, parabola_async, replay, show_source
-from pargrad.book.plots_asynchronous import paired_scores, stability_bound
+from pargrad.book.plots_asynchronous import paired_scores, stability_bound, stale_gradient
 from pargrad.book.lost_updates import lost_updates
 from pargrad.book.parabola import parabola_data, parabola_model, squared_error
 from pargrad.scenario import virtual_schedule  # AsyncTrainer's own virtual clock, as arrays
@@ -209,6 +209,77 @@ for name, tuning in (("page", TUNING_SEEDS), ("held-out", HELD_OUT_TUNING)):
         print(f"{name} seeds, {swept.method}: best rate {swept.best:.3g}, rates tied with it "
               f"{', '.join(f'{r:.3g}' for r in swept.plateau)}; added around the best "
               f"{', '.join(f'{r:.3g}' for r in swept.added)}")
+
+# %% [markdown]
+# ## The stale pair: one synchronous step at twice the rate
+#
+# In the chapter's figure ([Asynchronous training](04_asynchronous.ipynb#the-stale-gradient-drawn-from-a-run))
+# the two workers' halves of the data are mirror images, so each gradient at
+# $w_0$ is $a\,(w_0 - w^*)$ (curvature $a$, minimum $w^*$), and the pair moves $w$ by
+# $2\eta a\,(w_0 - w^*)$: it *is* one synchronous step at twice the rate,
+# the {term}`linear scaling rule`'s rate for a batch twice as large. The
+# same runs in float64 NumPy, swept over $\eta a$:
+
+# %% tags=["hide-input"]
+PAIR_START, W_STAR = 3.0, 0.5
+pair_x = x64[:, 0]
+pair_halves = [pair_x[worker::2] for worker in range(2)]  # the trainer's deal
+pair_curvature = 2 * float(np.mean(pair_x**2))
+
+
+def half_gradient(w, worker):
+    """d/dw of mean((w x - x / 2)^2) over one worker's half, at w."""
+    return 2 * float(np.mean(pair_halves[worker] ** 2)) * (w - W_STAR)
+
+
+def pair_runs(rate, start=PAIR_START):
+    """(stale, fresh, synchronous at rate, synchronous at 2 x rate) paths of w."""
+    g0, g1 = half_gradient(start, 0), half_gradient(start, 1)
+    fresh_first = start - rate * g0
+    return ([start, fresh_first, fresh_first - rate * g1],
+            [start, fresh_first, fresh_first - rate * half_gradient(fresh_first, 1)],
+            [start, start - rate * (g0 + g1) / 2], [start, start - 2 * rate * (g0 + g1) / 2])
+
+
+products = np.round(np.arange(0.02, 1.3, 0.02), 2)
+pair_sweep = {"step_times_curvature": products}
+runs_at = [pair_runs(product / pair_curvature) for product in products]
+for i, key in enumerate(("async", "fresh", "sync", "sync_double")):
+    pair_sweep[key] = np.array([abs(runs[i][-1] - W_STAR) / (PAIR_START - W_STAR)
+                                for runs in runs_at])
+both_hold = products[(pair_sweep["async"] > pair_sweep["fresh"])
+                     & (pair_sweep["async"] <= pair_sweep["sync"])]
+print(f"the stale pair and one step at twice the rate end at most "
+      f"{np.max(np.abs(pair_sweep['async'] - pair_sweep['sync_double'])):.0e} apart")
+print(f"staleness costs per update, yet the pair beats one step at the same rate, for "
+      f"eta*a from {both_hold.min():.2f} to {both_hold.max():.2f}")
+pair_loss = lambda w: float(np.mean((w * pair_x - pair_x / 2) ** 2))  # noqa: E731
+pair_grid = np.linspace(-0.5, 3.5, 161)
+FIGURE_ETA_A = 0.6  # the chapter's STEP_TIMES_CURVATURE
+stale_pair, fresh_pair, sync_pair, sync_double_pair = pair_runs(FIGURE_ETA_A / pair_curvature)
+figure = stale_gradient(pair_grid, [pair_loss(w) for w in pair_grid], stale_pair,
+                        fresh_pair, sync_pair, sweep=pair_sweep,
+                        sync_double_path=sync_double_pair)
+glue("stale-pair-figure", figure, display=False)
+plt.close(figure)
+
+# %% tags=["remove-cell"]
+assert np.allclose(np.sort(pair_halves[0] ** 2), np.sort(pair_halves[1] ** 2), rtol=1e-15)  # mirrors
+assert np.allclose(pair_sweep["async"], pair_sweep["sync_double"], rtol=0, atol=1e-12)
+assert abs(both_hold.min() - (2 - np.sqrt(2))) <= 0.03 and abs(both_hold.max() - 2 / 3) <= 0.03
+
+# %% [markdown]
+# ```{glue:figure} stale-pair-figure
+# :name: fig-stale-pair
+#
+# The chapter's figure, at its rate, plus: (c) dashed, one step at
+# $2\eta$, landing where the stale pair does; (d) the distance to the
+# minimum after each run, relative to the start, for every $\eta a$, shaded
+# where the stale pair loses to the fresh one yet beats the step at $\eta$.
+# ```
+#
+# The band runs from $2 - \sqrt 2$, where $|1 - 2\eta a|$ passes
+# $(1 - \eta a)^2$, to $2/3$, where it passes $1 - \eta a$.
 
 # %% [markdown]
 # ## Why the best rate shrinks: a gradient from τ updates ago

@@ -150,7 +150,7 @@ for key in ("worker", "read_time", "time", "staleness"):
 # seeded, so the files can be checked: the next cell re-runs three races and
 # one sweep run live and compares them with the file.
 
-# %%
+# %% tags=["hide-input"]
 stored = race.stored_sweep("sync_vs_async_virtual")
 settings = stored["settings"]
 results = race.stored_results(stored)
@@ -453,7 +453,7 @@ plt.close(figure)
 # got there within the budget.
 # ```
 
-# %% tags=["hide-output"]
+# %% tags=["hide-output", "hide-input"]
 for target in TARGETS:
     print(f"time to {target:.0%}:")
     print(race.format_table(race.time_to_target_table(results, target),
@@ -514,7 +514,7 @@ assert reached["async"] < reached["sync"] - 0.2 and reached["sync, 1 backup"] < 
 # *in that scenario*, the rates of the virtual-clock comparison above (the
 # cell checks that they are the same).
 
-# %%
+# %% tags=["hide-input"]
 measured = race.stored_sweep("sync_vs_async")
 machine = measured["machine"]
 print(f"{machine['cpu']}, {machine['cores']} cores, TensorFlow {machine['tensorflow']}, "

@@ -38,6 +38,7 @@ import pargrad  # first: it imports TensorFlow quietly
 
 import matplotlib.pyplot as plt
 import numpy as np
+from IPython.display import display
 from pargrad.book import experiments, glue, replay
 from pargrad.book.plots_communication import seeds_figure
 from pargrad.book import rare_communication as rc
@@ -113,13 +114,19 @@ for steps in rc.DIAL:
           f"{np.median(page.scores[rc.method_name(replay.NESTEROV, steps)]):8.2g}")
 
 # %% [markdown]
-# **1. DiLoCo's saving at similar loss** is the chapter's first table,
-# scored by the last-quarter mean; here each of its verdicts seed set by
-# seed set. At the final point instead, the verdicts at `H = 4` and `H = 16`
-# against synchronous SGD with momentum depend on where the outer
-# momentum's swing stands at the last round:
+# **1. DiLoCo's saving at similar loss**, the chapter's sentences as a
+# table (last-quarter mean, both seed sets pooled):
 
 # %%
+experiments.results_table(dial, rc.SYNC_MOMENTUM,
+                          [rc.SYNC] + [rc.method_name(replay.NESTEROV, s) for s in rc.DIAL[1:]])
+
+# %% [markdown]
+# Each of its verdicts seed set by seed set, then at the final point
+# instead, where the verdicts at `H = 4` and `H = 16` depend on where the
+# outer momentum's swing stands at the last round:
+
+# %% tags=["hide-input"]
 def said(result):
     """One verdict as a sentence: what it says, wins and losses over both sets, the ratio."""
     v = getattr(result, "pooled", result)
@@ -224,6 +231,15 @@ plt.close(figure)
 # time; one worker of four is 3 times slower.
 # ```
 #
+# The chapter's two races as tables:
+
+# %%
+for link_name, race in races.items():
+    print(f"{link_name}: the sweeps picked H = {int(race.page.rates[rc.LOCAL_TUNED]['H'])} "
+          f"for local SGD and H = {int(race.page.rates[rc.DILOCO_TUNED]['H'])} for DiLoCo")
+    display(experiments.results_table(race, rc.SYNC_MOMENTUM))
+
+# %% [markdown]
 # The best settings each seed set's sweep picked, and every pair under the
 # book's rule (both seed sets pooled, each leaning the same way), with each
 # set's wins and losses:

@@ -1,6 +1,7 @@
 """Small helpers for the chapters themselves (used by every chapter)."""
 
 import inspect
+import re
 import textwrap
 
 import numpy as np
@@ -8,13 +9,31 @@ import numpy as np
 from IPython.display import Code
 
 
+# A docstring's pointer to the book ("Taught in the chapter "X"." or "Shown in the chapters
+# "X" and "Y" (why)."): for the package's reader, not for the chapter that shows the code.
+_NOTE = (r'(?:Taught|Shown)\s+in\s+the\s+(?:chapters?|appendix)\s+"[^"]+"'
+         r'(?:,?\s+and\s+"[^"]+")*(?:\s+\([^)]*\))?\.')
+CHAPTER_NOTE = re.compile(r"[ \t]*(?<!\S)" + _NOTE)
+ONLY_A_NOTE = re.compile(r'^[ \t]*(?:"""|\'\'\')' + _NOTE + r'(?:"""|\'\'\')[ \t]*\n', re.M)
+
+
+def without_chapter_notes(source):
+    """``source`` without its docstrings' "Taught in / Shown in the chapter ..." sentences."""
+    source = ONLY_A_NOTE.sub("", source)
+    source = CHAPTER_NOTE.sub("", source)
+    source = re.sub(r"[ \t]+\n", "\n", source)
+    source = re.sub(r"\n\n\n+", "\n\n", source)                      # two blank lines left
+    return re.sub(r'\n\n([ \t]*(?:"""|\'\'\')[ \t]*\n)', r"\n\1", source)  # one before the """
+
+
 def show_source(obj):
     """Display the source code of a pargrad function or class, highlighted.
 
     Chapters show the package's code this way, so the text and the code that
-    runs never drift apart.
+    runs never drift apart; the docstrings' pointers to the chapters
+    ("Taught in the chapter ...") are left out, since the reader is in one.
     """
-    return Code(inspect.getsource(obj), language="python")
+    return Code(without_chapter_notes(inspect.getsource(obj)), language="python")
 
 
 def show_lines(obj, first, last=None):
@@ -43,7 +62,8 @@ def show_lines(obj, first, last=None):
     while depth > 0 and end + 1 < len(lines):  # finish the statement the excerpt opened
         end += 1
         depth += _bracket_depth(lines[end])
-    return Code(textwrap.dedent("\n".join(lines[start:end + 1])), language="python")
+    return Code(without_chapter_notes(textwrap.dedent("\n".join(lines[start:end + 1]))),
+                language="python")
 
 
 def _bracket_depth(line):

@@ -137,6 +137,7 @@ def dial_figure(curves, histories, fast, slow, step_seconds, shown=(1, 16, 256))
     fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), sharey=True)
     colours = ["#1b6ca8", "#d1495b", "#2a9d3f", "#8c564b", "#6a3d9a"]
     styles = {AVERAGE: ("--", "local SGD"), NESTEROV: ("-", "DiLoCo")}
+    at_every_step = {AVERAGE: "synchronous SGD", NESTEROV: "synchronous SGD with momentum"}
     for colour, steps in zip(colours, shown):
         history = histories[steps]
         axes_x = [history.updates, np.cumsum(history.bytes_sent),
@@ -144,7 +145,8 @@ def dial_figure(curves, histories, fast, slow, step_seconds, shown=(1, 16, 256))
         for outer, curve in curves[steps].items():
             style, name = styles[outer]
             for ax, xs in zip(axes.flat, axes_x):
-                ax.plot(xs, curve, style, color=colour, lw=1.8, label=f"{name}, H = {steps}")
+                ax.plot(xs, curve, style, color=colour, lw=1.8,
+                        label=at_every_step[outer] if steps == 1 else f"{name}, H = {steps}")
     titles = ["(a) against local steps a replica", "(b) against bytes each replica sent",
               f"(c) modelled time: {fast.name}", f"(d) modelled time: {slow.name}"]
     labels = ["local steps a replica", "bytes sent a replica", "seconds", "seconds"]

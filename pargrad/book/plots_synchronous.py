@@ -82,7 +82,7 @@ def _draw_sync_schematic(ax):
 
 
 def _draw_async_schematic(ax):
-    """Asynchronous updates: each device reads, computes and applies; stale reads labelled."""
+    """Asynchronous updates: each device reads, computes and applies; late applies labelled."""
     for device, read, applied, version, staleness in _schematic_async_spans():
         ax.barh(device, applied - read, left=read, height=0.55,
                 color=SCHEMATIC_COLORS["stale" if staleness else "compute"])
@@ -93,7 +93,7 @@ def _draw_async_schematic(ax):
         ax.plot([read], [device - 0.38], marker="v", color="black", markersize=5)
         if staleness:
             ax.text(applied, device + 0.5 if device else device - 0.5,
-                    f"stale read: {staleness} update{'s' * (staleness > 1)} behind",
+                    f"applied late: {staleness} update{'s' * (staleness > 1)} behind",
                     ha="right", va="center", fontsize=9, color=SCHEMATIC_COLORS["stale"])
     _schematic_axes(ax, "asynchronous: each device reads (▼), computes and applies on its own")
     ax.set_xlabel("time (units of a fixed schedule)", fontsize=10)

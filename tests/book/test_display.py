@@ -42,3 +42,24 @@ def test_glue_passes_a_numpy_number_as_a_python_number(monkeypatch):
     monkeypatch.setattr("IPython.display.display", shown.append)
     glue("half", np.float64(0.5))
     assert shown == [0.5] and type(shown[0]) is float
+
+
+def documented(x):
+    """Double ``x``.
+
+    Twice the input.  Taught in the chapter "The training loop".  Shown in
+    the chapters "Synchronous training" and "Beyond one machine" (to double).
+    """
+    return 2 * x
+
+
+def only_a_note():
+    """Shown in the chapter "Compatibility matrix"."""
+    return 1
+
+
+def test_show_source_leaves_out_the_docstrings_pointers_to_the_chapters():
+    assert show_source(documented).data == (
+        'def documented(x):\n    """Double ``x``.\n\n    Twice the input.\n    """\n'
+        "    return 2 * x\n")
+    assert show_source(only_a_note).data == "def only_a_note():\n    return 1\n"

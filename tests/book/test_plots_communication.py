@@ -54,6 +54,10 @@ def test_the_dial_figure_draws_few_series_each_in_its_own_colour():
             assert len({matplotlib.colors.to_hex(line.get_color()) for line in lines}) == 3
         assert all(text.get_fontsize() >= 9 for legend in figure.legends
                    for text in legend.get_texts())
+        # at H = 1 each method is named as the text names it
+        names = {text.get_text() for legend in figure.legends for text in legend.get_texts()}
+        assert {"synchronous SGD", "synchronous SGD with momentum", "DiLoCo, H = 16"} <= names
+        assert not [name for name in names if name.endswith("H = 1")]
     with pytest.raises(ValueError, match="shown must name H values"):
         plots.dial_figure(curves, histories, rc.FAST, rc.SLOW, 1e-3, shown=(2,))
 

@@ -6,7 +6,12 @@ that prints the number that proves it.  Each runs alone in a fresh
 interpreter (this one's ``sys.executable``), from an empty directory, and
 must print exactly what the chapter stores for that cell.  It may import
 the standard library and pargrad's declared dependencies, not pargrad
-itself: a reader copies it into a Python without the book.
+itself: a reader copies it into a Python without the book.  It prints only
+what it says: run as a reader runs it (no ``TF_CPP_MIN_LOG_LEVEL`` in the
+environment), its stderr holds no TensorFlow log line, because a program
+that imports TensorFlow silences the logs itself, in the two lines a reader
+would write (``import os``; ``os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"``
+before the import).
 """
 
 import ast
@@ -32,6 +37,21 @@ TAG = "program"
 # The eight programs took 62 on an idle two-core machine, each about 4 of them starting
 # TensorFlow; the budget leaves room for a slower CPU, not for a ninth program of the same size.
 CPU_SECONDS_IN_ALL = 80
+
+# A TensorFlow log line: absl's ("I0000 00:00:...  file.cc:12] ..."), the older
+# "2025-01-01 12:00:00.0: I file.cc:12] ...", and the continuation of the CPU notice.
+TF_LOG_LINE = re.compile(r"^(?:[IWEF]\d{4} |\d{4}-\d\d-\d\d [\d:.]+: [IWEF] |To enable the following "
+                         r"instructions)")
+# Printed while TensorFlow loads, before it reads TF_CPP_MIN_LOG_LEVEL, on a machine
+# without CUDA drivers (tensorflow/tensorflow#100442): no program can silence them.
+UNSILENCEABLE = re.compile(r"cudart_stub\.cc:\d+\] Could not find cuda drivers|"
+                           r"^WARNING: All log messages before absl::InitializeLog\(\)")
+
+
+def tensorflow_log_lines(stderr):
+    """The lines of ``stderr`` that TensorFlow logged and the program could have silenced."""
+    return [line for line in stderr.splitlines()
+            if TF_LOG_LINE.match(line) and not UNSILENCEABLE.search(line)]
 
 
 def programs():
@@ -96,8 +116,9 @@ def test_program_runs_alone_and_prints_its_stored_proof(notebook, index, cell, t
     assert stored.strip(), f"{notebook.name}, program {index}: its last line must print the proof"
     script = tmp_path / "program.py"
     script.write_text(cell.source + "\n")
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    env.update(TF_CPP_MIN_LOG_LEVEL="3", MPLBACKEND="Agg")
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("PYTHONPATH", "TF_CPP_MIN_LOG_LEVEL")}   # as a reader runs it
+    env.update(MPLBACKEND="Agg")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     run = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
@@ -109,6 +130,24 @@ def test_program_runs_alone_and_prints_its_stored_proof(notebook, index, cell, t
     assert printed[-1:] == expected[-1:], (
         f"{notebook.name}, program {index}: the proof line differs from the page's")
     assert printed == expected, f"{notebook.name}, program {index}: output differs from the page's"
+    logged = tensorflow_log_lines(run.stderr)
+    assert not logged, (f"{notebook.name}, program {index}: TensorFlow logs {len(logged)} lines, "
+                        f"first {logged[0]!r}; set os.environ['TF_CPP_MIN_LOG_LEVEL'] = '3' "
+                        "before importing TensorFlow (or keras)")
+
+
+def test_tensorflow_log_lines_are_told_from_the_unsilenceable_ones():
+    stderr = (
+        "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+        "I0000 00:00:1796611750.450174   12286 cudart_stub.cc:31] Could not find cuda drivers "
+        "on your machine, GPU will not be used.\n"
+        "I0000 00:00:1796611750.641442   12286 cpu_feature_guard.cc:227] This TensorFlow binary "
+        "is optimized\n"
+        "To enable the following instructions: AVX2 FMA, in other operations, rebuild\n"
+        "2025-09-17 14:44:05.176998: E external/local_xla/cuda_fft.cc:467] Unable to register\n"
+        "a line the program printed itself\n")
+    assert [line[:12] for line in tensorflow_log_lines(stderr)] == [
+        "I0000 00:00:", "To enable th", "2025-09-17 1"]
 
 
 def test_programs_run_within_their_budget():
