@@ -27,7 +27,9 @@ the book reaches one, before any run is made:
    Wilcoxon signed-rank test on the per-seed log-ratios, each set leaning
    the same way, and the effect size (the median per-seed ratio over the
    seeds that differ) at least :data:`FLOOR` from 1.  :func:`rule_power`
-   simulates the rule: it sees a 20 % effect with probability at least 0.8.
+   simulates the rule; each verdict carries its power at a fifth at its own
+   measured spread, which words an undecided one (:data:`UNDECIDED`), and
+   :func:`holm` corrects the book's stated verdicts as one family.
 6. :func:`last_quarter_mean` is the robust score of a loss curve that
    oscillates, and :func:`results_table` is the one table a chapter shows.
 
@@ -56,8 +58,7 @@ RULE = (f"A is ahead of B when, over at least {MIN_SEEDS} paired seeds (the page
         f"test on the per-seed log-ratios log(A / B) gives p < {ALPHA}, each seed set leans "
         f"the same way, and the median per-seed ratio A / B over the seeds that differ is "
         f"more than {FLOOR * 100:g} % away from 1 (within it, the difference is negligible). "
-        f"Short of that: if every set leans the same way by more than {FLOOR * 100:g} %, there "
-        f"are too few seeds to tell; otherwise no difference is shown.")
+        f"Short of that, the comparison is undecided (UNDECIDED says how it is worded).")
 NEGLIGIBLE = "negligible"
 NO_DIFFERENCE = "no difference shown"
 TOO_FEW = "too few seeds to tell"
