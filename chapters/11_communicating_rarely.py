@@ -6,8 +6,8 @@
 # fewer all-reduces. Where communication costs more than computation
 # (between data centres), that wins: in the same time, DiLoCo ends
 # {glue:text}`slow-gain` times lower than synchronous SGD. The price is paid
-# per step: at equal steps, each `H` ends higher. Inside a box, communicate
-# every step.
+# per step: at equal steps, each `H` ends higher. Inside a box, it is a close
+# call: our seeds show neither a gain nor a cost.
 # ```
 #
 # **What communicating `H` times less buys, and what it costs.** Between two
@@ -20,9 +20,9 @@
 # the same 1024 local steps, DiLoCo's loss is {glue:text}`cost-16` times that
 # of synchronous SGD with momentum at `H` = 16 and {glue:text}`cost-256`
 # times at `H` = 256. Inside a box, where an all-reduce costs microseconds,
-# there is nothing to buy: the sweep of `H` picks {glue:text}`fast-h`, the smallest
-# it may, and there DiLoCo gains nothing over synchronous SGD with momentum that our
-# seeds resolve.
+# there is little to buy: the sweep of `H` picks {glue:text}`fast-h`, the smallest
+# it may, and there DiLoCo against synchronous SGD with momentum is a close
+# call: our seeds resolve neither a gain nor a cost.
 #
 # Where the network is slow or workers come and go, training went back to
 # communicating *rarely*: every replica takes `H` steps alone, then the
@@ -320,7 +320,9 @@ glue("momentum-gain", f"{1 / momentum_alone.pooled.effect:.1f}")
 glue("cost-64", f"{saving[64].pooled.effect:.1f}")
 glue("h4-wins", f"{saving[4].page.wins}-{saving[4].page.losses} and "
      f"{saving[4].held_out.wins}-{saving[4].held_out.losses}")
-assert saving[4].verdict == experiments.NO_DIFFERENCE
+glue("h4-interval", experiments.format_interval(saving[4].pooled.interval))
+assert saving[4].verdict == experiments.CLOSE     # too noisy for the rule to see a fifth
+assert saving[4].pooled.power < experiments.MIN_POWER
 assert saving[4].page.lean != saving[4].held_out.lean
 assert all(saving[s].verdict == f"{rc.SYNC_MOMENTUM} ahead" for s in DIAL[2:])
 assert momentum_alone.verdict == f"{rc.SYNC_MOMENTUM} ahead"
@@ -333,9 +335,10 @@ assert [saving[s].pooled.effect for s in DIAL[2:]] == sorted(saving[s].pooled.ef
 # Communicating rarely costs loss per step, and more the rarer it is: from
 # `H` = 16 on, synchronous SGD with momentum is ahead, and DiLoCo's loss is
 # {glue:text}`cost-16`, {glue:text}`cost-64` and {glue:text}`cost-256` times
-# its loss at `H` = 16, 64 and 256. At `H` = 4 no difference is shown: the
-# two seed sets lean opposite ways (DiLoCo lower on {glue:text}`h4-wins`
-# seeds). Every DiLoCo row still ends below plain synchronous SGD, but that
+# its loss at `H` = 16, 64 and 256. At `H` = 4 it is a close call: the two
+# seed sets lean opposite ways (DiLoCo lower on {glue:text}`h4-wins` seeds)
+# and the seeds spread too far for the rule to see a fifth (median ratio's
+# {glue:text}`h4-interval`). Every DiLoCo row still ends below plain synchronous SGD, but that
 # is the momentum's doing, not the rare communication's: plain averaging
 # (local SGD) loses to synchronous SGD at every `H`
 # ([Communicating rarely in depth](d5_rare_communication_in_depth)).
@@ -361,7 +364,11 @@ for link in (FAST, SLOW):
     picked = races[link.name].page.rates
     print(f"{link.name}: the sweeps picked H = {int(picked[rc.LOCAL_TUNED]['H'])} for local SGD "
           f"and H = {int(picked[rc.DILOCO_TUNED]['H'])} for DiLoCo")
-    display(results_table(races[link.name], rc.SYNC_MOMENTUM))
+    # each row's verdict after the correction over the book's stated verdicts
+    family = {name: experiments.statement_key("communicating rarely", f"race, {link.name}",
+                                              name, rc.SYNC_MOMENTUM)
+              for name in (rc.DILOCO_TUNED, rc.ASYNC, rc.LOCAL_TUNED)}
+    display(results_table(races[link.name], rc.SYNC_MOMENTUM, family=family))
 
 # %% tags=["remove-cell"]
 fast_race, slow_race = races[FAST.name], races[SLOW.name]
@@ -383,7 +390,13 @@ for race in races.values():   # every seed set's sweep picks the same H for DiLo
 assert fast_race.page.rates[rc.DILOCO_TUNED]["H"] == min(rc.RACE_DILOCO_H["fast"])
 assert slow_diloco.verdict == f"{rc.DILOCO_TUNED} ahead"
 assert slow_local.verdict == f"{rc.DILOCO_TUNED} ahead"
-assert fast_diloco.verdict in (experiments.TOO_FEW, experiments.NO_DIFFERENCE)
+assert fast_diloco.verdict == experiments.CLOSE, fast_diloco
+glue("fast-interval", experiments.format_interval(fast_diloco.pooled.interval))
+slow_local_sync = experiments.corrected(
+    slow_race.compare(rc.LOCAL_TUNED, rc.SYNC_MOMENTUM),
+    experiments.statement_key("communicating rarely", f"race, {SLOW.name}", rc.LOCAL_TUNED,
+                              rc.SYNC_MOMENTUM))
+assert slow_local_sync.verdict == experiments.TOO_FEW, slow_local_sync
 assert all(v.verdict == f"{rc.SYNC_MOMENTUM} ahead" for v in asynchronous.values())
 
 # %% [markdown]
@@ -391,10 +404,13 @@ assert all(v.verdict == f"{rc.SYNC_MOMENTUM} ahead" for v in asynchronous.values
 # {glue:text}`slow-h` ends {glue:text}`slow-gain` times lower than
 # synchronous SGD with momentum, and {glue:text}`slow-local-gain` times lower
 # than local SGD, whose plain average has no outer momentum. Inside a box it
-# does not: the sweep picks `H` = {glue:text}`fast-h`, the smallest allowed,
-# and there DiLoCo gains nothing over synchronous SGD with momentum that our
-# seeds resolve (median ratio {glue:text}`fast-ratio`; on rate grids twice
-# as dense the two seed sets lean apart). Asynchronous SGD,
+# is a close call: the sweep picks `H` = {glue:text}`fast-h`, the smallest
+# allowed, and there DiLoCo against synchronous SGD with momentum has a median
+# ratio of {glue:text}`fast-ratio` ({glue:text}`fast-interval`), too noisy for
+# the rule to see a fifth either way. Local SGD's lead over synchronous SGD
+# with momentum between data centres does not survive the correction for the
+# book's many verdicts ([How the book decides](a0_methods)): too few seeds
+# to tell. Asynchronous SGD,
 # with its own rate and momentum tuned, ends {glue:text}`async-fast` times
 # higher than synchronous SGD with momentum inside a box and
 # {glue:text}`async-slow` times between data centres: not waiting for the
@@ -537,7 +553,7 @@ glue("gpu-slow-util", f"{scale[SLOW.name][2]:.0%}")
 # - With one slow worker, every method at its best on its own knobs:
 #   between data centres DiLoCo at `H` = {glue:text}`slow-h` ends
 #   {glue:text}`slow-gain` times lower than synchronous SGD with momentum;
-#   inside a box communicating rarely buys nothing we can resolve.
+#   inside a box it is a close call, neither a gain nor a cost resolved.
 # - Between rounds, the state is the averaged weights and the outer
 #   momentum: hand them over, and workers can leave and join.
 #

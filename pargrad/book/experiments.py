@@ -637,6 +637,10 @@ class Replicated:
         return self.pooled.verdict
 
     @property
+    def text(self):
+        return self.pooled.text
+
+    @property
     def first(self):
         return self.page.first
 
@@ -751,6 +755,51 @@ def holm(p_values):
     return adjusted
 
 
+FAMILY_FILE = "stated_verdicts.json"   # in pargrad/book/data, by tools/measure_stated_verdicts.py
+
+
+def statement_key(page, *statement):
+    """The registry's name of one stated verdict: "page | first | second | ..." (targets as %)."""
+    parts = [f"{part:.0%}" if isinstance(part, float) else str(part) for part in statement]
+    return " | ".join([page] + parts)
+
+
+@functools.lru_cache(maxsize=None)
+def stated_family():
+    """The book's registry of stated verdicts: key -> (p-value, Holm-adjusted p-value)."""
+    import json
+    import pathlib
+    data = json.loads((pathlib.Path(__file__).parent / "data" / FAMILY_FILE).read_text())
+    return {row["key"]: (row["p"], row["holm"]) for row in data["verdicts"]}
+
+
+def corrected(verdict, key, alpha=ALPHA):
+    """``verdict`` after Holm's correction over the book's stated verdicts (:func:`stated_family`).
+
+    An "ahead" whose adjusted p-value is not below ``alpha`` is undecided:
+    a close call, or too few seeds to tell where its median ratio lies
+    beyond :data:`EFFECT`.  Works on a :class:`Verdict` or a
+    :class:`Replicated`; raises for a key the registry lacks.  Taught on the
+    page "How the book decides".
+    """
+    family = stated_family()
+    if key not in family:
+        raise ValueError(f"{key!r} is not in the registry of stated verdicts; run "
+                         f"tools/measure_stated_verdicts.py after adding it to its list.")
+    pooled = verdict.pooled if isinstance(verdict, Replicated) else verdict
+    if not pooled.verdict.endswith(" ahead") or family[key][1] < alpha:
+        return verdict
+    words = CLOSE if 1 / EFFECT <= pooled.effect <= EFFECT else TOO_FEW
+    demoted = dataclasses.replace(pooled, verdict=words)
+    return dataclasses.replace(verdict, pooled=demoted) if isinstance(verdict, Replicated) \
+        else demoted
+
+
+def family_phrase(key):
+    """A stated verdict's p-value after Holm's correction, as prose quotes it: "adjusted p = 0.29"."""
+    return f"adjusted {p_phrase(stated_family()[key][1])}"
+
+
 @dataclasses.dataclass(frozen=True)
 class Replication:
     """The same methods on the page's seeds and on held-out seeds: two :class:`Experiment`."""
@@ -853,14 +902,16 @@ class ResultsTable:
         return self.to_markdown()
 
 
-def results_table(result, reference, methods=None):
+def results_table(result, reference, methods=None, family=None):
     """Per method: median score, ratio to ``reference``, wins out of N, verdict; a :class:`ResultsTable`.
 
     ``result`` is an :class:`Experiment` or a :class:`Replication`, whose
     columns then pool its two seed sets, as its verdicts do.  The ratio is
     :func:`effect_size` of the method against the reference.  ``methods``
-    picks and orders the rows (default: every method).  Taught on the page
-    "How the book decides".
+    picks and orders the rows (default: every method).  ``family`` maps a
+    method's name to its key in the registry of stated verdicts: its
+    verdict is then the one after Holm's correction (:func:`corrected`).
+    Taught on the page "How the book decides".
     """
     runs = [result.page, result.held_out] if isinstance(result, Replication) else [result]
     names = list(runs[0].scores) if methods is None else list(methods)
@@ -873,6 +924,8 @@ def results_table(result, reference, methods=None):
             rows.append((name, median, "1", "", "reference"))
             continue
         verdict = result.compare(name, reference)
+        if family and name in family:
+            verdict = corrected(verdict, family[name])
         pooled = verdict.pooled if isinstance(verdict, Replicated) else verdict
         rows.append((name, median, format_ratio(pooled.effect),
                      f"{pooled.wins} of {pooled.seeds}", pooled.text))
