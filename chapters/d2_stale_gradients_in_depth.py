@@ -66,7 +66,7 @@ def verdict_line(verdict):
     page, held_out, both = verdict.page, verdict.held_out, verdict.pooled
     return (f"{both.first} ended lower than {both.second} on {page.wins} of {page.seeds} of "
             f"the page's seeds and {held_out.wins} of {held_out.seeds} held-out ones; median "
-            f"ratio {short(both.effect)}; verdict over both sets: {both.verdict}")
+            f"ratio {short(both.effect)}; verdict over both sets: {both.text}")
 
 
 def replica_final_loss(workers, rate, seeds=(0,), **options):
@@ -425,14 +425,15 @@ for name, run in (("page", guard.page), ("held-out", guard.held_out)):
           f"{', '.join(f'{r:.3g}' for r in run.sweeps[rule.name].added)})")
 display(Markdown(experiments.results_table(guard, plain.name).to_markdown()))
 best_verdict = guard.compare(plain.name, rule.name)
-glue("tuned-rule-verdict", best_verdict.verdict)
+glue("tuned-rule-verdict", best_verdict.text)
 glue("tuned-rule-page", f"{best_verdict.page.wins}-{best_verdict.page.losses}")
 glue("tuned-rule-held-out", f"{best_verdict.held_out.wins}-{best_verdict.held_out.losses}")
 glue("tuned-rule-ratio", best_verdict.pooled.effect)
 
 # %% tags=["remove-cell"]
 assert best_verdict.verdict != "best constant rate ahead", best_verdict
-assert best_verdict.verdict == experiments.NO_DIFFERENCE, best_verdict
+# undecided: "no difference shown" where the rule would have seen a fifth, else a close call
+assert best_verdict.verdict in (experiments.NO_DIFFERENCE, experiments.CLOSE), best_verdict
 
 # %% [markdown]
 # Then the rule at two fixed base rates against the plain base rate and
@@ -467,15 +468,15 @@ for base in (0.1, 0.2):
 start_loss = replay.full_loss(replay.stacked_weights(SEEDS), x64, y64)
 print(f"constant 0.2 ends above its starting loss on {np.sum(~(at_02 < start_loss))} "
       f"of {len(SEEDS)} seeds")
-glue("matched-verdict-low", matched_verdicts[0.1].verdict)
-glue("matched-verdict-high", matched_verdicts[0.2].verdict)
+glue("matched-verdict-low", matched_verdicts[0.1].text)
+glue("matched-verdict-high", matched_verdicts[0.2].text)
 glue("matched-ratio-low", matched_verdicts[0.1].pooled.effect)
 
 # %% tags=["remove-cell"]
 for base in (0.1, 0.2):
     assert at_base_verdicts[base].verdict == f"{base} / (staleness + 1) ahead", at_base_verdicts
     assert matched_verdicts[base].verdict in (experiments.NO_DIFFERENCE, experiments.NEGLIGIBLE,
-                                              experiments.TOO_FEW), matched_verdicts
+                                              experiments.CLOSE), matched_verdicts
 
 # %% [markdown]
 # What the two seed sets say:
@@ -540,13 +541,13 @@ picked = [run.rates[dc.name]["λ"] for run in (compensated.page, compensated.hel
 glue("dc-lambda-page", f"{picked[0]:.2g}")
 glue("dc-lambda-held-out", f"{picked[1]:.2g}")
 glue("dc-vs-constant", dc_vs_constant.verdict)
-glue("dc-vs-rule", dc_vs_rule.verdict)
+glue("dc-vs-rule", dc_vs_rule.text)
 glue("dc-ratio", dc_vs_constant.pooled.effect)
 glue("dc-rule-ratio", dc_vs_rule.pooled.effect)
 
 # %% tags=["remove-cell"]
 assert dc_vs_constant.verdict == experiments.NEGLIGIBLE, dc_vs_constant
-assert dc_vs_rule.verdict == experiments.NO_DIFFERENCE, dc_vs_rule
+assert dc_vs_rule.verdict in (experiments.NO_DIFFERENCE, experiments.CLOSE), dc_vs_rule
 assert compensated.compare(plain.name, rule.name).verdict == best_verdict.verdict
 
 # %% [markdown]
