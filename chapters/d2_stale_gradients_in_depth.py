@@ -350,7 +350,8 @@ glue("bound-glorot", 100 * max(glorot_page))
 # {glue:text}`bound-low:.0f`–{glue:text}`bound-high:.0f` % of the bound's
 # for these initial weights (from Keras's default Glorot ones, up to
 # {glue:text}`bound-glorot:.0f` % on the page's seeds and
-# {glue:text}`bound-glorot-fresh:.0f` % on a fresh set of 30), and on every seed the largest stable rate
+# {glue:text}`bound-glorot-fresh:.0f` % on a fresh set of 30, and further
+# on other fresh sets), and on every seed the largest stable rate
 # shrinks, where momentum would make it grow. A control at rate 0.1: one
 # worker taking the same shares in turn with momentum $1 - 1/n$ at rate
 # $\eta / n$, which the equivalence says behaves like the asynchronous
@@ -393,7 +394,8 @@ plt.close(figure)
 # $1 - 1/n$ would allow (dashed).
 # ```
 #
-# On every seed the momentum control ends close to one worker, while 4
+# On every seed of these two sets the momentum control ends within a factor
+# of two of one worker (on a fresh set a few seeds go past it), while 4
 # asynchronous workers bounce and 8 diverge ({numref}`fig-stability-bound`):
 # the delay explains these runs, momentum does not. The equivalence holds in
 # expectation over random delays; here every update has the same staleness
