@@ -217,11 +217,16 @@ class Verdict:
     lean: int = 0  # +1: the first's ranks weigh more (it leans ahead), -1: the second's, 0: even
     first_scores: tuple = dataclasses.field(default=(), repr=False, compare=False)
     second_scores: tuple = dataclasses.field(default=(), repr=False, compare=False)
-    spread: float = math.nan   # robust spread of the per-seed log-ratios (each set about its median)
-    power: float = math.nan    # rule_power at EFFECT, at that spread and these seed sets
-    interval: tuple = (math.nan, math.nan)   # 95 % bootstrap interval of the median ratio
-    shift: float = math.nan    # the gap between the seed sets' median log-ratios (tuning shift)
-    set_sizes: tuple = ()      # the seeds of each set pooled
+    # what words an undecided verdict (UNDECIDED), not part of a verdict's identity:
+    # the robust spread of the per-seed log-ratios (each set about its own median), the
+    # rule's power at EFFECT at that spread and these seed sets, a 95 % bootstrap interval
+    # of the median ratio, the gap between the sets' median log-ratios (the tuning shift),
+    # and the seeds of each set pooled
+    spread: float = dataclasses.field(default=math.nan, compare=False)
+    power: float = dataclasses.field(default=math.nan, compare=False)
+    interval: tuple = dataclasses.field(default=(math.nan, math.nan), compare=False)
+    shift: float = dataclasses.field(default=math.nan, compare=False)
+    set_sizes: tuple = dataclasses.field(default=(), compare=False)
 
     @property
     def seeds(self):
