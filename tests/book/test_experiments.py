@@ -507,3 +507,21 @@ def test_seeds_alpha_and_min_seeds_are_checked_in_the_librarys_voice():
         experiments.compare(np.zeros(20), np.ones(20), alpha=1.5)
     with pytest.raises(ValueError, match="min_seeds must be a whole number >= 1"):
         experiments.compare(np.zeros(20), np.ones(20), min_seeds=0)
+
+
+def test_a_stated_ahead_the_family_does_not_keep_is_undecided():
+    family = experiments.stated_family()
+    kept = next(k for k, (p, holm) in family.items() if holm < experiments.ALPHA)
+    dropped = next(k for k, (p, holm) in family.items()
+                   if p < experiments.ALPHA <= holm)
+    assert experiments.statement_key("race", "a", "b", 0.9) == "race | a | b | 90%"
+    base = np.linspace(1.0, 2.0, 60)
+    ahead = experiments.compare(base * 0.9, base, "A", "B")
+    assert ahead.verdict == "A ahead"
+    assert experiments.corrected(ahead, kept).verdict == "A ahead"
+    assert experiments.corrected(ahead, dropped).verdict == experiments.CLOSE
+    assert experiments.corrected(experiments.compare(base * 0.5, base), dropped).verdict == \
+        experiments.TOO_FEW
+    assert experiments.family_phrase(dropped).startswith("adjusted p = ")
+    with pytest.raises(ValueError, match="not in the registry.*measure_stated_verdicts"):
+        experiments.corrected(ahead, "nowhere | a | b")
