@@ -52,25 +52,24 @@ from pargrad import checks
 ALPHA = 0.04       # the test's level, two-sided: false "ahead" below 0.05 with a margin (rule_power)
 MIN_SEEDS = 50     # the fewest paired seeds a verdict may rest on (two sets of 25 or more)
 FLOOR = 0.02       # a lead whose ratio is within 2 % of 1 (0.98 to 1.02) is negligible
+EFFECT = 1.25      # the effect the rule must see: a fifth either way (a ratio of 0.8 or 1.25)
+MIN_POWER = 0.8    # "no difference shown" only where the rule sees EFFECT this often (rule_power)
 RATE_STEP = 2 ** 0.25   # a sweep refines its rates until the best's neighbours are this close
+UNDECIDED = (f"no difference is shown where the rule would see a ratio of {1 / EFFECT:g} "
+             f"(or {EFFECT:g}) at least {MIN_POWER * 10:g} times in 10 at the comparison's own "
+             f"spread and the median ratio lies between them; short of that power such a ratio "
+             f"is a close call, and one beyond them too few seeds to tell, each given with its "
+             f"interval.")
 RULE = (f"A is ahead of B when, over at least {MIN_SEEDS} paired seeds (the page's and the "
         f"held-out ones, each set tuned on its own seeds), a two-sided Wilcoxon signed-rank "
         f"test on the per-seed log-ratios log(A / B) gives p < {ALPHA}, each seed set leans "
         f"the same way, and the median per-seed ratio A / B over the seeds that differ is "
         f"more than {FLOOR * 100:g} % away from 1 (within it, the difference is negligible). "
-        f"Short of that, the comparison is undecided (UNDECIDED says how it is worded).")
+        f"Short of that, it is undecided: " + UNDECIDED)
 NEGLIGIBLE = "negligible"
 NO_DIFFERENCE = "no difference shown"
 TOO_FEW = "too few seeds to tell"
 CLOSE = "close call"
-EFFECT = 1.25      # the effect the rule must see: a fifth either way (a ratio of 0.8 or 1.25)
-MIN_POWER = 0.8    # "no difference shown" only where the rule sees EFFECT this often (rule_power)
-UNDECIDED = (f"Undecided, the comparison's own spread decides the words: where the rule "
-             f"would see a ratio of {1 / EFFECT:g} (or {EFFECT:g}) at least "
-             f"{MIN_POWER * 100:g} times in 100 (rule_power at the per-seed log-ratios' "
-             f"robust spread), and the median ratio is within that, no difference is shown; "
-             f"short of that power, a median ratio within it is a close call, given with its "
-             f"interval, and one beyond it means too few seeds to tell.")
 
 
 @dataclasses.dataclass(frozen=True)
