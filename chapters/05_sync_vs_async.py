@@ -249,12 +249,19 @@ glue("eq-ratio-low", min(v.pooled.effect for v in equal))
 glue("eq-ratio-high", max(v.pooled.effect for v in equal))
 control = [verdict("equal devices", "sequential, no staleness", "async", t) for t in TARGETS]
 assert all(v.pooled.wins == 2 * SEEDS for v in control)
-slow_backup = [verdict("one device 3x slower", "sync, 1 backup", "async", t) for t in TARGETS]
-assert all(v.verdict == "sync, 1 backup ahead" for v in slow_backup)
-glue("slow-backup-wins-low", min(v.pooled.wins for v in slow_backup))
-glue("slow-backup-wins-high", max(v.pooled.wins for v in slow_backup))
-glue("slow-backup-ratio-low", min(v.pooled.effect for v in slow_backup))
-glue("slow-backup-ratio-high", max(v.pooled.effect for v in slow_backup))
+# at the higher target, the lead does not survive the correction over the book's verdicts
+slow_keys = [experiments.statement_key("race", "one device 3x slower", "sync, 1 backup", "async", t)
+             for t in TARGETS]
+slow_backup = [experiments.corrected(verdict("one device 3x slower", "sync, 1 backup", "async", t),
+                                     key) for t, key in zip(TARGETS, slow_keys)]
+assert slow_backup[0].verdict == "sync, 1 backup ahead"
+assert slow_backup[1].verdict == experiments.CLOSE, slow_backup[1]
+glue("slow-backup-wins", slow_backup[0].pooled.wins)
+glue("slow-backup-ratio", slow_backup[0].pooled.effect)
+glue("slow-backup-high", f"{slow_backup[1].pooled.wins} seeds to {slow_backup[1].pooled.losses}, "
+     f"median ratio {experiments.format_ratio(slow_backup[1].pooled.effect)}, "
+     f"{experiments.format_interval(slow_backup[1].pooled.interval)}, "
+     f"{experiments.family_phrase(slow_keys[1])}")
 heavy_backup = [verdict("heavy-tailed delays", "async", "sync, 1 backup", t) for t in TARGETS]
 assert [v.verdict for v in heavy_backup] == ["async ahead", experiments.NO_DIFFERENCE]
 glue("heavy-async-wins", heavy_backup[0].pooled.wins)
@@ -296,12 +303,13 @@ glue("ex2-sync-async", verdict("one device 3x slower", "sync", "async", TARGETS[
 #    targets before the asynchronous workers every time.
 # 3. **Between a backup worker and asynchronous training, the kind of
 #    straggler decides, by little.** Behind the slow device the backup
-#    worker reached both targets first, in {glue:text}`slow-backup-wins-low`
-#    and {glue:text}`slow-backup-wins-high` pairs, in
-#    {glue:text}`slow-backup-ratio-low:.2f` to
-#    {glue:text}`slow-backup-ratio-high:.2f` of asynchronous training's
-#    time; with heavy-tailed delays asynchronous training reached the lower
-#    target first, in {glue:text}`heavy-async-wins` pairs (ratio
+#    worker reached the lower target first, on {glue:text}`slow-backup-wins`
+#    seeds, in {glue:text}`slow-backup-ratio:.2f` of asynchronous training's
+#    time; at the higher target it is a close call
+#    ({glue:text}`slow-backup-high`): its p-value does not survive the
+#    correction for the book's many verdicts
+#    ([How the book decides](a0_methods)). With heavy-tailed delays asynchronous training reached the lower
+#    target first, on {glue:text}`heavy-async-wins` seeds (ratio
 #    {glue:text}`heavy-async-ratio:.2f`), and at the higher target no
 #    difference is shown.
 #

@@ -6,8 +6,8 @@
 # fewer all-reduces. Where communication costs more than computation
 # (between data centres), that wins: in the same time, DiLoCo ends
 # {glue:text}`slow-gain` times lower than synchronous SGD. The price is paid
-# per step: at equal steps, each `H` ends higher. Inside a box, communicate
-# every step.
+# per step: at equal steps, each `H` ends higher. Inside a box, it is a close
+# call: our seeds show neither a gain nor a cost.
 # ```
 #
 # **What communicating `H` times less buys, and what it costs.** Between two
@@ -20,9 +20,9 @@
 # the same 1024 local steps, DiLoCo's loss is {glue:text}`cost-16` times that
 # of synchronous SGD with momentum at `H` = 16 and {glue:text}`cost-256`
 # times at `H` = 256. Inside a box, where an all-reduce costs microseconds,
-# there is nothing to buy: the sweep of `H` picks {glue:text}`fast-h`, the smallest
-# it may, and there DiLoCo gains nothing over synchronous SGD with momentum that our
-# seeds resolve.
+# there is little to buy: the sweep of `H` picks {glue:text}`fast-h`, the smallest
+# it may, and there DiLoCo against synchronous SGD with momentum is a close
+# call: our seeds resolve neither a gain nor a cost.
 #
 # Where the network is slow or workers come and go, training went back to
 # communicating *rarely*: every replica takes `H` steps alone, then the
@@ -313,7 +313,9 @@ glue("momentum-gain", f"{1 / momentum_alone.pooled.effect:.1f}")
 glue("cost-64", f"{saving[64].pooled.effect:.1f}")
 glue("h4-wins", f"{saving[4].page.wins}-{saving[4].page.losses} and "
      f"{saving[4].held_out.wins}-{saving[4].held_out.losses}")
-assert saving[4].verdict == experiments.NO_DIFFERENCE
+glue("h4-interval", experiments.format_interval(saving[4].pooled.interval))
+assert saving[4].verdict == experiments.CLOSE     # too noisy for the rule to see a fifth
+assert saving[4].pooled.power < experiments.MIN_POWER
 assert saving[4].page.lean != saving[4].held_out.lean
 assert all(saving[s].verdict == f"{rc.SYNC_MOMENTUM} ahead" for s in DIAL[2:])
 assert momentum_alone.verdict == f"{rc.SYNC_MOMENTUM} ahead"
@@ -326,11 +328,14 @@ assert [saving[s].pooled.effect for s in DIAL[2:]] == sorted(saving[s].pooled.ef
 # Communicating rarely costs loss per step, and more the rarer it is: from
 # `H` = 16 on, synchronous SGD with momentum is ahead, and DiLoCo's loss is
 # {glue:text}`cost-16`, {glue:text}`cost-64` and {glue:text}`cost-256` times
-# its loss at `H` = 16, 64 and 256. At `H` = 4 no difference is shown: the
-# two seed sets lean opposite ways (DiLoCo lower on {glue:text}`h4-wins`
-# seeds). DiLoCo at every `H` still ends below plain synchronous SGD, but
-# that is the momentum's doing, not the rare communication's: plain
-# averaging (local SGD) loses to synchronous SGD at every `H`
+# its loss at `H` = 16, 64 and 256. At `H` = 4 it is a close call: the two
+# seed sets lean opposite ways (DiLoCo lower on {glue:text}`h4-wins` seeds)
+# and the seeds spread too far for the rule to see a fifth (median ratio's
+# {glue:text}`h4-interval`). Every DiLoCo row still ends below plain synchronous SGD, but that
+# is the momentum's doing, not the rare communication's (and at `H` = 256 an
+# independent re-implementation written from the papers reverses it: that
+# row belongs to this code's problem, not to DiLoCo in general): plain averaging
+# (local SGD) loses to synchronous SGD at every `H`
 # ([Communicating rarely in depth](d5_rare_communication_in_depth)).
 
 # %% [markdown]
@@ -354,13 +359,22 @@ assert [saving[s].pooled.effect for s in DIAL[2:]] == sorted(saving[s].pooled.ef
 races = {link.name: rc.replication_at_stored_rates(f"race, {link.name}") for link in (FAST, SLOW)}
 
 
-def against_reference(race, reference=rc.SYNC_MOMENTUM):
-    """The race as one sentence: each method's median ratio to ``reference`` and its verdict."""
+def against_reference(link_name, reference=rc.SYNC_MOMENTUM):
+    """The race as one sentence: each method's median ratio to ``reference`` and its verdict.
+
+    The verdict pools both seed sets and is the one after Holm's correction over the book's
+    stated verdicts ("How the book decides").
+    """
+    race = races[link_name]
     picked, parts = race.page.rates, []
     for name in race.page.scores:
         if name == reference:
             continue
         result = race.compare(name, reference)      # both seed sets: the book's verdict
+        key = experiments.statement_key("communicating rarely", f"race, {link_name}", name,
+                                        reference)
+        if key in experiments.stated_family():
+            result = experiments.corrected(result, key)
         shown = (f"{name.split(',')[0]} (H = {int(picked[name]['H'])})"
                  if name in (rc.LOCAL_TUNED, rc.DILOCO_TUNED) else name)
         said = {f"{name} ahead": "ahead", f"{reference} ahead": "behind"}.get(result.verdict,
@@ -369,8 +383,8 @@ def against_reference(race, reference=rc.SYNC_MOMENTUM):
     return "; ".join(parts)
 
 
-glue("race-fast", against_reference(races[FAST.name]))
-glue("race-slow", against_reference(races[SLOW.name]))
+glue("race-fast", against_reference(FAST.name))
+glue("race-slow", against_reference(SLOW.name))
 fast_race, slow_race = races[FAST.name], races[SLOW.name]
 slow_diloco = slow_race.compare(rc.DILOCO_TUNED, rc.SYNC_MOMENTUM)
 glue("slow-allreduce", f"{cost.ring_all_reduce_time(rc.PARAMETER_BYTES, rc.REPLICAS, SLOW) * 1e3:.0f} ms")
@@ -390,7 +404,13 @@ for race in races.values():   # every seed set's sweep picks the same H for DiLo
 assert fast_race.page.rates[rc.DILOCO_TUNED]["H"] == min(rc.RACE_DILOCO_H["fast"])
 assert slow_diloco.verdict == f"{rc.DILOCO_TUNED} ahead"
 assert slow_local.verdict == f"{rc.DILOCO_TUNED} ahead"
-assert fast_diloco.verdict in (experiments.TOO_FEW, experiments.NO_DIFFERENCE)
+assert fast_diloco.verdict == experiments.CLOSE, fast_diloco
+glue("fast-interval", experiments.format_interval(fast_diloco.pooled.interval))
+slow_local_sync = experiments.corrected(
+    slow_race.compare(rc.LOCAL_TUNED, rc.SYNC_MOMENTUM),
+    experiments.statement_key("communicating rarely", f"race, {SLOW.name}", rc.LOCAL_TUNED,
+                              rc.SYNC_MOMENTUM))
+assert slow_local_sync.verdict == experiments.TOO_FEW, slow_local_sync
 assert all(v.verdict == f"{rc.SYNC_MOMENTUM} ahead" for v in asynchronous.values())
 
 # %% [markdown]
@@ -398,17 +418,21 @@ assert all(v.verdict == f"{rc.SYNC_MOMENTUM} ahead" for v in asynchronous.values
 # {glue:text}`slow-h` ends {glue:text}`slow-gain` times lower than
 # synchronous SGD with momentum, and {glue:text}`slow-local-gain` times lower
 # than local SGD, whose plain average has no outer momentum. Inside a box it
-# does not: the sweep picks `H` = {glue:text}`fast-h`, the smallest allowed,
-# and there DiLoCo gains nothing over synchronous SGD with momentum that our
-# seeds resolve (median ratio {glue:text}`fast-ratio`; on rate grids twice
-# as dense the two seed sets lean apart). Asynchronous SGD,
+# is a close call: the sweep picks `H` = {glue:text}`fast-h`, the smallest
+# allowed, and there DiLoCo against synchronous SGD with momentum has a median
+# ratio of {glue:text}`fast-ratio` ({glue:text}`fast-interval`), too noisy for
+# the rule to see a fifth either way. Local SGD's lead over synchronous SGD
+# with momentum between data centres does not survive the correction for the
+# book's many verdicts ([How the book decides](a0_methods)): too few seeds
+# to tell. Asynchronous SGD,
 # with its own rate and momentum tuned, ends {glue:text}`async-fast` times
 # higher than synchronous SGD with momentum inside a box and
 # {glue:text}`async-slow` times between data centres: not waiting for the
 # slow worker does not make up for its stale gradients, and between data
-# centres each update also pays two messages. These are statements about
-# this small problem, one persistent straggler and two assumed links; the
-# tables and every pair are in
+# centres each update also pays two messages; on one of two fresh pairs of
+# seed sets, though, this lead was too small to decide. These are statements about
+# this small problem, one persistent straggler and two assumed links; every
+# pair, seed set by seed set, is in
 # [Communicating rarely in depth](d5_rare_communication_in_depth).
 #
 # The dial's winner between data centres and the race's differ because they
@@ -549,7 +573,7 @@ glue("gpu-slow-util", f"{scale[SLOW.name][2]:.0%}")
 # - With one slow worker, every method at its best on its own knobs:
 #   between data centres DiLoCo at `H` = {glue:text}`slow-h` ends
 #   {glue:text}`slow-gain` times lower than synchronous SGD with momentum;
-#   inside a box communicating rarely buys nothing we can resolve.
+#   inside a box it is a close call, neither a gain nor a cost resolved.
 # - Between rounds, the state is the averaged weights and the outer
 #   momentum: hand both over, and workers can leave and join (dropping the
 #   momentum is a tuning choice: exercise 4).

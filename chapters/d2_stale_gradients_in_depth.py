@@ -67,7 +67,7 @@ def verdict_line(verdict):
     page, held_out, both = verdict.page, verdict.held_out, verdict.pooled
     return (f"{both.first} ended lower than {both.second} on {page.wins} of {page.seeds} of "
             f"the page's seeds and {held_out.wins} of {held_out.seeds} held-out ones; median "
-            f"ratio {short(both.effect)}; verdict over both sets: {both.verdict}")
+            f"ratio {short(both.effect)}; verdict over both sets: {both.text}")
 
 
 def replica_final_loss(workers, rate, seeds=(0,), **options):
@@ -422,7 +422,8 @@ glue("bound-glorot", 100 * max(glorot_page))
 # {glue:text}`bound-low:.0f`–{glue:text}`bound-high:.0f` % of the bound's
 # for these initial weights (from Keras's default Glorot ones, up to
 # {glue:text}`bound-glorot:.0f` % on the page's seeds and
-# {glue:text}`bound-glorot-fresh:.0f` % on a fresh set of 30), and on every seed the largest stable rate
+# {glue:text}`bound-glorot-fresh:.0f` % on a fresh set of 30, and further
+# on other fresh sets), and on every seed the largest stable rate
 # shrinks, where momentum would make it grow. A control at rate 0.1: one
 # worker taking the same shares in turn with momentum $1 - 1/n$ at rate
 # $\eta / n$, which the equivalence says behaves like the asynchronous
@@ -465,7 +466,8 @@ plt.close(figure)
 # $1 - 1/n$ would allow (dashed).
 # ```
 #
-# On every seed the momentum control ends close to one worker, while 4
+# On every seed of these two sets the momentum control ends within a factor
+# of two of one worker (on a fresh set a few seeds go past it), while 4
 # asynchronous workers bounce and 8 diverge ({numref}`fig-stability-bound`):
 # the delay explains these runs, momentum does not. The equivalence holds in
 # expectation over random delays; here every update has the same staleness
@@ -497,14 +499,15 @@ for name, run in (("page", guard.page), ("held-out", guard.held_out)):
           f"{', '.join(f'{r:.3g}' for r in run.sweeps[rule.name].added)})")
 display(Markdown(experiments.results_table(guard, plain.name).to_markdown()))
 best_verdict = guard.compare(plain.name, rule.name)
-glue("tuned-rule-verdict", best_verdict.verdict)
+glue("tuned-rule-verdict", best_verdict.text)
 glue("tuned-rule-page", f"{best_verdict.page.wins}-{best_verdict.page.losses}")
 glue("tuned-rule-held-out", f"{best_verdict.held_out.wins}-{best_verdict.held_out.losses}")
 glue("tuned-rule-ratio", best_verdict.pooled.effect)
 
 # %% tags=["remove-cell"]
 assert best_verdict.verdict != "best constant rate ahead", best_verdict
-assert best_verdict.verdict == experiments.NO_DIFFERENCE, best_verdict
+# undecided: "no difference shown" where the rule would have seen a fifth, else a close call
+assert best_verdict.verdict in (experiments.NO_DIFFERENCE, experiments.CLOSE), best_verdict
 
 # %% [markdown]
 # Then the rule at two fixed base rates against the plain base rate and
@@ -539,15 +542,15 @@ for base in (0.1, 0.2):
 start_loss = replay.full_loss(replay.stacked_weights(SEEDS), x64, y64)
 print(f"constant 0.2 ends above its starting loss on {np.sum(~(at_02 < start_loss))} "
       f"of {len(SEEDS)} seeds")
-glue("matched-verdict-low", matched_verdicts[0.1].verdict)
-glue("matched-verdict-high", matched_verdicts[0.2].verdict)
+glue("matched-verdict-low", matched_verdicts[0.1].text)
+glue("matched-verdict-high", matched_verdicts[0.2].text)
 glue("matched-ratio-low", matched_verdicts[0.1].pooled.effect)
 
 # %% tags=["remove-cell"]
 for base in (0.1, 0.2):
     assert at_base_verdicts[base].verdict == f"{base} / (staleness + 1) ahead", at_base_verdicts
     assert matched_verdicts[base].verdict in (experiments.NO_DIFFERENCE, experiments.NEGLIGIBLE,
-                                              experiments.TOO_FEW), matched_verdicts
+                                              experiments.CLOSE), matched_verdicts
 
 # %% [markdown]
 # What the two seed sets say:
@@ -612,13 +615,13 @@ picked = [run.rates[dc.name]["λ"] for run in (compensated.page, compensated.hel
 glue("dc-lambda-page", f"{picked[0]:.2g}")
 glue("dc-lambda-held-out", f"{picked[1]:.2g}")
 glue("dc-vs-constant", dc_vs_constant.verdict)
-glue("dc-vs-rule", dc_vs_rule.verdict)
+glue("dc-vs-rule", dc_vs_rule.text)
 glue("dc-ratio", dc_vs_constant.pooled.effect)
 glue("dc-rule-ratio", dc_vs_rule.pooled.effect)
 
 # %% tags=["remove-cell"]
 assert dc_vs_constant.verdict == experiments.NEGLIGIBLE, dc_vs_constant
-assert dc_vs_rule.verdict == experiments.NO_DIFFERENCE, dc_vs_rule
+assert dc_vs_rule.verdict in (experiments.NO_DIFFERENCE, experiments.CLOSE), dc_vs_rule
 assert compensated.compare(plain.name, rule.name).verdict == best_verdict.verdict
 
 # %% [markdown]

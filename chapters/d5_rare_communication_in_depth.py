@@ -119,7 +119,10 @@ for steps in rc.DIAL:
 
 # %%
 experiments.results_table(dial, rc.SYNC_MOMENTUM,
-                          [rc.SYNC] + [rc.method_name(replay.NESTEROV, s) for s in rc.DIAL[1:]])
+                          [rc.SYNC] + [rc.method_name(replay.NESTEROV, s) for s in rc.DIAL[1:]],
+                          family={rc.method_name(replay.NESTEROV, s): experiments.statement_key(
+                              "communicating rarely", "dial", rc.method_name(replay.NESTEROV, s),
+                              rc.SYNC_MOMENTUM) for s in rc.DIAL[1:]})
 
 # %% [markdown]
 # Each of its verdicts seed set by seed set, then at the final point
@@ -127,15 +130,23 @@ experiments.results_table(dial, rc.SYNC_MOMENTUM,
 # outer momentum's swing stands at the last round:
 
 # %% tags=["hide-input"]
-def said(result):
-    """One verdict as a sentence: what it says, wins and losses over both sets, the ratio."""
+def said(result, *statement):
+    """One verdict as a sentence: what it says, wins and losses over both sets, the ratio.
+
+    With a ``statement`` of the book's registry (set, first, second), the verdict is the one
+    after Holm's correction over the book's stated verdicts.
+    """
+    key = experiments.statement_key("communicating rarely", *statement)
+    if statement and key in experiments.stated_family():
+        result = experiments.corrected(result, key)
     v = getattr(result, "pooled", result)
-    return (f"{v.first} vs {v.second}: {v.verdict}; better on {v.wins} of {v.seeds} seeds, "
+    return (f"{v.first} vs {v.second}: {v.text}; better on {v.wins} of {v.seeds} seeds, "
             f"worse on {v.losses}, median ratio {experiments.format_ratio(v.effect)}")
 
 
 for steps in rc.DIAL[1:]:
-    print(said(dial.compare(f"DiLoCo, H={steps}", rc.SYNC_MOMENTUM)))
+    print(said(dial.compare(f"DiLoCo, H={steps}", rc.SYNC_MOMENTUM), "dial",
+               f"DiLoCo, H={steps}", rc.SYNC_MOMENTUM))
 
 
 def final_point(experiment, name, seeds):
@@ -191,7 +202,7 @@ tuned64 = dial.compare("DiLoCo, H=64", "local SGD, H=64")
 fixed64 = dial.compare(paper, "local SGD, H=64")
 assert tuned64.verdict == "DiLoCo, H=64 ahead"
 assert fixed64.verdict == "local SGD, H=64 ahead"
-FINAL_POINT_VERDICTS = [experiments.NO_DIFFERENCE, f"{rc.SYNC_MOMENTUM} ahead"]
+FINAL_POINT_VERDICTS = [experiments.CLOSE, f"{rc.SYNC_MOMENTUM} ahead"]
 assert [v.verdict for v in final_verdicts] == FINAL_POINT_VERDICTS
 assert all(dial.compare(rc.method_name(replay.NESTEROV, s), rc.method_name(replay.AVERAGE, s))
            .verdict == f"{rc.method_name(replay.NESTEROV, s)} ahead" for s in rc.DIAL)
@@ -200,7 +211,8 @@ glue("fixed64", fixed64.verdict)
 
 # %% [markdown]
 # Tuned, DiLoCo is ahead of plain averaging at every `H`, on both seed
-# sets. With the paper's outer step fixed, DiLoCo at `H = 64` (16 rounds)
+# sets (an independent re-implementation written from the papers cannot
+# show it at `H = 256`: there the lead belongs to this code's problem). With the paper's outer step fixed, DiLoCo at `H = 64` (16 rounds)
 # gets "{glue:text}`fixed64`": a momentum of 0.9 remembers about ten
 # rounds, and was tuned for runs of hundreds. A method whose knob is left
 # at another setting's value is not compared at its best.
@@ -237,7 +249,10 @@ plt.close(figure)
 for link_name, race in races.items():
     print(f"{link_name}: the sweeps picked H = {int(race.page.rates[rc.LOCAL_TUNED]['H'])} "
           f"for local SGD and H = {int(race.page.rates[rc.DILOCO_TUNED]['H'])} for DiLoCo")
-    display(experiments.results_table(race, rc.SYNC_MOMENTUM))
+    family = {name: experiments.statement_key("communicating rarely", f"race, {link_name}",
+                                              name, rc.SYNC_MOMENTUM)
+              for name in (rc.DILOCO_TUNED, rc.ASYNC, rc.LOCAL_TUNED)}
+    display(experiments.results_table(race, rc.SYNC_MOMENTUM, family=family))
 
 # %% [markdown]
 # The best settings each seed set's sweep picked, and every pair under the
@@ -259,7 +274,7 @@ for link_name, race in races.items():
     names = list(race.page.scores)
     for i, first in enumerate(names):
         for second in names[i + 1:]:
-            print("   ", said(race.compare(first, second)))
+            print("   ", said(race.compare(first, second), f"race, {link_name}", first, second))
 
 # %% tags=["remove-cell"]
 pairs = [(link_name, first, second) for link_name, race in races.items()

@@ -27,7 +27,9 @@ the book reaches one, before any run is made:
    Wilcoxon signed-rank test on the per-seed log-ratios, each set leaning
    the same way, and the effect size (the median per-seed ratio over the
    seeds that differ) at least :data:`FLOOR` from 1.  :func:`rule_power`
-   simulates the rule: it sees a 20 % effect with probability at least 0.8.
+   simulates the rule; each verdict carries its power at a fifth at its own
+   measured spread, which words an undecided one (:data:`UNDECIDED`), and
+   :func:`holm` corrects the book's stated verdicts as one family.
 6. :func:`last_quarter_mean` is the robust score of a loss curve that
    oscillates, and :func:`results_table` is the one table a chapter shows.
 
@@ -37,6 +39,7 @@ needed, the trainers themselves where a few are.
 """
 
 import dataclasses
+import functools
 import html
 import itertools
 import math
@@ -49,17 +52,24 @@ from pargrad import checks
 ALPHA = 0.04       # the test's level, two-sided: false "ahead" below 0.05 with a margin (rule_power)
 MIN_SEEDS = 50     # the fewest paired seeds a verdict may rest on (two sets of 25 or more)
 FLOOR = 0.02       # a lead whose ratio is within 2 % of 1 (0.98 to 1.02) is negligible
+EFFECT = 1.25      # the effect the rule must see: a fifth either way (a ratio of 0.8 or 1.25)
+MIN_POWER = 0.8    # "no difference shown" only where the rule sees EFFECT this often (rule_power)
 RATE_STEP = 2 ** 0.25   # a sweep refines its rates until the best's neighbours are this close
+UNDECIDED = (f"no difference is shown where the rule would see a ratio of {1 / EFFECT:g} "
+             f"(or {EFFECT:g}) at least {MIN_POWER * 10:g} times in 10 at the comparison's own "
+             f"spread and the median ratio lies between them; short of that power such a ratio "
+             f"is a close call, and one beyond them too few seeds to tell, each given with its "
+             f"interval.")
 RULE = (f"A is ahead of B when, over at least {MIN_SEEDS} paired seeds (the page's and the "
         f"held-out ones, each set tuned on its own seeds), a two-sided Wilcoxon signed-rank "
         f"test on the per-seed log-ratios log(A / B) gives p < {ALPHA}, each seed set leans "
         f"the same way, and the median per-seed ratio A / B over the seeds that differ is "
         f"more than {FLOOR * 100:g} % away from 1 (within it, the difference is negligible). "
-        f"Short of that: if every set leans the same way by more than {FLOOR * 100:g} %, there "
-        f"are too few seeds to tell; otherwise no difference is shown.")
+        f"Short of that, it is undecided: " + UNDECIDED)
 NEGLIGIBLE = "negligible"
 NO_DIFFERENCE = "no difference shown"
 TOO_FEW = "too few seeds to tell"
+CLOSE = "close call"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,22 +210,39 @@ class Verdict:
     losses: int    # seeds where ``second`` scored lower
     ties: int
     p_value: float  # two-sided signed-rank test on the per-seed log-ratios
-    verdict: str   # "<first> ahead", "<second> ahead", NEGLIGIBLE, TOO_FEW or NO_DIFFERENCE
+    verdict: str   # "<first> ahead", "<second> ahead", NEGLIGIBLE, NO_DIFFERENCE, CLOSE, TOO_FEW
     effect: float = math.nan   # median of first / second over the seeds that differ
     floor: float = FLOOR
     lean: int = 0  # +1: the first's ranks weigh more (it leans ahead), -1: the second's, 0: even
     first_scores: tuple = dataclasses.field(default=(), repr=False, compare=False)
     second_scores: tuple = dataclasses.field(default=(), repr=False, compare=False)
+    # what words an undecided verdict (UNDECIDED), not part of a verdict's identity:
+    # the robust spread of the per-seed log-ratios (each set about its own median), the
+    # rule's power at EFFECT at that spread and these seed sets, a 95 % bootstrap interval
+    # of the median ratio, the gap between the sets' median log-ratios (the tuning shift),
+    # and the seeds of each set pooled
+    spread: float = dataclasses.field(default=math.nan, compare=False)
+    power: float = dataclasses.field(default=math.nan, compare=False)
+    interval: tuple = dataclasses.field(default=(math.nan, math.nan), compare=False)
+    shift: float = dataclasses.field(default=math.nan, compare=False)
+    set_sizes: tuple = dataclasses.field(default=(), compare=False)
 
     @property
     def seeds(self):
         return self.wins + self.losses + self.ties
 
+    @property
+    def text(self):
+        """The verdict as a page states it: a close call or too few seeds with its interval."""
+        if self.verdict in (CLOSE, TOO_FEW):
+            return f"{self.verdict} ({format_interval(self.interval)})"
+        return self.verdict
+
     def __str__(self):
         return (f"{self.first} vs {self.second}: better in {self.wins} of {self.seeds} seeds, "
                 f"worse in {self.losses}, tied in {self.ties}; median ratio "
                 f"{format_ratio(self.effect)}, signed-rank {p_phrase(self.p_value)} "
-                f"-> {self.verdict}")
+                f"-> {self.text}")
 
 
 def scores_as_array(scores, seeds):
@@ -478,8 +505,8 @@ def effect_size(first_scores, second_scores):
         return float(np.median(a[differ] / b[differ]))
 
 
-def _decide(first, second, p, lean, effect, leans, alpha, floor):
-    """The verdict text of :data:`RULE` from the test, the effect and each seed set's lean."""
+def _decide(first, second, p, lean, effect, leans, alpha, floor, power=math.nan):
+    """The verdict text of :data:`RULE` and :data:`UNDECIDED` from the test, effect, leans, power."""
     agreed = lean != 0 and all(each == lean for each in leans)
     within = not math.isnan(effect) and abs(effect - 1) <= floor * (1 + 1e-12)
     same_side = math.isnan(effect) or (effect < 1) == (lean > 0)
@@ -487,17 +514,77 @@ def _decide(first, second, p, lean, effect, leans, alpha, floor):
         return NEGLIGIBLE
     if p < alpha and agreed and same_side:
         return f"{first} ahead" if lean > 0 else f"{second} ahead"
-    if agreed and same_side and not within:
-        return TOO_FEW
-    return NO_DIFFERENCE
+    if math.isnan(effect):   # differences, not ratios: no power at a ratio to quote
+        return TOO_FEW if agreed and same_side else NO_DIFFERENCE
+    close = 1 / EFFECT <= effect <= EFFECT
+    if close and power >= MIN_POWER:
+        return NO_DIFFERENCE
+    return CLOSE if close else TOO_FEW
+
+
+def robust_spread(log_ratios_by_set):
+    """The spread of per-seed log-ratios: 1.4826 x their median distance from their set's median.
+
+    One array a seed set; each set's seeds are measured about that set's
+    own median, so that a shift between the sets (the tuning) does not
+    count as seed noise.  Tied seeds (0) stay in; a diverged run (an
+    infinite log-ratio) is one far seed.  ``inf`` when half the seeds or
+    more are infinite.  Taught on the page "How the book decides".
+    """
+    gaps = []
+    for d in log_ratios_by_set:
+        d = np.asarray(d, float)
+        finite = d[np.isfinite(d)]
+        centre = np.median(finite) if len(finite) else 0.0
+        gaps.append(np.where(np.isfinite(d), np.abs(d - centre), np.inf))
+    gaps = np.concatenate(gaps) if gaps else np.array([])
+    return float(1.4826 * np.median(gaps)) if len(gaps) else math.nan
+
+
+def tuning_shift(log_ratios_by_set):
+    """The largest gap between the seed sets' median log-ratios: how far the tuning moved them."""
+    medians = [float(np.median(np.asarray(d, float))) for d in log_ratios_by_set]
+    if len(medians) < 2 or not np.all(np.isfinite(medians)):
+        return math.nan
+    return max(medians) - min(medians)
+
+
+def median_ratio_interval(first_scores, second_scores, level=0.95, resamples=2000, seed=0):
+    """A bootstrap interval of :func:`effect_size`: the seeds that differ resampled ``resamples`` times.
+
+    ``(low, high)``; ``(1, 1)`` when no seed differs, ``nan`` when a score
+    is negative.  Taught on the page "How the book decides".
+    """
+    a, b = _paired(first_scores, second_scores)
+    if np.any(a < 0) or np.any(b < 0):
+        return (math.nan, math.nan)
+    differ = a != b
+    if not differ.any():
+        return (1.0, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = a[differ] / b[differ]
+    rng = np.random.default_rng(seed)
+    medians = np.median(ratios[rng.integers(0, len(ratios), (resamples, len(ratios)))], axis=1)
+    low, high = np.quantile(medians, [(1 - level) / 2, (1 + level) / 2])
+    return (float(low), float(high))
+
+
+def format_interval(interval):
+    """A ratio's interval for the page: "95 % interval 0.91 to 1.1"."""
+    low, high = interval
+    return f"95 % interval {format_ratio(low)} to {format_ratio(high)}"
 
 
 def compare(first_scores, second_scores, first="A", second="B", alpha=ALPHA, min_seeds=MIN_SEEDS,
-            floor=FLOOR, leans=None):
+            floor=FLOOR, leans=None, set_sizes=None):
     """The verdict of :data:`RULE` on two methods' paired per-seed scores; a :class:`Verdict`.
 
     ``leans`` lists each seed set's own lean (see :func:`signed_rank_test`)
-    when the scores pool several sets (:func:`replicated` passes them).
+    when the scores pool several sets (:func:`replicated` passes them), and
+    ``set_sizes`` their seeds, in order.  An undecided comparison is worded
+    by :data:`UNDECIDED`: its spread (:func:`robust_spread`) gives the
+    rule's power at :data:`EFFECT` (:func:`rule_power`), which the verdict
+    carries with the interval of its median ratio.
     Raises ``ValueError`` with fewer than ``min_seeds`` seeds: the rule's
     power (see :func:`rule_power`) needs them.  Taught in the chapter
     "Asynchronous training".
@@ -513,10 +600,32 @@ def compare(first_scores, second_scores, first="A", second="B", alpha=ALPHA, min
     wins, losses, ties = paired_counts(a, b)
     lean, p = signed_rank_test(a, b)
     effect = effect_size(a, b)
+    set_sizes = (len(a),) if set_sizes is None else tuple(int(n) for n in set_sizes)
+    if sum(set_sizes) != len(a):
+        raise ValueError(f"set_sizes {set_sizes} must add up to the {len(a)} paired seeds.")
+    d = log_ratios(a, b)
+    by_set = np.split(d, np.cumsum(set_sizes)[:-1])
+    spread = math.nan if np.any(a < 0) or np.any(b < 0) else robust_spread(by_set)
+    power = power_at(spread, set_sizes, alpha, floor)
     verdict = _decide(first, second, p, lean, effect, [lean] if leans is None else leans,
-                      alpha, floor)
+                      alpha, floor, power)
     return Verdict(first, second, wins, losses, ties, p, verdict, effect, floor, lean,
-                   tuple(a), tuple(b))
+                   tuple(a), tuple(b), spread, power, median_ratio_interval(a, b),
+                   tuning_shift(by_set), set_sizes)
+
+
+def power_at(spread, set_sizes, alpha=ALPHA, floor=FLOOR):
+    """:func:`rule_power` at :data:`EFFECT` for this spread and these seed sets (cached); nan if unknown."""
+    if math.isnan(spread):
+        return math.nan
+    if not math.isfinite(spread):
+        return 0.0
+    return _power_cached(round(max(spread, 1e-3), 3), tuple(set_sizes), alpha, floor)
+
+
+@functools.lru_cache(maxsize=4096)
+def _power_cached(spread, set_sizes, alpha, floor):
+    return rule_power(1 / EFFECT, set_sizes, spread, runs=2000, seed=0, alpha=alpha, floor=floor)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -530,6 +639,10 @@ class Replicated:
     @property
     def verdict(self):
         return self.pooled.verdict
+
+    @property
+    def text(self):
+        return self.pooled.text
 
     @property
     def first(self):
@@ -558,40 +671,137 @@ def replicated(page, held_out, alpha=ALPHA, min_seeds=MIN_SEEDS, floor=FLOOR):
                          "their per-seed scores).")
     pooled = compare(page.first_scores + held_out.first_scores,
                      page.second_scores + held_out.second_scores, page.first, page.second,
-                     alpha, min_seeds, floor, leans=[page.lean, held_out.lean])
+                     alpha, min_seeds, floor, leans=[page.lean, held_out.lean],
+                     set_sizes=(page.seeds, held_out.seeds))
     return Replicated(page, held_out, pooled)
 
 
 SPREAD = 0.5   # the spread (standard deviation) of the per-seed log-ratio rule_power assumes
 
 
+@functools.lru_cache(maxsize=None)
+def _rank_sum_tail(n):
+    """P(W <= w) for w = 0 .. n(n+1)/2: the null distribution of one signed-rank sum of n seeds."""
+    counts = np.zeros(n * (n + 1) // 2 + 1)
+    counts[0] = 1.0
+    for r in range(1, n + 1):
+        shifted = np.zeros_like(counts)
+        shifted[r:] = counts[:len(counts) - r]
+        counts = 0.5 * (counts + shifted)
+    return np.cumsum(counts)
+
+
+def _simulated_verdicts(d, set_sizes, alpha, floor):
+    """The rule on simulated log-ratios ``d`` (runs, seeds), no ties: +1 first ahead, -1 second, 0."""
+    def rank_sums(x):
+        ranks = np.argsort(np.argsort(np.abs(x), axis=1), axis=1) + 1
+        better = np.where(x < 0, ranks, 0).sum(axis=1)
+        return better, x.shape[1] * (x.shape[1] + 1) // 2 - better
+    better, worse = rank_sums(d)
+    p = np.minimum(1.0, 2 * _rank_sum_tail(d.shape[1])[np.minimum(better, worse)])
+    lean = np.sign(better - worse)
+    agreed = lean != 0
+    for part in np.split(d, np.cumsum(set_sizes)[:-1], axis=1):
+        b, w = rank_sums(part)
+        agreed &= np.sign(b - w) == lean
+    effect = np.exp(np.median(d, axis=1))
+    within = np.abs(effect - 1) <= floor * (1 + 1e-12)
+    same_side = (effect < 1) == (lean > 0)
+    return np.where((p < alpha) & agreed & same_side & ~within, lean, 0)
+
+
 def rule_power(effect, seeds=(30, 30), spread=SPREAD, runs=2000, seed=0, alpha=ALPHA,
-               floor=FLOOR):
+               floor=FLOOR, null="normal"):
     """How often :data:`RULE` says "ahead" when each seed's ratio is ``effect`` times noise.
 
-    Simulates ``runs`` comparisons of two seed sets of ``seeds`` paired
-    seeds each, every seed's log-ratio drawn from a normal distribution
-    about ``log(effect)`` with standard deviation ``spread``, and returns
+    Simulates ``runs`` comparisons of seed sets of ``seeds`` paired seeds
+    each (pooled as :func:`replicated` pools them), every seed's log-ratio
+    drawn about ``log(effect)`` with robust spread ``spread``, and returns
     the share whose verdict is "ahead": the first ahead for ``effect < 1``
     (the rule's *power*), either ahead for ``effect == 1`` (its false
-    "ahead" rate).  With ``spread`` 0.5, the old rule of two sign tests
-    that must agree saw a 22 % effect 13 % of the time at 20 seeds a set:
-    the rate an expert's re-check of the book measured.  Taught on the
-    page "How the book decides".
+    "ahead" rate).  ``null="normal"`` draws normal noise; ``"skewed"``
+    draws ``spread * (exp(z) - 1)`` (z standard normal), noise whose median
+    is 0 but which is not symmetric: the signed-rank test asks about
+    symmetry, so there it says "ahead" more often.  The simulation runs the
+    rule itself, vectorised (exact signed-rank tails; continuous draws do
+    not tie).  Each comparison's verdict uses its own measured spread
+    (:func:`power_at`).  Taught on the page "How the book decides".
     """
     checks.check_positive("effect", effect)
     seeds = [checks.check_whole_number("seeds", n) for n in seeds]
+    checks.check_positive("spread", spread)
+    null = checks.check_choice("null", null, ("normal", "skewed"))
+    runs = checks.check_whole_number("runs", runs)
     rng = np.random.default_rng(seed)
-    wanted = ("A ahead", "B ahead") if effect == 1 else (
-        ("A ahead",) if effect < 1 else ("B ahead",))
-    said = 0
-    for _ in range(checks.check_whole_number("runs", runs)):
-        sets = [compare(np.exp(rng.normal(math.log(effect), spread, n)), np.ones(n), "A", "B",
-                        alpha, 1, floor) for n in seeds]
-        pooled = sets[0] if len(sets) == 1 else replicated(*sets, alpha=alpha, min_seeds=1,
-                                                            floor=floor)
-        said += pooled.verdict in wanted
-    return said / runs
+    z = rng.normal(0.0, 1.0, (runs, sum(seeds)))
+    if null == "normal":
+        noise = spread * z
+    else:   # median 0, robust spread about ``spread``, a long right tail
+        noise = spread * np.expm1(z)
+    said = _simulated_verdicts(math.log(effect) + noise, seeds, alpha, floor)
+    wanted = (said != 0) if effect == 1 else (said == (1 if effect < 1 else -1))
+    return float(np.mean(wanted))
+
+
+def holm(p_values):
+    """Holm's step-down adjustment of ``p_values``: compare each adjusted p with the level.
+
+    With m p-values sorted rising, the k-th is multiplied by m - k + 1 and
+    the running maximum taken: any set of verdicts the adjusted values keep
+    below ``ALPHA`` holds a false one with probability at most ``ALPHA``.
+    Taught on the page "How the book decides".
+    """
+    p = np.asarray(p_values, float)
+    order = np.argsort(p, kind="stable")
+    m = len(p)
+    adjusted = np.empty(m)
+    adjusted[order] = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    return adjusted
+
+
+FAMILY_FILE = "stated_verdicts.json"   # in pargrad/book/data, by tools/measure_stated_verdicts.py
+
+
+def statement_key(page, *statement):
+    """The registry's name of one stated verdict: "page | first | second | ..." (targets as %)."""
+    parts = [f"{part:.0%}" if isinstance(part, float) else str(part) for part in statement]
+    return " | ".join([page] + parts)
+
+
+@functools.lru_cache(maxsize=None)
+def stated_family():
+    """The book's registry of stated verdicts: key -> (p-value, Holm-adjusted p-value)."""
+    import json
+    import pathlib
+    data = json.loads((pathlib.Path(__file__).parent / "data" / FAMILY_FILE).read_text())
+    return {row["key"]: (row["p"], row["holm"]) for row in data["verdicts"]}
+
+
+def corrected(verdict, key, alpha=ALPHA):
+    """``verdict`` after Holm's correction over the book's stated verdicts (:func:`stated_family`).
+
+    An "ahead" whose adjusted p-value is not below ``alpha`` is undecided:
+    a close call, or too few seeds to tell where its median ratio lies
+    beyond :data:`EFFECT`.  Works on a :class:`Verdict` or a
+    :class:`Replicated`; raises for a key the registry lacks.  Taught on the
+    page "How the book decides".
+    """
+    family = stated_family()
+    if key not in family:
+        raise ValueError(f"{key!r} is not in the registry of stated verdicts; run "
+                         f"tools/measure_stated_verdicts.py after adding it to its list.")
+    pooled = verdict.pooled if isinstance(verdict, Replicated) else verdict
+    if not pooled.verdict.endswith(" ahead") or family[key][1] < alpha:
+        return verdict
+    words = CLOSE if 1 / EFFECT <= pooled.effect <= EFFECT else TOO_FEW
+    demoted = dataclasses.replace(pooled, verdict=words)
+    return dataclasses.replace(verdict, pooled=demoted) if isinstance(verdict, Replicated) \
+        else demoted
+
+
+def family_phrase(key):
+    """A stated verdict's p-value after Holm's correction, as prose quotes it: "adjusted p = 0.29"."""
+    return f"adjusted {p_phrase(stated_family()[key][1])}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -696,14 +906,16 @@ class ResultsTable:
         return self.to_markdown()
 
 
-def results_table(result, reference, methods=None):
+def results_table(result, reference, methods=None, family=None):
     """Per method: median score, ratio to ``reference``, wins out of N, verdict; a :class:`ResultsTable`.
 
     ``result`` is an :class:`Experiment` or a :class:`Replication`, whose
     columns then pool its two seed sets, as its verdicts do.  The ratio is
     :func:`effect_size` of the method against the reference.  ``methods``
-    picks and orders the rows (default: every method).  Taught on the page
-    "How the book decides".
+    picks and orders the rows (default: every method).  ``family`` maps a
+    method's name to its key in the registry of stated verdicts: its
+    verdict is then the one after Holm's correction (:func:`corrected`).
+    Taught on the page "How the book decides".
     """
     runs = [result.page, result.held_out] if isinstance(result, Replication) else [result]
     names = list(runs[0].scores) if methods is None else list(methods)
@@ -716,9 +928,11 @@ def results_table(result, reference, methods=None):
             rows.append((name, median, "1", "", "reference"))
             continue
         verdict = result.compare(name, reference)
+        if family and name in family:
+            verdict = corrected(verdict, family[name])
         pooled = verdict.pooled if isinstance(verdict, Replicated) else verdict
         rows.append((name, median, format_ratio(pooled.effect),
-                     f"{pooled.wins} of {pooled.seeds}", pooled.verdict))
+                     f"{pooled.wins} of {pooled.seeds}", pooled.text))
     columns = ("method", "median", f"ratio to {reference}", f"wins vs {reference}", "verdict")
     return ResultsTable(columns, tuple(rows))
 

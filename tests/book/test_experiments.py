@@ -115,7 +115,13 @@ def test_compare_applies_the_rule():
     assert clear.verdict == "A ahead" and clear.wins == 50 and clear.p_value < 1e-6
     assert experiments.compare(better + 0.1, better, "A", "B").verdict == "B ahead"
     coin = np.where(np.arange(50) % 2 == 0, 2.0, 0.5)   # as often twice as good as half
-    assert experiments.compare(coin, np.ones(50)).verdict == "no difference shown"
+    undecided = experiments.compare(coin, np.ones(50))
+    # undecided, and too noisy (spread 1) for the rule to see a fifth: a close call, with its
+    # interval, not "no difference shown"
+    assert undecided.verdict == experiments.CLOSE and undecided.power < experiments.MIN_POWER
+    assert "close call (95 % interval" in str(undecided)
+    steady = experiments.compare(np.exp(np.linspace(-0.1, 0.1, 50)), np.ones(50))
+    assert steady.power >= experiments.MIN_POWER and steady.verdict == "no difference shown"
     assert "signed-rank p" in str(clear) and "median ratio" in str(clear)
 
 
@@ -329,7 +335,10 @@ def test_a_lead_on_only_one_seed_set_is_no_difference():
     verdict = both.compare("A", "B")
     assert verdict.page.lean == 1 and verdict.page.effect == pytest.approx(0.5)
     assert verdict.held_out.lean == 0 and verdict.pooled.seeds == 60
-    assert verdict.verdict == "no difference shown" and "held-out seeds 0-0" in str(verdict)
+    # a lead of a half that the other set does not show: the sets disagree, so no verdict,
+    # and not "no difference shown" either (the page's set shows one): too few seeds to tell
+    assert verdict.verdict == experiments.TOO_FEW and "held-out seeds 0-0" in str(verdict)
+    assert verdict.pooled.shift == pytest.approx(math.log(2)) and verdict.pooled.set_sizes == (30, 30)
 
 
 def test_a_lead_on_both_seed_sets_stands():
@@ -387,6 +396,48 @@ def test_the_rule_sees_a_20_per_cent_effect_and_rarely_a_false_one():
           f"{power_book:.3f} (a 25 % slower first: {slower:.3f})")
     assert false_ahead <= 0.05
     assert min(power_fewest, power_book, slower) >= 0.8
+
+
+def test_the_power_falls_with_the_spread_and_the_test_is_about_symmetry():
+    # the signed-rank test is scale-free: its false "ahead" rate is the same at any spread
+    assert experiments.rule_power(1.0, (30, 30), spread=1.5, runs=4000) <= 0.05
+    # but its power at a fifth is not: at a spread of 1 it sees it about one time in three
+    assert experiments.rule_power(0.8, (30, 30), spread=1.0) < 0.5
+    assert experiments.rule_power(0.8, (30, 30), spread=0.3) > 0.99
+    # a skewed per-seed distribution whose median ratio is 1 is not symmetric: "ahead" often
+    assert experiments.rule_power(1.0, (30, 30), null="skewed", runs=4000) > 0.1
+
+
+def test_the_vectorised_simulation_is_the_rule_itself():
+    rng = np.random.default_rng(5)
+    d = rng.normal(math.log(0.85), 0.5, (200, 60))
+    fast = experiments._simulated_verdicts(d, (30, 30), experiments.ALPHA, experiments.FLOOR)
+    said = {"A ahead": 1, "B ahead": -1}
+    for row, quick in zip(d, fast):
+        sets = [experiments.compare(np.exp(part), np.ones(30), min_seeds=1)
+                for part in (row[:30], row[30:])]
+        assert said.get(experiments.replicated(*sets, min_seeds=1).verdict, 0) == quick
+
+
+def test_the_spread_is_robust_and_measured_about_each_sets_median():
+    rng = np.random.default_rng(0)
+    d = [rng.normal(0.0, 0.5, 4000), rng.normal(3.0, 0.5, 4000)]
+    assert experiments.robust_spread(d) == pytest.approx(0.5, rel=0.05)
+    assert experiments.tuning_shift(d) == pytest.approx(3.0, abs=0.05)
+    assert experiments.robust_spread([np.r_[np.zeros(10), np.full(3, np.inf)]]) == 0.0
+
+
+def test_holm_controls_the_family():
+    adjusted = experiments.holm([0.01, 0.04, 0.03, 0.0001])
+    assert adjusted.tolist() == pytest.approx([0.03, 0.06, 0.06, 0.0004])
+    assert experiments.holm([]).shape == (0,)
+
+
+def test_the_interval_of_the_median_ratio_holds_the_ratio():
+    rng = np.random.default_rng(1)
+    a = np.exp(rng.normal(math.log(0.9), 0.3, 60))
+    low, high = experiments.median_ratio_interval(a, np.ones(60))
+    assert low < experiments.effect_size(a, np.ones(60)) < high and high / low < 1.5
 
 
 # ---------------------------------------------------------------------------
@@ -456,3 +507,21 @@ def test_seeds_alpha_and_min_seeds_are_checked_in_the_librarys_voice():
         experiments.compare(np.zeros(20), np.ones(20), alpha=1.5)
     with pytest.raises(ValueError, match="min_seeds must be a whole number >= 1"):
         experiments.compare(np.zeros(20), np.ones(20), min_seeds=0)
+
+
+def test_a_stated_ahead_the_family_does_not_keep_is_undecided():
+    family = experiments.stated_family()
+    kept = next(k for k, (p, holm) in family.items() if holm < experiments.ALPHA)
+    dropped = next(k for k, (p, holm) in family.items()
+                   if p < experiments.ALPHA <= holm)
+    assert experiments.statement_key("race", "a", "b", 0.9) == "race | a | b | 90%"
+    base = np.linspace(1.0, 2.0, 60)
+    ahead = experiments.compare(base * 0.9, base, "A", "B")
+    assert ahead.verdict == "A ahead"
+    assert experiments.corrected(ahead, kept).verdict == "A ahead"
+    assert experiments.corrected(ahead, dropped).verdict == experiments.CLOSE
+    assert experiments.corrected(experiments.compare(base * 0.5, base), dropped).verdict == \
+        experiments.TOO_FEW
+    assert experiments.family_phrase(dropped).startswith("adjusted p = ")
+    with pytest.raises(ValueError, match="not in the registry.*measure_stated_verdicts"):
+        experiments.corrected(ahead, "nowhere | a | b")

@@ -123,11 +123,12 @@ SYNC, MOMENTUM = rc.SYNC, rc.SYNC_MOMENTUM
 # Every row of the results tables of "Communicating rarely" and its deep dive, every pair the deep
 # dive prints and every verdict the prose states: (set, first, second) -> the pooled verdict
 # (experiments.RULE over the page's and the held-out seeds): "first" or "second" ahead, or
-# experiments.TOO_FEW, NEGLIGIBLE or NO_DIFFERENCE, or a tuple of the verdicts the page's words
-# allow.
+# experiments.TOO_FEW, CLOSE, NEGLIGIBLE or NO_DIFFERENCE, or a tuple of the verdicts the page's
+# words allow.
 STATED = {
     # what communicating rarely costs per step: from H = 16 on
-    ("dial", "DiLoCo, H=4", MOMENTUM): experiments.NO_DIFFERENCE,   # the sets lean apart
+    # the sets lean apart, too noisy (power 0.17 at a fifth) to show no difference: a close call
+    ("dial", "DiLoCo, H=4", MOMENTUM): experiments.CLOSE,
     **{("dial", f"DiLoCo, H={s}", MOMENTUM): "second" for s in (16, 64, 256)},
     ("dial", SYNC, MOMENTUM): "second",                      # the momentum alone...
     **{("dial", f"DiLoCo, H={s}", SYNC): "first" for s in rc.DIAL[1:]},   # ...is DiLoCo's lead
@@ -137,15 +138,17 @@ STATED = {
     # the races, every method at its best on its knobs (sync and async get momentum)
     (FAST, MOMENTUM, rc.ASYNC): "first",
     (FAST, MOMENTUM, rc.LOCAL_TUNED): "first",
-    # neither ahead: "too few seeds to tell" on the stored grids (both sets lean DiLoCo's way,
-    # p 0.5), "no difference shown" on grids twice as dense (the sets lean apart): the page
-    # states only that neither is ahead
-    (FAST, MOMENTUM, rc.DILOCO_TUNED): (experiments.TOO_FEW, experiments.NO_DIFFERENCE),
+    # neither ahead, p 0.5, and too noisy for the rule to see a fifth (power 0.46): a close call;
+    # on rate grids twice as dense the re-tuning shifts the two sets apart (shift 0.91) and the
+    # median ratio passes 1.25: too few seeds to tell.  Undecided either way, as the page says
+    (FAST, MOMENTUM, rc.DILOCO_TUNED): (experiments.CLOSE, experiments.TOO_FEW),
     (FAST, rc.ASYNC, rc.LOCAL_TUNED): "first",
     (FAST, rc.ASYNC, rc.DILOCO_TUNED): "second",
     (FAST, rc.LOCAL_TUNED, rc.DILOCO_TUNED): "second",
     (SLOW, MOMENTUM, rc.ASYNC): "first",                     # was "asynchronous ahead"
-    (SLOW, MOMENTUM, rc.LOCAL_TUNED): "second",
+    # local SGD ahead under the pooled rule (p 0.01), not after Holm's correction over the
+    # book's stated verdicts (adjusted p 0.14): the page says too few seeds to tell
+    (SLOW, MOMENTUM, rc.LOCAL_TUNED): experiments.TOO_FEW,
     (SLOW, MOMENTUM, rc.DILOCO_TUNED): "second",
     (SLOW, rc.ASYNC, rc.LOCAL_TUNED): "second",
     (SLOW, rc.ASYNC, rc.DILOCO_TUNED): "second",
@@ -160,6 +163,16 @@ def wanted(key):
     return {WANTED.get(each, each).format(first=first, second=second) for each in allowed}
 
 
+def as_stated(verdict, key):
+    """The verdict after Holm's correction over the book's stated verdicts, where registered."""
+    set_name, first, second = key
+    for pair in ((first, second), (second, first)):   # the registry names each pair one way
+        registered = experiments.statement_key("communicating rarely", set_name, *pair)
+        if registered in experiments.stated_family():
+            return experiments.corrected(verdict, registered)
+    return verdict
+
+
 @pytest.fixture(scope="module")
 def replications(dial, races):
     return {"dial": dial, **{f"race, {name}": race for name, race in races.items()}}
@@ -168,7 +181,7 @@ def replications(dial, races):
 @pytest.mark.parametrize("key", list(STATED), ids=" | ".join)
 def test_every_stated_verdict_holds(replications, key):
     set_name, first, second = key
-    verdict = replications[set_name].compare(first, second)
+    verdict = as_stated(replications[set_name].compare(first, second), key)
     assert verdict.verdict in wanted(key), verdict
 
 
@@ -182,7 +195,7 @@ def test_every_verdict_stands_on_rate_grids_twice_as_dense(replications, set_nam
                                                          ("held_out", replication.held_out))))
     for key in STATED:
         if key[0] == set_name:
-            assert dense.compare(*key[1:]).verdict in wanted(key), key
+            assert as_stated(dense.compare(*key[1:]), key).verdict in wanted(key), key
     if set_name == "dial":      # the churn and the handover run at DiLoCo, H = 16's setting
         for verdict in (rc.churn_verdict, rc.handover_verdict):
             assert experiments.replicated(verdict(dense.page), verdict(dense.held_out)).verdict \
@@ -229,7 +242,7 @@ def test_at_the_final_point_the_saving_s_verdicts(dial):
         return rc.loss_curves(rate, run.seeds, steps, rc.UPDATES, replay.NESTEROV,
                               outer_rate=outer_rate, momentum=momentum)[-1]
 
-    for steps, wanted_verdict in ((4, experiments.NO_DIFFERENCE), (16, f"{MOMENTUM} ahead")):
+    for steps, wanted_verdict in ((4, experiments.CLOSE), (16, f"{MOMENTUM} ahead")):
         first = f"DiLoCo, H={steps}"
         verdicts = [experiments.compare(final_point(run, first), final_point(run, MOMENTUM), first,
                                         MOMENTUM, min_seeds=1) for run in (dial.page, dial.held_out)]

@@ -20,7 +20,8 @@ UNEVEN = list(parabola_async.UNEVEN)
 UPDATES = 400
 SEEDS = np.arange(2000, 2050)
 TUNING = np.arange(2100, 2100 + parabola_async.REMEDY_TUNING)
-NOT_AHEAD = (experiments.NO_DIFFERENCE, experiments.TOO_FEW, experiments.NEGLIGIBLE)
+NOT_AHEAD = (experiments.NO_DIFFERENCE, experiments.TOO_FEW, experiments.CLOSE,
+             experiments.NEGLIGIBLE)
 
 
 def final_losses(rate, seeds, speeds=UNEVEN, **options):
@@ -91,7 +92,8 @@ def test_the_rule_is_a_guard_at_its_base_rate_but_not_ahead_of_the_same_mean_ste
     same_mean = parabola_async.mean_rate(virtual_schedule(Scenario(UNEVEN), UPDATES), base,
                                          staleness_aware=True)
     matched = experiments.compare(by_rule, final_losses(same_mean, SEEDS), "rule", "same mean")
-    assert matched.verdict in (experiments.NO_DIFFERENCE, experiments.NEGLIGIBLE), matched
+    assert matched.verdict in (experiments.NO_DIFFERENCE, experiments.NEGLIGIBLE,
+                               experiments.CLOSE), matched
     if base == 0.1:   # the page: within 2 % of 1 at base 0.1 (at 0.2, 25-25 here, ratio 1.07)
         assert abs(matched.effect - 1) <= experiments.FLOOR, matched
 

@@ -25,6 +25,15 @@ def test_the_worked_example_prints_what_the_page_shows():
 
 def test_the_constants_the_page_names_are_the_codes():
     text = " ".join(PAGE.read_text().split())
-    for name in ("ALPHA", "MIN_SEEDS", "FLOOR", "SPREAD"):
+    for name in ("ALPHA", "MIN_SEEDS", "FLOOR", "SPREAD", "EFFECT", "MIN_POWER"):
         assert f"`{name} = {getattr(experiments, name):g}`" in text, name
     assert "`RATE_STEP = 2 ** 0.25`" in text and experiments.RATE_STEP == 2 ** 0.25
+
+
+def test_the_page_names_each_verdict_the_code_returns_and_says_the_test_is_about_symmetry():
+    text = " ".join(PAGE.read_text().split())
+    for verdict in (experiments.NEGLIGIBLE, experiments.NO_DIFFERENCE, experiments.CLOSE,
+                    experiments.TOO_FEW):
+        assert f"**{verdict[0].upper()}{verdict[1:]}**" in text, verdict
+    assert "*symmetric*" in text and "experiments.holm" in text
+    assert "test_stated_verdicts_conclusions.py" in text

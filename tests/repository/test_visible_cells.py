@@ -18,7 +18,7 @@ import reader_metrics  # noqa: E402
 MOST_LINES = 25
 HIDDEN_INPUT = reader_metrics.HIDDEN_INPUT
 SCRIPTS = sorted((ROOT / "chapters").glob("[0-9ad][0-9]_*.py"))
-# Pages whose long cells their owners have not collapsed yet (issue 46): strict, so the
+# Pages whose long cells their owners have not collapsed yet: strict, so the
 # test says when one is done and leaves this list.
 NOT_YET = {"08_accumulating_sequences", "10_communication_costs", "12_sharded_training",
            "d1_synchronous_in_depth", "d4_accumulation_in_depth"}

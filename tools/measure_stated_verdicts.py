@@ -1,0 +1,77 @@
+"""The registry of the book's stated verdicts, with their p-values and Holm's correction.
+
+Writes pargrad/book/data/stated_verdicts.json: every verdict that "Sync vs async in the same
+time", "The race in depth" and "Communicating rarely" state, recomputed from their stored runs
+(the race files; the float64 replays at the stored settings), its pooled p-value, and the
+p-value Holm's step-down correction over all of them gives (experiments.holm).  The pages
+read it through experiments.corrected; tests/claims/test_stated_verdicts_conclusions.py
+checks it against the runs.  Takes about five minutes on one core:
+
+    PYTHONPATH=$PWD nice -n 10 .venv/bin/python tools/measure_stated_verdicts.py
+"""
+
+import json
+import pathlib
+
+from pargrad.book import experiments, race
+from pargrad.book import rare_communication as rc
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+RACE_PAIRS = {   # scenario -> the (first, second) pairs the race pages state, at both targets
+    "equal devices": [("sequential, no staleness", "async"), ("sync", "async"),
+                      ("sync", "sync, 1 backup"), ("async, staleness-aware", "async"),
+                      ("async, bound 2", "async")],
+    **{scenario: [("async", "sync"), ("sync, 1 backup", "sync"), ("sync, 1 backup", "async"),
+                  ("async, staleness-aware", "async"), ("async, bound 2", "async")]
+       for scenario in ("one device 3x slower", "heavy-tailed delays")},
+}
+SYNC, MOMENTUM = rc.SYNC, rc.SYNC_MOMENTUM
+RARE = [   # (set, first, second) as "Communicating rarely" states them
+    *[("dial", f"DiLoCo, H={s}", MOMENTUM) for s in (4, 16, 64, 256)],
+    *[("dial", f"DiLoCo, H={s}", SYNC) for s in (4, 16, 64, 256)],
+    ("dial", MOMENTUM, SYNC),
+    *[(f"race, {link.name}", first, second) for link in (rc.FAST, rc.SLOW)
+      for first, second in ((rc.DILOCO_TUNED, MOMENTUM), (rc.DILOCO_TUNED, rc.LOCAL_TUNED),
+                            (rc.ASYNC, MOMENTUM), (rc.LOCAL_TUNED, MOMENTUM))],
+]
+
+
+def registry():
+    """Every stated verdict: its registry key -> its Replicated verdict."""
+    stored = race.stored_sweep("sync_vs_async_virtual")
+    held = race.stored_sweep("sync_vs_async_virtual_held_out")
+    page, held_out = race.stored_results(stored), race.stored_results(held)
+    found = {}
+    for scenario, pairs in RACE_PAIRS.items():
+        for first, second in pairs:
+            for target in stored["settings"]["targets"]:
+                found[experiments.statement_key("race", scenario, first, second, target)] = \
+                    race.paired_verdict(page, scenario, first, second, target,
+                                        held_out=held_out)
+    runs = {name: rc.replication_at_stored_rates(name) for name in {k[0] for k in RARE}}
+    for name, first, second in RARE:
+        found[experiments.statement_key("communicating rarely", name, first, second)] = \
+            runs[name].compare(first, second)
+    return found
+
+
+def rows(found):
+    """The file's rows: key, verdict, p, Holm-adjusted p, spread, power, tuning shift."""
+    keys = list(found)
+    adjusted = experiments.holm([found[k].pooled.p_value for k in keys])
+    return [{"key": k, "verdict": found[k].verdict, "p": found[k].pooled.p_value,
+             "holm": float(q), "spread": found[k].pooled.spread, "power": found[k].pooled.power,
+             "shift": found[k].pooled.shift} for k, q in zip(keys, adjusted)]
+
+
+def main():
+    table = rows(registry())
+    path = ROOT / "pargrad" / "book" / "data" / experiments.FAMILY_FILE
+    path.write_text(json.dumps({"alpha": experiments.ALPHA, "verdicts": table}, indent=1) + "\n")
+    for row in sorted(table, key=lambda r: r["p"]):
+        print(f"RESULT {row['key']}: {row['verdict']}, p {row['p']:.2g}, Holm {row['holm']:.2g}, "
+              f"spread {row['spread']:.2f}, power {row['power']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
