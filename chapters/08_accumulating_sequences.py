@@ -101,7 +101,7 @@ from pargrad.book.plots_accumulation import token_weighting_diagram
 
 fig = token_weighting_diagram()
 
-# %%
+# %% tags=["hide-input"]
 model = sequence_model(seed=1, dtype="float64")
 
 
@@ -199,7 +199,7 @@ show_lines(GradientAccumulator.mean_gradients, "called = tf.debugging.assert_pos
 # micro-batches: the big batch, the accumulator weighting by tokens, and the
 # accumulator weighting micro-batches equally (the mean of means).
 
-# %%
+# %% tags=["hide-input"]
 UPDATES = 8
 x_all, y_all = sequence_data(BATCH * UPDATES, seed=0, dtype="float64")
 batches = [(x_all[u * BATCH:(u + 1) * BATCH], y_all[u * BATCH:(u + 1) * BATCH])
@@ -446,7 +446,7 @@ glue("cost_verdict", f"{spread}, all on one side of 1, so this measurement resol
 # Both against our two accumulations (SGD, one update, micro-batches of 4,
 # $k = 4$, the loss in float64):
 
-# %%
+# %% tags=["hide-input"]
 def keras_fit(reduction, accumulation_steps, batch_size, x=x, y=y, epochs=1, make_optimizer=None):
     model = sequence_model(seed=1, dtype="float64")
     options = ({"gradient_accumulation_steps": accumulation_steps}

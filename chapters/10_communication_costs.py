@@ -412,7 +412,7 @@ for name, each in links.items():
 # a GPU (eight, as in NVIDIA's DGX systems) and a box with Ethernet a single
 # port:
 
-# %%
+# %% tags=["hide-input"]
 def box_network(name, ports):
     """The network of a whole box: `ports` ports of one kind."""
     one = links[name]
@@ -455,7 +455,7 @@ for name in clusters:
 # GPU step is bound by launching kernels, which we assume takes
 # {glue:text}`digits_step_ms:.0f` ms on either GPU (`DIGITS_STEP_SECONDS`).
 
-# %%
+# %% tags=["hide-input"]
 PEAK = {  # dense tensor-core operations a second
     ("A100", "fp32"): 156e12, ("A100", "fp16"): 312e12,   # TF32 and FP16
     ("H100", "fp32"): 494e12, ("H100", "fp16"): 989e12,

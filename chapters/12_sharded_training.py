@@ -245,7 +245,7 @@ show_lines(ShardedTrainer._distributed_step, "loss, flat = self.strategy.run(rep
 # a 1-6-1 network (19 parameters: two shards of 10, one value of padding);
 # the largest gaps over every weight and moment after 100 steps:
 
-# %%
+# %% tags=["hide-input"]
 x64, y64 = parabola_data(dtype="float64")
 strategy = sync_strategy(2)
 histories = {}  # trainer -> what its fit returned

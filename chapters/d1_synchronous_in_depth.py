@@ -359,7 +359,7 @@ show_source(tf1.multi_tower_step)
 # the differences in the order of additions stay far below the tolerance on
 # any machine.
 
-# %%
+# %% tags=["hide-input"]
 
 
 def tf1_parabola(towers=None, steps=2000):

@@ -35,7 +35,7 @@ if "google.colab" in sys.modules:
         check=True,
     )
 
-# %%
+# %% tags=["hide-input"]
 import tempfile
 import time
 
@@ -91,7 +91,7 @@ def micro_batch_stepper(model, accumulator):
 # network in float64, at the initial weights and after 2000 full-batch
 # steps, with 2000 random batches per size:
 
-# %%
+# %% tags=["hide-input"]
 def per_example_gradients(weights):
     """One row per example: the gradient of its squared error, all weights flattened."""
     variables = [tf.Variable(w.astype(np.float64)) for w in weights]
@@ -177,7 +177,7 @@ fig.tight_layout()
 # a fixed micro-batch of 8 and growing $k$, each $k$ in three interleaved
 # rounds, and print the best and the spread:
 
-# %% tags=["nbval-ignore-output"]
+# %% tags=["nbval-ignore-output", "hide-input"]
 def throughput_trainer(accumulation_steps, micro_batch=8, steps=40):
     """A trainer on the four replicas with a fixed micro-batch, traced and warmed up."""
     with four_replicas.scope():
@@ -229,7 +229,7 @@ assert min(rounds[8]) > max(rounds[1]), "accumulating should amortise the per-up
 # approximation it rests on. We test it on scikit-learn's 8×8 handwritten
 # digits (a small MLP) on four replicas, at equal numbers of examples seen:
 
-# %%
+# %% tags=["hide-input"]
 x_train, y_train, x_test, y_test = digits.digits_data(seed=0)
 EXAMPLES = 16_384
 
@@ -289,7 +289,7 @@ fig.tight_layout()
 # floating-point additions, so another machine prints other digits; the
 # cell's checks hold on any.
 
-# %% tags=["nbval-ignore-output"]
+# %% tags=["nbval-ignore-output", "hide-input"]
 def train_with_warm_up(accumulation_steps, peak_rate, warm_up_updates, evaluate_after,
                        micro_batch=8):
     """Linear warm-up from BASE_RATE to peak_rate; test accuracy after each of evaluate_after."""
@@ -392,7 +392,7 @@ if accumulating["resettable"]:
 # kernels: a GPU may add in whatever order its threads finish;
 # `enable_op_determinism` rules that out (on a CPU it changes nothing here):
 
-# %%
+# %% tags=["hide-input"]
 tf.config.experimental.enable_op_determinism()
 schedule = [(x_all[i::K], y_all[i::K]) for i in range(K)] * 3  # 15 micro-batches of 10
 

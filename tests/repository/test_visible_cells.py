@@ -18,10 +18,6 @@ import reader_metrics  # noqa: E402
 MOST_LINES = 25
 HIDDEN_INPUT = reader_metrics.HIDDEN_INPUT
 SCRIPTS = sorted((ROOT / "chapters").glob("[0-9ad][0-9]_*.py"))
-# Pages whose long cells their owners have not collapsed yet: strict, so the
-# test says when one is done and leaves this list.
-NOT_YET = {"08_accumulating_sequences", "10_communication_costs", "12_sharded_training",
-           "d1_synchronous_in_depth", "d4_accumulation_in_depth"}
 
 
 def long_visible_cells(script_text):
@@ -44,10 +40,6 @@ def test_a_long_cell_is_found_and_a_collapsed_one_or_a_program_is_not():
     assert long_visible_cells(script) == [("x0 = 0", 26)]
 
 
-@pytest.mark.parametrize(
-    "script",
-    [pytest.param(script, marks=pytest.mark.xfail(strict=True, reason="not collapsed yet"))
-     if script.stem in NOT_YET else script for script in SCRIPTS],
-    ids=[script.stem for script in SCRIPTS])
+@pytest.mark.parametrize("script", SCRIPTS, ids=[script.stem for script in SCRIPTS])
 def test_no_visible_cell_is_over_25_lines(script):
     assert long_visible_cells(script.read_text()) == []
