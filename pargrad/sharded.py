@@ -285,8 +285,9 @@ class ShardedTrainer(SyncTrainer):
         return optimizer
 
     def _evaluation_model(self):
-        """Stage 3: the model run on the weights gathered onto each replica; else the model."""
-        return _GatheredModel(self) if "parameters" in self._sharded else self.model
+        """The model run on the replica's parameters (gathered at stage 3): the model's own
+        variables are released at every stage."""
+        return _GatheredModel(self)
 
     def _before_fit(self):
         if self._unsharded:
@@ -727,7 +728,8 @@ _sum_in_order = tf.function(_add_in_order, autograph=False,
 
 
 class _GatheredModel:
-    """Stage 3's model for evaluation: the model run on the weights gathered onto the replica."""
+    """The model for evaluation: run on the replica's copy of the weights (stages 1 and 2) or
+    on the weights gathered onto the replica (stage 3)."""
 
     def __init__(self, trainer):
         self._trainer = trainer

@@ -402,3 +402,20 @@ def test_transient_bytes_are_the_whole_models_values():
         model, made = small_model(strategy)
         trainer = ShardedTrainer(model, strategy, stage=stage, optimizer=made, progress=False)
         assert trainer.transient_bytes() == {"gathered_parameters": 21 * 8, "gradients": 21 * 8}
+
+
+@pytest.mark.usefixtures("deterministic_ops")
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_evaluate_and_validation_equal_the_mirrored_run_at_every_stage(stage):
+    """The model is released at every stage: evaluation runs on the trainer's own weights."""
+    strategy = pargrad.sync_strategy(2)
+    x, y = data()
+    model, made = small_model(strategy)
+    reference = pargrad.SyncTrainer(model, strategy, optimizer=made, progress=False)
+    expected = reference.fit(x, y, steps=10, batch_size=16, validation_data=(x[:8], y[:8]))
+    sharded_model, sharded_optimizer = small_model(strategy)
+    trainer = ShardedTrainer(sharded_model, strategy, stage=stage, optimizer=sharded_optimizer,
+                             progress=False)
+    history = trainer.fit(x, y, steps=10, batch_size=16, validation_data=(x[:8], y[:8]))
+    assert history.history["val_loss"] == expected.history["val_loss"]
+    assert trainer.evaluate(x, y) == reference.evaluate(x, y)
