@@ -3,11 +3,10 @@
 #
 # ```{admonition} Takeaway
 # Let every replica train alone for `H` steps, then average: `H` times
-# fewer all-reduces. Where communication costs more than computation
-# (between data centres), that wins: in the same time, DiLoCo ends
-# {glue:text}`slow-gain` times lower than synchronous SGD. The price is paid
-# per step: at equal steps, each `H` ends higher. Inside a box, it is a close
-# call: our seeds show neither a gain nor a cost.
+# fewer all-reduces. Between data centres, where communication costs more
+# than computation, that wins: in the same time, DiLoCo ends
+# {glue:text}`slow-gain` times lower than synchronous SGD. Per step it
+# costs: each `H` ends higher. Inside a box it is a close call.
 # ```
 #
 # **What communicating `H` times less buys, and what it costs.** Between two

@@ -1,6 +1,6 @@
 """The book's stated verdicts as one family: each one's power at its own spread, and Holm's correction.
 
-Issue 46, item 2.  The registry (pargrad/book/data/stated_verdicts.json, written by
+The registry (pargrad/book/data/stated_verdicts.json, written by
 tools/measure_stated_verdicts.py) holds every verdict that the race ("Sync vs async in the
 same time", "The race in depth") and "Communicating rarely" state, with its p-value and the
 p-value Holm's correction over all of them gives.  Here it is recomputed from the stored runs

@@ -101,9 +101,6 @@ def verdict_deciders():
 
 
 DECIDERS = verdict_deciders()
-# Chapter 11's re-decisions on denser grids and the churn and handover verdicts: the branch
-# that re-decides the verdicts moves them to tests/claims/ (then remove this exception).
-KNOWN_EXCEPTIONS = {"tests/book/test_rare_communication.py"}
 
 
 def test_the_deciders_are_found():
@@ -122,6 +119,6 @@ def test_verdicts_are_decided_only_in_tests_claims():
                        if module not in DECIDERS[name])
         if names:
             outside[str(path.relative_to(ROOT))] = names
-    assert set(outside) <= KNOWN_EXCEPTIONS, (
+    assert not outside, (
         f"these tests decide verdicts ({outside}): a chapter's conclusion re-decided belongs in "
         "tests/claims/")
