@@ -20,6 +20,8 @@ from pargrad.sync import SyncTrainer
 from pargrad import NonFiniteDataError, NonFiniteLossError
 from pargrad.book.parabola import fit_one_device, parabola_data, parabola_model, train_parabola
 
+from sync_problem import max_gap, mlp, trainer_for
+
 STEPS = 2000
 # The equalities of the book hold in exact arithmetic; float32 runs meet
 # them within the rounding of their steps (pargrad.rounding_tolerance), and
@@ -37,27 +39,6 @@ def reference(parabola_reference):
     """The y = x² network on one device with the full batch of 50, in float64, STEPS steps:
     (losses, weights), computed once a test process (tests/conftest.py)."""
     return parabola_reference
-
-
-def max_gap(weights_a, weights_b):
-    return max(float(np.max(np.abs(a - b))) for a, b in zip(weights_a, weights_b))
-
-
-def trainer_for(replicas, model_fn=None, **options):
-    strategy = sync_strategy(replicas)
-    with strategy.scope():
-        model = (model_fn or (lambda: parabola_model(seed=0)))()
-    return SyncTrainer(model, strategy, progress=False, **options)
-
-
-def mlp(features=64, width=256):
-    keras.utils.set_random_seed(0)
-    return keras.Sequential([
-        keras.Input((features,)),
-        keras.layers.Dense(width, activation="relu"),
-        keras.layers.Dense(width, activation="relu"),
-        keras.layers.Dense(1),
-    ])
 
 
 def mlp_data(n=2048, features=64):

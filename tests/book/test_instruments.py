@@ -19,12 +19,13 @@ import pytest
 from pargrad._quiet import import_tensorflow_quietly
 from pargrad.book.plots_synchronous import device_timeline
 from pargrad.book.instruments import InstrumentedSyncTrainer, backup_worker_mask, sync_step_times
-from pargrad.book.parabola import parabola_data, parabola_model
+from pargrad.book.parabola import parabola_data
 from pargrad.scenario import Scenario
 from pargrad.strategies import sync_strategy
 from pargrad.sync import SyncTrainer
 
 from linear_problem import linear_data, linear_model, numpy_gradient
+from sync_problem import max_gap, mlp, trainer_for
 
 tf = import_tensorflow_quietly()
 
@@ -252,33 +253,15 @@ def test_fit_takes_every_option_of_sync_trainers_fit():
 
 # -- what a step costs: the trainer's timestamps (record_times) ---------------------------
 
-def max_gap(weights_a, weights_b):
-    return max(float(np.max(np.abs(a - b))) for a, b in zip(weights_a, weights_b))
-
-
-def trainer_for(replicas, model_fn=None, instrumented=True, **options):
-    strategy = sync_strategy(replicas)
-    with strategy.scope():
-        model = (model_fn or (lambda: parabola_model(seed=0)))()
-    trainer_class = InstrumentedSyncTrainer if instrumented else SyncTrainer
-    return trainer_class(model, strategy, progress=False, **options)
-
-
-def mlp(features=64, width=256):
-    keras.utils.set_random_seed(0)
-    return keras.Sequential([
-        keras.Input((features,)),
-        keras.layers.Dense(width, activation="relu"),
-        keras.layers.Dense(width, activation="relu"),
-        keras.layers.Dense(1),
-    ])
+def instrumented_for(replicas, model_fn=None, **options):
+    return trainer_for(replicas, model_fn, trainer_class=InstrumentedSyncTrainer, **options)
 
 
 @pytest.mark.parametrize("steps_per_call", [1, 10])
 def test_per_replica_times_add_up_to_the_step(steps_per_call):
     """launch + compute + wait fill the step; the all-reduce lines the replicas up."""
     x, y = data()
-    trainer = trainer_for(2, mlp, record_times=True)
+    trainer = instrumented_for(2, mlp, record_times=True)
     trainer.fit(x, y, steps=steps_per_call, batch_size=512, steps_per_call=steps_per_call)  # trace
     history = trainer.fit(x, y, steps=30, batch_size=512, steps_per_call=steps_per_call)
     slack = 1e-4
@@ -298,8 +281,8 @@ def test_per_replica_times_add_up_to_the_step(steps_per_call):
 
 def test_without_recording_times_it_trains_the_same():
     x, y = parabola_data()
-    timed = trainer_for(2, record_times=True)
-    plain = trainer_for(2, instrumented=False)      # SyncTrainer: no timestamps
+    timed = instrumented_for(2, record_times=True)
+    plain = trainer_for(2)      # SyncTrainer: no timestamps
     timed.fit(x, y, steps=50, steps_per_call=10)
     history = plain.fit(x, y, steps=50, steps_per_call=10)
     assert max_gap(timed.model.get_weights(), plain.model.get_weights()) == 0
@@ -311,10 +294,10 @@ def test_without_recording_times_it_trains_the_same():
 def test_a_straggler_sets_the_step_time():
     x, y = data()
     common = dict(batch_size=512, steps_per_call=5)
-    even = trainer_for(2, mlp, record_times=True)
+    even = instrumented_for(2, mlp, record_times=True)
     even.fit(x, y, steps=5, **common)
     base = even.fit(x, y, steps=30, **common)
-    slow = trainer_for(2, mlp, scenario=Scenario((1, 1 / 6)), record_times=True)
+    slow = instrumented_for(2, mlp, scenario=Scenario((1, 1 / 6)), record_times=True)
     slow.fit(x, y, steps=5, **common)
     history = slow.fit(x, y, steps=30, **common)
 
@@ -340,12 +323,12 @@ def test_a_straggler_sets_the_step_time():
 ])
 def test_a_bad_scenario_is_refused(scenario, message):
     with pytest.raises(ValueError, match=message):
-        trainer_for(2, scenario=scenario)
+        instrumented_for(2, scenario=scenario)
 
 
 def test_jit_compile_traces_once_per_replica_and_records_times():
     x, y = data()
-    trainer = trainer_for(2, mlp, jit_compile=True, record_times=True)
+    trainer = instrumented_for(2, mlp, jit_compile=True, record_times=True)
     for _ in range(3):
         history = trainer.fit(x, y, steps=10, batch_size=512, steps_per_call=5)
     # One XLA computation per replica, compiled once, not once per call.
