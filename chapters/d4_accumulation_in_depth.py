@@ -48,7 +48,7 @@ import keras  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from pargrad.accumulate import GradientAccumulator  # noqa: E402
-from pargrad.book import digits, memory  # noqa: E402
+from pargrad.book import digits  # noqa: E402
 from pargrad.book.parabola import (  # noqa: E402
     fit_one_device, initial_weights, parabola_data, parabola_forward, parabola_model)
 from pargrad.strategies import sync_strategy  # noqa: E402

@@ -99,12 +99,20 @@ def result(scenario, method, seed, reached_at):
 
 
 def test_paired_verdict_follows_the_books_rule():
-    results = ([result("s", "a", seed, 1.0 + seed % 3) for seed in range(50)]
-               + [result("s", "b", seed, 2.5 + seed % 3) for seed in range(50)]
-               + [result("s", "c", seed, 1.0 + (seed + 1) % 3) for seed in range(50)])
+    # c: a's time half a unit later on even seeds, earlier on odd ones: a small, symmetric
+    # spread the rule has the power to see a fifth in, so "no difference shown"
+    results = ([result("s", "a", seed, 5.0 + seed % 3) for seed in range(50)]
+               + [result("s", "b", seed, 6.5 + seed % 3) for seed in range(50)]
+               + [result("s", "c", seed, 5.0 + seed % 3 + (0.5 if seed % 2 else -0.5))
+                  for seed in range(50)]
+               + [result("s", "d", seed, 1.0 + (seed + 1) % 3) for seed in range(50)]
+               + [result("s", "e", seed, 1.0 + seed % 3) for seed in range(50)])
     assert race.paired_verdict(results, "s", "a", "b").verdict == "a ahead"
     assert race.paired_verdict(results, "s", "b", "a").verdict == "a ahead"
     assert race.paired_verdict(results, "s", "a", "c").verdict == "no difference shown"
+    # the same times in another order: too spread for the rule to see a fifth, so undecided
+    assert race.paired_verdict(results, "s", "e", "d").verdict.startswith(
+        ("too few seeds to tell", "close call"))
     # closer than the resolution: a tie
     assert race.paired_verdict(results, "s", "a", "b", resolution=1.5).verdict == \
         "no difference shown"
@@ -116,7 +124,8 @@ def test_the_results_table_compares_each_method_with_the_reference_by_scenario()
     seeds = range(50)
     results = ([result("s", "ref", seed, 2.0 + seed % 3) for seed in seeds]
                + [result("s", "fast", seed, 1.0 + seed % 3) for seed in seeds]
-               + [result("s", "same", seed, 2.0 + (seed + 1) % 3) for seed in seeds]
+               + [result("s", "same", seed, 2.0 + seed % 3 + (0.5 if seed % 2 else -0.5))
+                  for seed in seeds]
                + [result("t", "ref", seed, 1.0 + seed % 3) for seed in seeds]
                + [result("t", "fast", seed, 3.0 + seed % 3) for seed in seeds])
     table = race.race_results_table(results, "ref", {"s": ["fast", "same"], "t": ["fast"]},
