@@ -10,7 +10,8 @@
  * float32 master copy exists only under mixed precision, where it is
  * counted in K (ZeRO's 2 + 2 + 12: K = 12 for Adam, master 4 + momentum 4
  * + variance 4); in float32 and float64 the owner updates its shard in
- * place, with no second copy.  Psi/N is ceil(Psi / N).  Whole numbers
+ * place, with no second copy.  Psi/N is ceil(Psi / N); the whole parameters
+ * at stages 1 and 2 are the padded flat copy, N ceil(Psi / N).  Whole numbers
  * only, so the JavaScript and the Python give the same bytes exactly;
  * tests/browser/test_memory_calculator.py checks it on a grid of inputs.
  * Plain HTML and SVG, nothing loaded from the network.  The page holds
@@ -80,8 +81,11 @@
       return sharded.indexOf(component) >= 0 ? shard : parameters;
     };
     var hasMaster = precision === "mixed";  // a master copy only where precision needs one
+    // At stages 1 and 2 each replica's whole copy is the padded flat vector the shards
+    // are cut from: N ceil(Psi / N) values (pargrad.memory.state_bytes counts the same).
+    var wholeCopy = stage === 1 || stage === 2 ? replicas * shard : count("parameters");
     var held = {
-      parameters: value * count("parameters"),
+      parameters: value * wholeCopy,
       gradients: value * count("gradients"),
       optimizer_state: state * STATE_VALUES[optimizer] * count("optimizer_state"),
       master_weights: hasMaster ? state * count("master_weights") : 0,
