@@ -10,7 +10,8 @@ export TF_CPP_MIN_LOG_LEVEL := 3
 
 CHAPTERS := $(sort $(wildcard chapters/*.py))
 
-.PHONY: venv lint unit colab-venv browser-deps book test test-other-numerics test-stress test-colab test-oldest outputs chapter \
+.PHONY: venv lint unit colab-venv browser-deps book test test-first-pass test-timed-pass \
+        test-other-numerics test-stress test-colab test-oldest outputs chapter \
         setup-cells clean help book-static test-browser
 
 help:
@@ -23,6 +24,8 @@ help:
 	@echo "make test         lint, unit tests, every chapter under nbval, checks of the built"
 	@echo "                  book, then test-stress and test-other-numerics; the tests run in"
 	@echo "                  JOBS=2 processes (pytest-xdist), those that time work alone after"
+	@echo "make test-first-pass  make test's first part alone: everything not timed, in JOBS processes"
+	@echo "make test-timed-pass  make test's second part alone: the timed items, one at a time"
 	@echo "make test-other-numerics  the claims again without oneDNN, one thread an op (JOBS processes)"
 	@echo "make test-stress  the multi-process measurements 10 times in a row (part of make test)"
 	@echo "make test-colab   every chapter executed as on Colab: another TensorFlow, pargrad from"
@@ -32,7 +35,8 @@ help:
 	@echo "make test-browser the book's widgets and offline MathJax in headless Chromium"
 	@echo "                  (installs Chromium with apt-get when run as root)"
 	@echo "make chapter NB=chapters/01_training_loop   re-execute one chapter, store its outputs"
-	@echo "make outputs      re-execute every chapter and store fresh outputs"
+	@echo "make outputs      re-execute every chapter and store fresh outputs (and the density"
+	@echo "                  check's sweeps: tools/store_density_sweeps.py)"
 	@echo "make setup-cells  write the Colab setup cell (address from _config.yml) into every chapter"
 
 $(STAMP): requirements.txt pyproject.toml
@@ -130,12 +134,22 @@ TIMED_TESTS = $(shell grep -rl --include='test_*.py' 'pytest.mark.timing' tests 
 
 # The linter first; unit tests of pargrad, checks of the built book, every
 # chapter under nbval (in JOBS processes, then the `timing` items alone: see
-# JOBS above); then the book's claims under other numerics.
+# JOBS above); then the stress runs and the book's claims under other numerics.
+# Each part is a target of its own, so that .ci/run times them one by one
+# (test-first-pass and test-timed-pass check the book that `make book` built).
 test: lint book
-	PARGRAD_REQUIRE_HTML=1 $(PYTEST) $(XDIST) --durations=25 -m "not timing" tests chapters $(NBVAL)
-	PARGRAD_REQUIRE_HTML=1 $(PYTEST) --durations=5 -m timing $(TIMED_TESTS) $(TIMED) $(NBVAL)
+	$(MAKE) --no-print-directory -o book test-first-pass
+	$(MAKE) --no-print-directory -o book test-timed-pass
 	$(MAKE) --no-print-directory test-stress
 	$(MAKE) --no-print-directory test-other-numerics
+
+# Everything not marked `timing`, in JOBS processes: tests, claims, every chapter under nbval.
+test-first-pass: $(STAMP) book
+	PARGRAD_REQUIRE_HTML=1 $(PYTEST) $(XDIST) --durations=25 -m "not timing" tests chapters $(NBVAL)
+
+# The `timing` items, alone, one at a time.
+test-timed-pass: $(STAMP) book
+	PARGRAD_REQUIRE_HTML=1 $(PYTEST) --durations=5 -m timing $(TIMED_TESTS) $(TIMED) $(NBVAL)
 
 # The chapter "What communication costs"'s two- and three-worker all-reduce
 # measurements, 10 runs each with small payloads, no retry, and one run of
@@ -253,8 +267,11 @@ chapter: $(STAMP)
 	@test -n "$(NB)" || (echo "usage: make chapter NB=chapters/01_training_loop" && exit 2)
 	cd tools && ../$(PY) run_chapter.py ../$(NB)
 
+# Every chapter, then the stored sweeps that a claim test reads instead of replaying them
+# (tests/claims/test_asynchronous_density.py: it replays a sample and compares).
 outputs: $(STAMP)
 	cd tools && ../$(PY) run_chapter.py $(addprefix ../,$(CHAPTERS))
+	$(PY) tools/store_density_sweeps.py
 
 setup-cells: $(STAMP)
 	cd tools && ../$(PY) setup_cells.py

@@ -56,6 +56,7 @@ if "google.colab" in sys.modules:
 # %%
 import pargrad  # first: it imports TensorFlow quietly
 
+import os
 import shutil
 import tempfile
 import time
@@ -392,6 +393,19 @@ with LocalCluster(train_parabola_multiworker, workers=2, kwargs=settings, timeou
         print(type(error).__name__, str(error).splitlines()[0].removesuffix("; its last lines:"))
 stopped_at = time.monotonic()
 
+# %% tags=["remove-cell"]
+import psutil
+
+
+def survivors(cluster):
+    """The cluster's processes still alive, and any child process of this kernel left behind."""
+    alive = [pid for pid in cluster.pids if psutil.pid_exists(pid)
+             and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    return alive + psutil.Process().children(recursive=True)
+
+
+assert survivors(first) == []
+
 # %% [markdown]
 # The whole job stops: the survivor's next all-reduce fails, and the `with`
 # block stops it (with `SIGKILL` after a second: this strategy's workers
@@ -404,6 +418,15 @@ with LocalCluster(train_parabola_multiworker, workers=2, kwargs=settings, timeou
 print(second.log(index=0, last=4))
 print("resumed from the checkpoint of step:",
       ", ".join(f"{result['resumed_at']} (worker {index})" for index, result in enumerate(resumed)))
+
+# %% tags=["remove-cell"]
+assert survivors(second) == []
+assert [result["resumed_at"] for result in resumed] == [150, 150]
+assert f"[worker 0] step {150 + 25}" in second.log()                # the first step after it
+assert all(len(result["loss"]) == STEPS - 150 for result in resumed)  # only those were redone
+assert sorted(os.listdir(checkpoints)) == [
+    "checkpoint", "ckpt-150.data-00000-of-00001", "ckpt-150.index",
+    f"ckpt-{STEPS}.data-00000-of-00001", f"ckpt-{STEPS}.index"]
 
 # %% [markdown]
 # The restarted workers found the checkpoint of step 150 and trained the
