@@ -14,10 +14,10 @@ no oneDNN and one thread an operation.  Two kinds of work would be duplicated th
   (``pytestmark``), and the run leaves it out (``-m "... and not order_free"``);
   every item marked ``order_free`` still runs in the first pass.
 
-tests/claims/test_programs.py is the one such file: each program's stored
-output is compared by nbval in its chapter, which nbval must therefore compare
-(no ``nbval-ignore-output``, ``nbval-skip`` or ``raises-exception`` tag), or left out
-for its chapter's ``order_free`` reason.
+tests/claims/test_programs.py is the one such file (a test below fails for
+another): each program's stored output is compared by nbval in its chapter,
+which nbval must therefore compare (no ``nbval-ignore-output``, ``nbval-skip``
+or ``raises-exception`` tag), or left out for its chapter's ``order_free`` reason.
 """
 
 import ast
@@ -276,3 +276,11 @@ def test_programs_are_order_free_because_their_chapters_compare_their_output():
     # tests/test_sharded.py's claim items re-run its bit-for-bit equality)
     assert {chapter for chapter, _ in found} - numeric <= {
         name for name in marks.chapters() if "order_free" in marks.marks_of(name)}
+
+
+def test_every_test_file_marked_order_free_has_its_reason_checked_here():
+    marked = {str(path.relative_to(ROOT)) for path in TEST_FILES
+              if "order_free" in marks.file_marks(path)}
+    assert marked == {"tests/claims/test_programs.py"}, (
+        f"{sorted(marked)}: a test file marked order_free needs a test here that checks why "
+        "`make test-other-numerics` may leave it out (as the programs' test above)")
