@@ -25,6 +25,7 @@ import functools
 import pathlib
 import re
 import sys
+import textwrap
 
 import nbformat
 import pytest
@@ -137,6 +138,18 @@ def name_uses_tensorflow(dotted, seen):
     return False   # NumPy, the standard library: not TensorFlow
 
 
+def code_strings(node):
+    """The string constants in ``node`` that are Python code with an import statement."""
+    found = []
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and "import" in sub.value:
+            try:
+                found.append(ast.parse(textwrap.dedent(sub.value)))
+            except SyntaxError:
+                pass
+    return found
+
+
 def uses_tensorflow(node, module_tree, fixtures, seen=None):
     """Whether the function (or class, or assignment) ``node`` of ``module_tree`` may run
     TensorFlow: an import in its body, a name it uses (of its module, or imported there) that
@@ -148,6 +161,8 @@ def uses_tensorflow(node, module_tree, fixtures, seen=None):
     bound = bindings(module_tree)
     if any(reaches_tensorflow(m) for m in imported_modules(node)):
         return True
+    if any(reaches_tensorflow(m) for code in code_strings(node) for m in imported_modules(code)):
+        return True   # code that it runs in a fresh process (the run_python fixture)
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         takes_fixtures = node.name.startswith("test") or any(
             "fixture" in ast.unparse(d) for d in node.decorator_list)
@@ -233,14 +248,17 @@ def test_the_finder_tells_numpy_from_tensorflow():
         "def test_through_a_helper():\n    helper()\n"
         "def test_through_the_package():\n    pargrad.logical_devices(4)\n"
         "def test_through_a_fixture(devices):\n    np.zeros(3)\n"
-        "def test_importing_it():\n    import keras  # noqa: F401\n")
+        "def test_importing_it():\n    import keras  # noqa: F401\n"
+        "def test_in_a_fresh_process(run_python):\n    run_python('import pargrad.sync')\n"
+        "def test_numpy_in_a_fresh_process(run_python):\n    run_python('import numpy')\n")
     tree = ast.parse(source)
     fixtures = fixtures_of(CONFTEST)
     used = {node.name: uses_tensorflow(node, tree, fixtures) for node in tree.body
             if isinstance(node, ast.FunctionDef) and node.name.startswith("test")}
     assert used == {"test_numpy": False, "test_trainer": True, "test_through_a_helper": True,
                     "test_through_the_package": True, "test_through_a_fixture": True,
-                    "test_importing_it": True}
+                    "test_importing_it": True, "test_in_a_fresh_process": True,
+                    "test_numpy_in_a_fresh_process": False}
     assert not name_uses_tensorflow("pargrad.book.replay.train_rounds", set())
     assert reaches_tensorflow("pargrad.sync") and name_uses_tensorflow("pargrad.SyncTrainer", set())
 
