@@ -233,7 +233,7 @@ def test_a_claim_item_runs_tensorflow(path, name):
     assert uses_tensorflow(function, tree, {**fixtures_of(CONFTEST), **fixtures_of(tree)}), (
         f"{path.relative_to(ROOT)}::{name} is marked claim but computes what it checks without "
         "TensorFlow (NumPy, Python floats): no oneDNN and one thread an operation cannot change "
-        "it, so `make test-other-numerics` would only run it twice. Remove @pytest.mark.claim "
+        "it, so `make test-other-numerics` would only run it twice. Remove its claim mark "
         "(the first pass still runs it), or mark the TensorFlow test that it stands for")
 
 
