@@ -19,7 +19,9 @@ The marks (pyproject.toml declares them):
   in the one unit of work that runs every cluster-starting file in turn.
 * ``order_free``: another order of additions (``make test-other-numerics``:
   no oneDNN, one thread an operation) cannot change its checked outputs, so
-  that run leaves it out.
+  that run leaves it out.  A test file may carry it too (``pytestmark``) when
+  that run checks its claim items' outputs elsewhere
+  (tests/repository/test_other_numerics.py checks the reason).
 """
 
 import ast

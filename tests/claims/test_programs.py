@@ -28,6 +28,10 @@ import tomllib
 import nbformat
 import pytest
 
+# make test-other-numerics leaves it out: nbval compares these outputs in the chapters there
+# (tests/repository/test_other_numerics.py).
+pytestmark = pytest.mark.order_free
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 NOTEBOOKS = sorted((ROOT / "chapters").glob("*.ipynb"))
