@@ -161,10 +161,16 @@ print(f"{len(results)} races ({SEEDS} seeds of every method in every scenario) a
       f"{len(sweep_runs)} learning-rate sweep races on {len(settings['tuning_seeds'])} other seeds")
 print("budgets:", BUDGETS)
 gaps = []  # per re-run: the largest accuracy difference in test images, the largest time difference
+IMAGES = 3  # the re-run's accuracy may differ by a few test images: float32 sums in another order
 
 
 def describe(live_times, kept_times):
-    return ", ".join(f"{t:.0%} at {a:g} (file {b:g})" for t, a, b in zip(TARGETS, live_times, kept_times))
+    """The file's times to the targets, and how far the live run's are from them at most: the
+    live numbers themselves depend on the CPU's order of float32 additions."""
+    kept = ", ".join(f"{t:.0%} at {b:g}" for t, b in zip(TARGETS, kept_times))
+    late = max(abs(a - b) for a, b in zip(live_times, kept_times))
+    within = f"within one checkpoint interval ({EVERY:g})" if late <= EVERY else "later or sooner"
+    return f"{kept} in the file, {within} live"
 
 
 for scenario, method in (("equal devices", "sync"), ("equal devices", "async"),
@@ -176,9 +182,9 @@ for scenario, method in (("equal devices", "sync"), ("equal devices", "async"),
     live_times = [race.digits_time_to_target(live, t) for t in TARGETS]
     kept_times = [race.digits_time_to_target(kept, t) for t in TARGETS]
     gaps.append((images, max(abs(a - b) for a, b in zip(live_times, kept_times))))
+    closeness = f"within {IMAGES} test images of" if images <= IMAGES else "farther from"
     print(f"re-run live, {scenario}, {method}, seed 0: targets reached at "
-          f"{describe(live_times, kept_times)}; accuracy differs from the file's by at most "
-          f"{images} test images")
+          f"{describe(live_times, kept_times)}; accuracy {closeness} the file's")
 kept = next(r for r in sweep_runs if (r["scenario"], r["method"], r["seed"])
             == ("one device 3x slower", "sync", settings["tuning_seeds"][0]))
 live = race.race("sync", "one device 3x slower", seed=kept["seed"], every=EVERY, data=data,
@@ -206,7 +212,7 @@ def race_figure(runs, target, xlabel):
     return figure
 
 
-assert all(images <= 3 and time <= EVERY for images, time in gaps)  # the file repeats
+assert all(images <= IMAGES and time <= EVERY for images, time in gaps)  # the file repeats
 held_out = race.stored_sweep("sync_vs_async_virtual_held_out")
 held_out_results = race.stored_results(held_out)
 assert held_out["settings"]["seeds"] == SEEDS and held_out["settings"]["every"] == EVERY
