@@ -520,8 +520,8 @@ class ShardedTrainer(SyncTrainer):
 
         ``units`` is None (each layer with weights is a unit) or a list of
         lists of the model's layers or layer names.  A layer without weights
-        runs in the unit that follows it (the first unit for leading ones,
-        the last for trailing ones).
+        runs in the unit before it (leading ones in the first), wherever it
+        is named.
         """
         name = type(self).__name__
         model = self.model
@@ -535,7 +535,10 @@ class ShardedTrainer(SyncTrainer):
         weighted = [i for i, layer in enumerate(layers) if layer.trainable_variables]
         groups = ([[i] for i in weighted] if units is None
                   else _named_units(name, units, layers, weighted))
-        starts = [0] + [group[0] for group in groups[1:]]
+        # A unit runs from its first layer with weights to the next unit's: the layers without
+        # weights after it (an Activation) run with it, as Grappler fuses them with its last
+        # layer in the mirrored run (split off, float32 comes out one ulp away).
+        starts = [0] + [min(i for i in group if i in weighted) for group in groups[1:]]
         stops = starts[1:] + [len(layers)]
         index = {id(v): i for i, v in enumerate(model.trainable_variables)}
         offsets = np.cumsum([0] + self._sizes)
@@ -616,7 +619,10 @@ class ShardedTrainer(SyncTrainer):
             inputs.append(h)
             h, unit_penalties = self._run_unit(unit, values, h, training)
             penalties += unit_penalties
-            after = [h]           # the weights die here; the next unit's gather waits for h
+            # The weights die here; the next unit's gather waits for h (through an identity:
+            # a control edge on h itself would keep Grappler from fusing the unit's last
+            # MatMul, BiasAdd and activation as it does in the mirrored run, one ulp away).
+            after = [tf.identity(h)]
         return h, inputs, penalties
 
     def _unit_backward(self, u, h, upstream, after):
@@ -895,8 +901,12 @@ class _ShardedState(tf.__internal__.tracking.Trackable):
                        "iterations": tf.identity(tf_variable(t.owner_optimizers[0].iterations)),
                        "optimizer": tf.constant(type(t.optimizer).__name__),
                        "stage": tf.constant(t.stage), "replicas": tf.constant(t.replicas)}
-            for name, slots in self._slot_groups().items():
-                tensors[f"slot_{name}"] = gathered(slots)
+            # Every slot in one tensor, so that the keys do not depend on the optimizer (a
+            # checkpoint of another optimizer reaches the check below, not a NotFoundError).
+            groups = self._slot_groups()
+            tensors["slot_names"] = tf.constant(list(groups), tf.string, shape=[len(groups)])
+            tensors["slots"] = (tf.stack([gathered(slots) for slots in groups.values()])
+                                if groups else tf.zeros([0, t.parameter_count], t._dtype))
         return tensors
 
     def _restore_from_tensors(self, restored_tensors):
@@ -923,9 +933,10 @@ class _ShardedState(tf.__internal__.tracking.Trackable):
         for r, pieces in enumerate(t.replica_parameters):
             owners = range(n) if len(pieces) == n else [r]
             ops += [tf_variable(piece).assign(parameters[s]) for s, piece in zip(owners, pieces)]
+        saved_slots = dict(zip([n.decode() for n in restored_tensors["slot_names"].numpy()],
+                               tf.unstack(restored_tensors["slots"])))
         for name, slots in self._slot_groups().items():
-            ops += [slot.assign(value)
-                    for slot, value in zip(slots, shards(restored_tensors[f"slot_{name}"]))]
+            ops += [slot.assign(value) for slot, value in zip(slots, shards(saved_slots[name]))]
         ops += [tf_variable(owner.iterations).assign(restored_tensors["iterations"])
                 for owner in t.owner_optimizers]
         return tf.group(ops)
