@@ -327,6 +327,7 @@ class ShardedTrainer(SyncTrainer):
         self._shapes = [tuple(v.shape) for v in variables]
         self._sizes = [int(np.prod(shape)) for shape in self._shapes]
         self.parameter_count = sum(self._sizes)
+        self._offsets = [int(o) for o in np.cumsum([0] + self._sizes)]
         n = self.replicas
         self.shard_size = -(-self.parameter_count // n)
         # Stage 3's units (refused before any state is built); what the step gathers, logged.
@@ -334,9 +335,6 @@ class ShardedTrainer(SyncTrainer):
         for name in ("gather_log", "_moved_log"):
             object.__setattr__(self, name, [])
         self._devices = list(self.strategy.extended.worker_devices)
-        flat = np.zeros(n * self.shard_size, self._dtype.as_numpy_dtype)
-        flat[:self.parameter_count] = np.concatenate(
-            [np.asarray(v.numpy()).ravel() for v in variables])
         L = self.shard_size
         config = self.optimizer.get_config()
         whole = "parameters" not in self._sharded
@@ -347,12 +345,23 @@ class ShardedTrainer(SyncTrainer):
         # layout that does not depend on the stage or the replicas (_ShardedState).
         for name in ("replica_parameters", "owner_optimizers", "gradient_buffers"):
             object.__setattr__(self, name, [])
+        for r in range(n):
+            self.replica_parameters.append([])
+        # Piece by piece from the model's variables (no second copy of the whole model), and
+        # the model released before the optimizer state is built: building never holds much
+        # more than the trainer will.
+        for s in range(n):
+            values = self._flat_piece(variables, s * L, (s + 1) * L)
+            for r, device in enumerate(self._devices):
+                if whole or s == r:
+                    with tf.device(device):
+                        self.replica_parameters[r].append(keras.Variable(
+                            values, dtype=self._dtype.name, trainable=False,
+                            name=f"parameters_{r}_piece_{s}"))
+            del values
+        self._release_model()
         for r, device in enumerate(self._devices):
             with tf.device(device):
-                self.replica_parameters.append([
-                    keras.Variable(flat[s * L:(s + 1) * L], dtype=self._dtype.name,
-                                   trainable=False, name=f"parameters_{r}_piece_{s}")
-                    for s in range(n) if whole or s == r])
                 owner = type(self.optimizer).from_config(config)
                 owner.build([self._own_piece(r)])
                 self.owner_optimizers.append(owner)
@@ -360,8 +369,19 @@ class ShardedTrainer(SyncTrainer):
                 size = L if "gradients" in self._sharded else self.parameter_count
                 self.gradient_buffers.append(tf.Variable(
                     tf.zeros([size], self._dtype), trainable=False, name=f"gradients_{r}"))
-        self._release_model()
         self.state = _ShardedState(self)      # what tf.train.Checkpoint(trainer=...) saves
+
+    def _flat_piece(self, variables, start, stop):
+        """Values ``[start, stop)`` of the variables flattened in order, zero-padded."""
+        piece = np.zeros(stop - start, self._dtype.as_numpy_dtype)
+        offset = 0
+        for variable, size in zip(variables, self._sizes):
+            lo, hi = max(start, offset), min(stop, offset + size)
+            if lo < hi:
+                piece[lo - start:hi - start] = np.asarray(variable.numpy()).ravel()[
+                    lo - offset:hi - offset]
+            offset += size
+        return piece
 
     def transient_bytes(self):
         """``{"gathered_parameters": bytes, "gradients": bytes}`` a replica holds as tensors
@@ -372,14 +392,18 @@ class ShardedTrainer(SyncTrainer):
         backward pass by the tape, and the replica's gradient is P values
         too, until it is written to its buffer (stage 1) or reduce-scattered
         (stage 2).  At stage 3 a replica holds one unit at a time: the
-        largest unit's gathered weights and then its gradient (see the
-        module's docstring).  For predicting a step's peak: variables +
+        largest unit's gathered weights, its gradient and the slices of it
+        cut for the owners (TensorFlow's slice of a range copies it; a real
+        reduce-scatter sends from the gradient itself; measured in the
+        chapter).  For predicting a step's peak: variables +
         these + the activations.  Taught in the chapter "When the model
         does not fit".
         """
-        values = max(u.size for u in self.units) if self.units else self.parameter_count
-        nbytes = values * self._dtype.size
-        return {"gathered_parameters": nbytes, "gradients": nbytes}
+        if not self.units:
+            nbytes = self.parameter_count * self._dtype.size
+            return {"gathered_parameters": nbytes, "gradients": nbytes}
+        nbytes = max(u.size for u in self.units) * self._dtype.size
+        return {"gathered_parameters": nbytes, "gradients": nbytes, "gradient_slices": nbytes}
 
     def _own_piece(self, r):
         """Replica ``r``'s own shard of the parameters (piece ``r`` of its copy)."""
@@ -541,7 +565,7 @@ class ShardedTrainer(SyncTrainer):
         starts = [0] + [min(i for i in group if i in weighted) for group in groups[1:]]
         stops = starts[1:] + [len(layers)]
         index = {id(v): i for i, v in enumerate(model.trainable_variables)}
-        offsets = np.cumsum([0] + self._sizes)
+        offsets = self._offsets
         plan, covered = [], []
         for u, (start, stop) in enumerate(zip(starts, stops)):
             span = tuple(layers[start:stop])
@@ -586,17 +610,18 @@ class ShardedTrainer(SyncTrainer):
         """
         self.gather_log.append(unit.size)
         L = self.shard_size
+        values = []
         with tf.control_dependencies(list(after)):
-            parts = []
-            for s, lo, hi in self._owner_parts(unit.start, unit.stop):
-                with tf.device(self._devices[s]):
-                    parts.append(tf_variable(self.parameter_shards[s])[lo - s * L:hi - s * L])
-                if s != replica:
-                    self._moved(hi - lo)
-            flat = tf.concat(parts, 0) if len(parts) > 1 else tf.identity(parts[0])
-        sizes = self._sizes[unit.first:unit.last]
-        return [tf.reshape(p, shape)
-                for p, shape in zip(tf.split(flat, sizes), self._shapes[unit.first:unit.last])]
+            for i in range(unit.first, unit.last):     # a variable at a time: no flat copy
+                parts = []
+                for s, lo, hi in self._owner_parts(self._offsets[i], self._offsets[i + 1]):
+                    with tf.device(self._devices[s]):
+                        parts.append(tf_variable(self.parameter_shards[s])[lo - s * L:hi - s * L])
+                    if s != replica:
+                        self._moved(hi - lo)
+                joined = tf.concat(parts, 0) if len(parts) > 1 else tf.identity(parts[0])
+                values.append(tf.reshape(joined, self._shapes[i]))
+        return values
 
     def _run_unit(self, unit, values, h, training):
         """The unit's layers on ``h``, their variables replaced by ``values`` (tensors), as
@@ -643,28 +668,33 @@ class ShardedTrainer(SyncTrainer):
                 targets.append(penalty / self.accumulation_steps)
                 seeds.append(tf.ones_like(targets[-1]))
         grads = tape.gradient(targets, values + ([h] if u else []), output_gradients=seeds)
-        flat = self._flat(grads[:len(values)])
-        return (grads[-1] if u else tf.zeros([], flat.dtype)), flat
+        grads = [tf.convert_to_tensor(g) for g in grads]
+        return (grads[-1] if u else tf.zeros([], grads[0].dtype)), grads[:len(values)]
 
-    def _reduce_scatter_unit(self, unit, flats, add):
-        """Unit ``unit``'s gradient sent to the owners as soon as it exists: owner s adds, in
-        replica order, the replicas' slices of its part of the unit's range into its buffer.
-        Returns the writes (for the next gather to wait on)."""
+    def _reduce_scatter_unit(self, unit, grads, add):
+        """Unit ``unit``'s gradient (``grads[r]``: replica r's, by variable) sent to the owners as
+        soon as it exists: for each part of a variable that owner s holds, s adds the replicas'
+        slices in replica order into its buffer.  Returns the writes (for the next gather to
+        wait on)."""
         L = self.shard_size
         writes = []
-        for s, lo, hi in self._owner_parts(unit.start, unit.stop):
-            pieces = []
-            for r, device in enumerate(self._devices):
-                with tf.device(device):
-                    pieces.append(flats[r][lo - unit.start:hi - unit.start])
-                if r != s:
-                    self._moved(hi - lo)
-            with tf.device(self._devices[s]):
-                total = _sum_in_order(*pieces)
-                where = tf.IndexedSlices(total, tf.range(lo - s * L, hi - s * L))
-                buffer = self.gradient_buffers[s]
-                written = buffer.scatter_add(where) if add else buffer.scatter_update(where)
-                writes.append(tf.identity(written))
+        for j, i in enumerate(range(unit.first, unit.last)):
+            offset = self._offsets[i]
+            for s, lo, hi in self._owner_parts(offset, self._offsets[i + 1]):
+                pieces = []
+                for r, device in enumerate(self._devices):
+                    with tf.device(device):       # cut where it lives, then sent
+                        pieces.append(tf.reshape(grads[r][j], [-1])[lo - offset:hi - offset])
+                    if r != s:
+                        self._moved(hi - lo)
+                with tf.device(self._devices[s]):
+                    total = _sum_in_order(*pieces)
+                    where = tf.IndexedSlices(total, tf.range(lo - s * L, hi - s * L))
+                    buffer = self.gradient_buffers[s]
+                    written = buffer.scatter_add(where) if add else buffer.scatter_update(where)
+                    # The write's op, not a read: a read of the buffer kept alive would make
+                    # the next write copy the whole buffer (TensorFlow copies a shared buffer).
+                    writes.append(written.op)
         return writes
 
     def _unit_step(self, x, y, position, global_batch_size):
@@ -694,10 +724,13 @@ class ShardedTrainer(SyncTrainer):
             loss = self.strategy.experimental_local_results(loss)
             losses = list(loss) if i == 0 else [a + b for a, b in zip(losses, loss)]
             for u in reversed(range(len(self.units))):
-                upstream, flat = self.strategy.run(
-                    self._unit_backward, args=(u, inputs[u], upstream, tuple(writes)))
+                def backward(h, g, u=u, after=tuple(writes)):
+                    return self._unit_backward(u, h, g, after)
+
+                upstream, grads = self.strategy.run(backward, args=(inputs[u], upstream))
+                grads = [self.strategy.experimental_local_results(g) for g in grads]
                 writes = self._reduce_scatter_unit(
-                    self.units[u], self.strategy.experimental_local_results(flat), add=i > 0)
+                    self.units[u], [list(g) for g in zip(*grads)], add=i > 0)
         return losses, writes
 
     def _stateless_gradients(self, x, y, global_batch_size):

@@ -169,7 +169,7 @@ def test_at_stage_3_no_replica_ever_holds_the_whole_model():
     history = trainer.fit(x, y, steps=3, batch_size=16, validation_data=(x, y))
     assert set(trainer.gather_log) == set(sizes)
     assert history.gathered_values_max == max(sizes) == 28 < trainer.parameter_count
-    assert trainer.transient_bytes() == {"gathered_parameters": 28 * 8, "gradients": 28 * 8}
+    assert set(trainer.transient_bytes().values()) == {28 * 8}
     assert {int(b.shape[0]) for b in trainer.gradient_buffers} == {trainer.shard_size}
 
 
@@ -445,8 +445,10 @@ def test_transient_bytes_are_the_whole_model_at_stages_1_and_2_and_the_largest_u
     for stage, values in ((1, 21), (2, 21), (3, 15)):     # units: 2 x 5 + 5, then 5 + 1
         model, made = small_model(strategy)
         trainer = ShardedTrainer(model, strategy, stage=stage, optimizer=made, progress=False)
-        assert trainer.transient_bytes() == {"gathered_parameters": values * 8,
-                                             "gradients": values * 8}
+        expected = {"gathered_parameters": values * 8, "gradients": values * 8}
+        if stage == 3:
+            expected["gradient_slices"] = values * 8
+        assert trainer.transient_bytes() == expected
 
 
 @pytest.mark.usefixtures("deterministic_ops")
