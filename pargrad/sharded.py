@@ -16,20 +16,30 @@ do:
 * stage 2: also the gradients: each replica's gradient is reduce-scattered
   as soon as it is computed, and only the owner's shard is kept (with
   ``accumulation_steps`` > 1 the accumulators hold 1/N of the sums);
-* stage 3: also the parameters: each replica stores only its shard; the
-  full weights are gathered onto each replica when a step needs them (the
-  forward and backward pass) as tensors, freed when the step ends, and the
-  model runs on those tensors (Keras 3's ``model.stateless_call``).
+* stage 3: also the parameters: each replica stores only its shard, and
+  the model runs one *unit* at a time (a layer with weights, or the layers
+  you group with ``units=``, as FSDP's wrapping policy does): a unit's
+  weights are gathered onto each replica before its forward pass and freed
+  after it, gathered again for its backward pass and freed after it, and
+  its gradient is reduce-scattered to the owners as soon as the backward
+  pass has produced it.  No replica ever holds the whole model's
+  parameters or gradient.
 
 The arithmetic is the mirrored run's: every gradient is summed in the same
 order (replica 0, 1, ...) and every update is element-wise, so stages 1 and
 2 equal ``SyncTrainer`` with the same optimizer bit for bit (in float64 and
-float32 alike), and so does stage 3, whose forward pass computes the same
-products on the same (gathered) values.  With ``accumulation_steps`` > 1
+float32 alike), and so does stage 3, whose units compute the same
+products on the same (gathered) values and whose gradients flow from unit
+to unit as the mirrored run's flow from layer to layer (one path, no sum).
+A layer without weights runs in the unit before it: split off, the last
+layer of a unit and its activation are not fused by Grappler as in the
+mirrored run, and float32 came out one ulp away.  With ``accumulation_steps`` > 1
 stages 2 and 3 add each micro-batch's reduced shard into the accumulator
 (sum over replicas first, then over micro-batches) where ``SyncTrainer``
 adds the micro-batches on each replica first: the same sum in another
-order, equal within :func:`pargrad.rounding_tolerance`.
+order, equal within :func:`pargrad.rounding_tolerance`; so is a
+regularization penalty at stage 3 (each unit adds its penalty's gradient
+to its weights' in its own backward pass, the mirrored tape adds them once).
 
 Design choices, and why:
 
@@ -72,12 +82,40 @@ Design choices, and why:
   :func:`pargrad.sync_strategy` uses on one machine) adds the mirrored
   run's gradients.  Each replica sends (N - 1)/N of its gradient, as in a
   ring; unlike a ring, all pieces travel at once (N - 1 messages in one
-  round, not N - 1 rounds), the owner holds N slices before adding them
-  (a ring holds two chunks), and every replica first holds its whole
-  gradient, because TensorFlow's ``GradientTape`` returns all of a model's
-  gradients at once (DeepSpeed reduce-scatters layer by layer during the
-  backward pass).  The all-gather is a copy of every shard to every
-  replica, then one ``tf.concat``.
+  round, not N - 1 rounds), and the owner holds N slices before adding
+  them (a ring holds two chunks).  At stages 1 and 2 every replica first
+  holds its whole gradient (one ``GradientTape`` returns all of a model's
+  gradients at once); at stage 3 each unit's gradient is sent as soon as
+  its backward pass ends.  The all-gather is a copy of every shard (at
+  stage 3, of the parts of the owners' shards in a unit) to every replica,
+  then one ``tf.concat``.
+* **Stage 3, a unit at a time.**  Units keep the one flat layout: unit u
+  is the range ``[a_u, b_u)`` of the flat vector, so the owners' shards,
+  the checkpoints and resharding do not depend on the units.  Gathering
+  unit u copies onto the replica the parts of the owners' shards that
+  overlap its range (a variable at a time), and the unit's layers run on
+  them in a ``keras.StatelessScope``.  Only the unit's input activation
+  is kept for the backward pass.  TensorFlow's tape keeps what it
+  watched, so freeing the weights between the forward and the backward
+  pass means recomputing the unit's forward pass from its stored input
+  under a tape, as ``tf.recompute_grad`` does: about one extra forward
+  pass a step.  The backward pass goes in reverse unit order: gather
+  again, recompute, get the gradients of the unit's weights and of its
+  input (the upstream gradient as ``output_gradients``), reduce-scatter
+  the weights' gradient to the owners' buffers (each owner adds its
+  part, summed over the replicas in replica order).  So the bytes sent
+  are ZeRO's 1.5 x an all-reduce (two gathers and one reduce-scatter,
+  :func:`pargrad.allreduce.sharded_step_bytes`), and the history counts
+  what the emulation copies (``bytes_moved``).  Control dependencies keep
+  the executor from gathering everything at once: unit u + 1's gather
+  waits for unit u's output, the backward gather of unit u for its
+  upstream gradient and for the previous unit's gradient writes.  No
+  prefetch: FSDP gathers the next unit while the current one computes,
+  which costs one more unit's weights in memory and hides the gather's
+  time behind the compute; on one process of logical devices the
+  copies and the compute share the same cores, so there is nothing to
+  hide them behind.  The model must be a chain (a ``keras.Sequential``);
+  at stage 3 any other model is refused (train it at stage 2).
 * **Gradient buffers are variables.**  At stage 1 each replica keeps its
   full-size gradient in a variable on its device; at stages 2 and 3 each
   owner keeps its reduced shard in a variable on its device (with
@@ -90,13 +128,7 @@ Design choices, and why:
   (``stateless_call``; at stage 3 gathered from the owners).
   :meth:`ShardedTrainer.gathered_weights` returns the weights;
   :meth:`ShardedTrainer.unshard` puts them back into the model (after which
-  the trainer no longer trains it).  The gathered weights stay
-  alive from the forward to the end of the backward pass (the tape holds
-  them), so a step gathers them once: stage 3 sends what stages 1 and 2
-  send.  ZeRO frees each layer's weights after its forward and gathers them
-  again for its backward, 1.5 times the bytes
-  (:func:`pargrad.memory.zero_bytes_sent`), to hold one layer at a time;
-  gathering the whole model at once, as here, gains nothing from that.
+  the trainer no longer trains it).
 
 Mixed precision: under Keras's ``mixed_bfloat16`` policy the model's
 variables are float32 and each layer casts them to bfloat16 where it
@@ -116,9 +148,10 @@ is refused: it needs loss scaling.
 Not supported (refused with the reason): a model with non-trainable state
 (BatchNorm's moving statistics are updated on every replica by Keras's
 mirrored machinery, which a sharded update bypasses), variables of several
-dtypes, ``mixed_float16``, ``sample_weight``, ``jit_compile``, ``metrics``,
-and ``MultiWorkerMirroredStrategy`` (the owners' optimizers are one
-process's devices).
+dtypes, at stage 3 a model that is not a chain of layers, ``mixed_float16``,
+``sample_weight``, ``jit_compile``, ``metrics``, and
+``MultiWorkerMirroredStrategy`` (the owners' optimizers are one process's
+devices).
 """
 
 import dataclasses
@@ -188,7 +221,12 @@ class ShardedTrainer(SyncTrainer):
     Arguments as :class:`pargrad.SyncTrainer`'s (``loss``, ``optimizer``
     or ``learning_rate``, ``accumulation_steps``, ``progress``,
     ``stop_on_non_finite``), plus ``stage``: 1 (optimizer state sharded),
-    2 (and gradients) or 3 (and parameters).  Your optimizer, created in
+    2 (and gradients) or 3 (and parameters), and at stage 3 ``units``:
+    None (each layer with weights is a unit) or a list of lists of the
+    model's layers (or their names), in the order the model runs them,
+    each a run of consecutive layers, every layer with weights in exactly
+    one (FSDP's wrapping policy); ``trainer.units`` lists them
+    (:class:`Unit`).  Your optimizer, created in
     ``strategy.scope()`` as for SyncTrainer, is the template: each owner
     gets a copy of it (``trainer.owner_optimizers``), built on its shard
     on its device; the template itself holds no state.  Make the trainer
