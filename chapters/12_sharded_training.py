@@ -3,11 +3,10 @@
 #
 # ```{admonition} Takeaway
 # ZeRO shards what data parallelism keeps whole on every device (weights,
-# gradients, optimizer state), with the same updates bit for bit. Measured,
-# the peak falls where the prediction does, less than the state: a step
-# also holds its gradients (and at stages 1 and 2 a joined copy of the
-# weights), and at stage 3 one layer's gathered weights at a time. Stages 1
-# and 2 send what an all-reduce sends, stage 3 half as much again.
+# gradients, optimizer state), with the same updates bit for bit.
+# Measured, the peak falls less than the state: a step also holds
+# gradients, and stage 3 one layer's weights at a time. Stages 1 and 2
+# send what an all-reduce sends, stage 3 half as much again.
 # ```
 #
 # Each replica of data parallelism keeps, for every parameter, the weight,
@@ -243,22 +242,17 @@ show_lines(ShardedTrainer._owners_update, "for s, device in enumerate(self._devi
 # place (no master copy); `_all_gather` copies it into the other replicas'
 # piece s.
 #
-# At stage 3 no replica keeps a copy. The model runs one *unit* at a time
-# (each layer with weights, or the layers you group with `units=`, as
-# FSDP's wrapping policy): the unit's weights are gathered from the owners
-# before its forward pass and dropped after it. The backward pass, in
-# reverse unit order, gathers them again, recomputes the unit's forward
-# pass from its stored input (TensorFlow's tape keeps what it watched, so
-# freed weights mean recomputing, as `tf.recompute_grad` does: about one
-# more forward pass), and sends the unit's gradient to the owners at once:
+# At stage 3 the model runs one *unit* at a time (a layer, or layers
+# grouped with `units=`, FSDP's wrapping policy): its weights are gathered
+# before its forward pass and dropped after. The backward pass gathers
+# them again, recomputes the unit's forward pass from its stored input (a
+# tape keeps what it watched; about one more forward pass, as
+# `tf.recompute_grad`), and sends the unit's gradient to the owners at once:
 
 # %%
 show_lines(ShardedTrainer._unit_step, "for u in reversed(range(len(self.units))):",
            "self.units[u], [list(g) for g in zip(*grads)], add=i > 0)")
 
-# %% [markdown]
-# Control dependencies make unit u + 1's gather wait for unit u's output,
-# so the executor cannot gather every unit at once.
 #
 # The three stages against `SyncTrainer` with the same Adam, in float64, for
 # a 1-6-1 network (19 parameters: two shards of 10, one value of padding);
@@ -425,8 +419,7 @@ print(reason if peaks is None else {device: f"{peak / 2**20:.1f} MiB" for device
 # unit's gathered weights, its gradient and the slices cut from it for
 # the owners: three copies of one layer), at stages 1 to 3 the owners'
 # sums of their slices and the model as Keras built it (released, its
-# memory is not returned to the system: measured, the resident set does
-# not fall), and the activations.
+# memory stays in the process), and the activations.
 
 # %% tags=["nbval-ignore-output"]
 import os  # noqa: E402
@@ -477,14 +470,12 @@ if rows[0]["device"] == "CPU" and rows[0]["resettable"]:
 # %% [markdown]
 # Each measured peak is close to its prediction (the ratio column); what the
 # prediction leaves out is TensorFlow's own working memory (the traced
-# step, small temporaries). Stages 0 to 2 can come out below it on a busy
-# machine: their prediction counts every replica's gradient copies alive
-# at once, and how many are depends on how the replicas' ops interleave. Stage 1 peaks about where the mirrored run does:
-# the optimizer state it shards is what its joined copy of the weights and
-# the gradient take back during the step. Stage 3 falls furthest: a
-# replica holds one layer's weights and gradient at a time, never the
-# model's. The
-# activations, at this batch and at a large one:
+# step, small temporaries). Stages 0 to 2 can come out lower: how many
+# gradient copies live at once depends on how the replicas' ops
+# interleave. Stage 1 peaks near the mirrored run: its joined copy of the
+# weights takes back what sharding the optimizer state saved. Stage 3
+# falls furthest: a replica holds one layer's weights and gradient at a
+# time, never the model's. The activations, at this batch and at a large one:
 
 # %%
 small = predicted_peak_bytes(rows[3])["activations"]
@@ -519,9 +510,7 @@ assert peak[3] <= budget < peak[0]
 # parameters' bytes, a ring all-reduce's $2(N-1)/N$. Stage 3 (ZeRO's and
 # `ShardedTrainer`'s) gathers each layer again for the backward pass,
 # three halves in all; one formula counts both,
-# `pargrad.allreduce.sharded_step_bytes` (one gather or two). The history
-# also counts what the emulation copies between devices (`bytes_moved`,
-# all replicas together), which the tests hold to the same formula.
+# `pargrad.allreduce.sharded_step_bytes` (one gather or two).
 # `pargrad.cost`'s α–β model
 # ([What communication costs](10_communication_costs)) turns ZeRO's counts
 # into seconds for the paper's model in 16 bits on 64 GPUs over InfiniBand
@@ -552,9 +541,8 @@ assert abs(one_pass - cost.ring_all_reduce_time(nbytes, 64, ndr)) < 1e-12
 # reduce-scatter behind the rest of the backward pass, and stage 3's
 # gathers too, since ZeRO and FSDP prefetch the next layer's weights while
 # the current layer computes (at the cost of holding two layers at once).
-# `ShardedTrainer` prefetches nothing: on one process's logical devices
-# the copies and the compute share the same cores, so a prefetch would
-# hide nothing and hold one more layer.
+# `ShardedTrainer` does not prefetch: its copies and compute share the
+# same cores, so it would hide nothing.
 #
 # ## How it is done in TensorFlow, traps included
 #
@@ -562,10 +550,8 @@ assert abs(one_pass - cost.ring_all_reduce_time(nbytes, 64, ndr)) < 1e-12
 #   and `all_gather` only; `CollectiveReduceScatterV2` has no CPU kernel.
 #   `pargrad` cuts each gradient into N slices where it lives and copies
 #   slice s to owner s, which adds them: a ring's bytes, but all at once,
-#   the owner holding N slices (a ring holds two chunks). At stages 1 and
-#   2 each replica first holds its whole gradient (one `GradientTape`
-#   returns all gradients together); stage 3 sends each unit's gradient as
-#   soon as its backward pass ends, as DeepSpeed does.
+#   the owner holding N slices (a ring holds two chunks). Stage 3 sends
+#   each unit's gradient as soon as its backward pass ends.
 # - **Keras 3 optimizers all-reduce by themselves** inside `strategy.run`
 #   {cite}`kerasissue19308`: what the program's mirrored Adam relies on, but
 #   shards would be summed with other owners' shards. So each owner's
@@ -586,9 +572,8 @@ assert abs(one_pass - cost.ring_all_reduce_time(nbytes, 64, ndr)) < 1e-12
 # `mixed_float16` (no loss scaling of shards), models with non-trainable
 # state such as BatchNormalization's moving statistics (Keras updates them
 # on every replica outside the optimizer, which a sharded update bypasses),
-# variables of several dtypes, at stage 3 a model that is not a chain of
-# layers (a `keras.Sequential`; train it at stage 2),
-# `MultiWorkerMirroredStrategy`, and
+# variables of several dtypes, at stage 3 a model that is not a
+# `keras.Sequential`, `MultiWorkerMirroredStrategy`, and
 # `metrics`, `sample_weight` and `jit_compile`.
 # ```
 #

@@ -738,7 +738,10 @@ class ShardedTrainer(SyncTrainer):
     def _unit_step(self, x, y, position, global_batch_size):
         """Stage 3's step: for each micro-batch, the forward pass unit by unit, then the
         backward pass in reverse unit order, each unit's gradient reduce-scattered at once.
-        Returns each replica's loss; the owners' buffers hold the reduced gradient."""
+        Returns each replica's loss; the owners' buffers hold the reduced gradient.
+
+        Shown in the chapter "When the model does not fit".
+        """
         k = self.accumulation_steps
         losses, writes = None, []
         for i in range(k):
@@ -840,7 +843,10 @@ class ShardedTrainer(SyncTrainer):
         return outputs
 
     def _sharded_step(self, x, y, position, global_batch_size):
-        """:meth:`_distributed_step`'s work, at any stage."""
+        """:meth:`_distributed_step`'s work, at any stage.
+
+        Shown in the chapter "When the model does not fit".
+        """
         if "parameters" in self._sharded:
             losses, writes = self._unit_step(x, y, position, global_batch_size)
             with tf.control_dependencies(writes):
@@ -872,7 +878,10 @@ class ShardedTrainer(SyncTrainer):
 
     def _owners_update(self, losses, shards):
         """Each owner's update of its shard with its reduced gradient (after the finite check),
-        the all-gather at stages 1 and 2, and the replicas' summed loss."""
+        the all-gather at stages 1 and 2, and the replicas' summed loss.
+
+        Shown in the chapter "When the model does not fit".
+        """
         check = self._check_finite(losses)
         with tf.control_dependencies(check):
             updates = []
