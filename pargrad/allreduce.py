@@ -71,18 +71,21 @@ def ring_bytes(parameter_bytes, replicas):
     return cost.ring_pattern(replicas).traffic * float(parameter_bytes)
 
 
-def sharded_step_bytes(parameter_bytes, replicas, *, gathers=1):
-    """Bytes each replica sends a step when the gradients are reduce-scattered once and the
-    parameters all-gathered ``gathers`` times: ``(gathers + 1) / 2 x`` :func:`ring_bytes`.
+def sharded_step_bytes(parameter_bytes, replicas, *, gathers=1, reductions=1):
+    """Bytes each replica sends a step when the gradients are reduce-scattered ``reductions``
+    times and the parameters all-gathered ``gathers`` times: ``(gathers + reductions) / 2 x``
+    :func:`ring_bytes`.
 
     A reduce-scatter and an all-gather are each half of a ring all-reduce
     (``(R - 1) / R`` of the bytes).  ``gathers=1``: an all-reduce's bytes
-    (ZeRO stages 0, 1 and 2, and :class:`pargrad.ShardedTrainer` when it
-    gathers the whole model once a step); ``gathers=2``: ZeRO stage 3,
-    which gathers each layer for the forward and again for the backward
-    pass, 1.5 x an all-reduce.  The one formula of the history
+    (ZeRO stages 0, 1 and 2); ``gathers=2``: ZeRO stage 3 (and
+    :class:`pargrad.ShardedTrainer`'s), which gathers each layer for the
+    forward and again for the backward pass, 1.5 x an all-reduce;
+    ``reductions`` > 1 where each micro-batch's gradient is reduce-scattered
+    (stages 2 and 3 with accumulation).  The one formula of the history
     (:class:`pargrad.sharded.ShardedHistory`), :func:`pargrad.memory.zero_bytes_sent`
     and the chapter "When the model does not fit", which teaches it.
     """
     gathers = check_whole_number("gathers", gathers, 1)
-    return (gathers + 1) / 2 * ring_bytes(parameter_bytes, replicas)
+    reductions = check_whole_number("reductions", reductions, 1)
+    return (gathers + reductions) / 2 * ring_bytes(parameter_bytes, replicas)

@@ -16,20 +16,30 @@ do:
 * stage 2: also the gradients: each replica's gradient is reduce-scattered
   as soon as it is computed, and only the owner's shard is kept (with
   ``accumulation_steps`` > 1 the accumulators hold 1/N of the sums);
-* stage 3: also the parameters: each replica stores only its shard; the
-  full weights are gathered onto each replica when a step needs them (the
-  forward and backward pass) as tensors, freed when the step ends, and the
-  model runs on those tensors (Keras 3's ``model.stateless_call``).
+* stage 3: also the parameters: each replica stores only its shard, and
+  the model runs one *unit* at a time (a layer with weights, or the layers
+  you group with ``units=``, as FSDP's wrapping policy does): a unit's
+  weights are gathered onto each replica before its forward pass and freed
+  after it, gathered again for its backward pass and freed after it, and
+  its gradient is reduce-scattered to the owners as soon as the backward
+  pass has produced it.  No replica ever holds the whole model's
+  parameters or gradient.
 
 The arithmetic is the mirrored run's: every gradient is summed in the same
 order (replica 0, 1, ...) and every update is element-wise, so stages 1 and
 2 equal ``SyncTrainer`` with the same optimizer bit for bit (in float64 and
-float32 alike), and so does stage 3, whose forward pass computes the same
-products on the same (gathered) values.  With ``accumulation_steps`` > 1
+float32 alike), and so does stage 3, whose units compute the same
+products on the same (gathered) values and whose gradients flow from unit
+to unit as the mirrored run's flow from layer to layer (one path, no sum).
+A layer without weights runs in the unit before it: split off, the last
+layer of a unit and its activation are not fused by Grappler as in the
+mirrored run, and float32 came out one ulp away.  With ``accumulation_steps`` > 1
 stages 2 and 3 add each micro-batch's reduced shard into the accumulator
 (sum over replicas first, then over micro-batches) where ``SyncTrainer``
 adds the micro-batches on each replica first: the same sum in another
-order, equal within :func:`pargrad.rounding_tolerance`.
+order, equal within :func:`pargrad.rounding_tolerance`; so is a
+regularization penalty at stage 3 (each unit adds its penalty's gradient
+to its weights' in its own backward pass, the mirrored tape adds them once).
 
 Design choices, and why:
 
@@ -72,12 +82,40 @@ Design choices, and why:
   :func:`pargrad.sync_strategy` uses on one machine) adds the mirrored
   run's gradients.  Each replica sends (N - 1)/N of its gradient, as in a
   ring; unlike a ring, all pieces travel at once (N - 1 messages in one
-  round, not N - 1 rounds), the owner holds N slices before adding them
-  (a ring holds two chunks), and every replica first holds its whole
-  gradient, because TensorFlow's ``GradientTape`` returns all of a model's
-  gradients at once (DeepSpeed reduce-scatters layer by layer during the
-  backward pass).  The all-gather is a copy of every shard to every
-  replica, then one ``tf.concat``.
+  round, not N - 1 rounds), and the owner holds N slices before adding
+  them (a ring holds two chunks).  At stages 1 and 2 every replica first
+  holds its whole gradient (one ``GradientTape`` returns all of a model's
+  gradients at once); at stage 3 each unit's gradient is sent as soon as
+  its backward pass ends.  The all-gather is a copy of every shard (at
+  stage 3, of the parts of the owners' shards in a unit) to every replica,
+  then one ``tf.concat``.
+* **Stage 3, a unit at a time.**  Units keep the one flat layout: unit u
+  is the range ``[a_u, b_u)`` of the flat vector, so the owners' shards,
+  the checkpoints and resharding do not depend on the units.  Gathering
+  unit u copies onto the replica the parts of the owners' shards that
+  overlap its range (a variable at a time), and the unit's layers run on
+  them in a ``keras.StatelessScope``.  Only the unit's input activation
+  is kept for the backward pass.  TensorFlow's tape keeps what it
+  watched, so freeing the weights between the forward and the backward
+  pass means recomputing the unit's forward pass from its stored input
+  under a tape, as ``tf.recompute_grad`` does: about one extra forward
+  pass a step.  The backward pass goes in reverse unit order: gather
+  again, recompute, get the gradients of the unit's weights and of its
+  input (the upstream gradient as ``output_gradients``), reduce-scatter
+  the weights' gradient to the owners' buffers (each owner adds its
+  part, summed over the replicas in replica order).  So the bytes sent
+  are ZeRO's 1.5 x an all-reduce (two gathers and one reduce-scatter,
+  :func:`pargrad.allreduce.sharded_step_bytes`), and the history counts
+  what the emulation copies (``bytes_moved``).  Control dependencies keep
+  the executor from gathering everything at once: unit u + 1's gather
+  waits for unit u's output, the backward gather of unit u for its
+  upstream gradient and for the previous unit's gradient writes.  No
+  prefetch: FSDP gathers the next unit while the current one computes,
+  which costs one more unit's weights in memory and hides the gather's
+  time behind the compute; on one process of logical devices the
+  copies and the compute share the same cores, so there is nothing to
+  hide them behind.  The model must be a chain (a ``keras.Sequential``);
+  at stage 3 any other model is refused (train it at stage 2).
 * **Gradient buffers are variables.**  At stage 1 each replica keeps its
   full-size gradient in a variable on its device; at stages 2 and 3 each
   owner keeps its reduced shard in a variable on its device (with
@@ -90,13 +128,7 @@ Design choices, and why:
   (``stateless_call``; at stage 3 gathered from the owners).
   :meth:`ShardedTrainer.gathered_weights` returns the weights;
   :meth:`ShardedTrainer.unshard` puts them back into the model (after which
-  the trainer no longer trains it).  The gathered weights stay
-  alive from the forward to the end of the backward pass (the tape holds
-  them), so a step gathers them once: stage 3 sends what stages 1 and 2
-  send.  ZeRO frees each layer's weights after its forward and gathers them
-  again for its backward, 1.5 times the bytes
-  (:func:`pargrad.memory.zero_bytes_sent`), to hold one layer at a time;
-  gathering the whole model at once, as here, gains nothing from that.
+  the trainer no longer trains it).
 
 Mixed precision: under Keras's ``mixed_bfloat16`` policy the model's
 variables are float32 and each layer casts them to bfloat16 where it
@@ -116,9 +148,10 @@ is refused: it needs loss scaling.
 Not supported (refused with the reason): a model with non-trainable state
 (BatchNorm's moving statistics are updated on every replica by Keras's
 mirrored machinery, which a sharded update bypasses), variables of several
-dtypes, ``mixed_float16``, ``sample_weight``, ``jit_compile``, ``metrics``,
-and ``MultiWorkerMirroredStrategy`` (the owners' optimizers are one
-process's devices).
+dtypes, at stage 3 a model that is not a chain of layers, ``mixed_float16``,
+``sample_weight``, ``jit_compile``, ``metrics``, and
+``MultiWorkerMirroredStrategy`` (the owners' optimizers are one process's
+devices).
 """
 
 import dataclasses
@@ -145,19 +178,31 @@ from pargrad.sync import SyncHistory, SyncTrainer, optimizer_slots  # noqa: E402
 class ShardedHistory(SyncHistory):
     """What :meth:`ShardedTrainer.fit` recorded: :class:`pargrad.SyncHistory`'s fields, plus
 
-    * ``bytes_sent[k]``: the bytes each replica sends in step ``k``: a
-      reduce-scatter of the gradients and an all-gather of the parameters,
-      each ``(N - 1) / N`` of the (padded) parameters' bytes, as in a ring
-      all-reduce (at stage 3 the all-gather comes before the forward pass;
-      see the module's docstring for ZeRO's 1.5 x);
+    * ``bytes_sent[k]``: the bytes each replica sends in step ``k`` by a
+      ring's count: each reduce-scatter of the gradients and each all-gather
+      of the parameters ``(N - 1) / N`` of the (padded) parameters' bytes
+      (:func:`pargrad.allreduce.sharded_step_bytes` with
+      :attr:`ShardedTrainer.collectives_per_step`): at stages 1 and 2 an
+      all-reduce's bytes, at stage 3 1.5 x (gathered for the forward and
+      again for the backward pass);
+    * ``bytes_moved[k]``: what the emulation copies between devices in a
+      step, summed over the replicas, counted where the step cuts its
+      slices: at stage 3, ``N x sharded_step_bytes`` of the unpadded
+      parameters (``N x bytes_sent`` when N divides them);
+    * ``gathered_values_max``: the most parameter values a replica held
+      gathered at once (recorded by every gather the trainer built): the
+      largest unit at stage 3, all P (the replica's joined copy) at
+      stages 1 and 2;
     * ``stage``, ``parameter_bytes`` (the padded flat vector's bytes).
 
     Taught in the chapter "When the model does not fit".
     """
 
     bytes_sent: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    bytes_moved: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     stage: int = 1
     parameter_bytes: int = 0
+    gathered_values_max: int = 0
 
 
 class ShardedTrainer(SyncTrainer):
@@ -176,7 +221,12 @@ class ShardedTrainer(SyncTrainer):
     Arguments as :class:`pargrad.SyncTrainer`'s (``loss``, ``optimizer``
     or ``learning_rate``, ``accumulation_steps``, ``progress``,
     ``stop_on_non_finite``), plus ``stage``: 1 (optimizer state sharded),
-    2 (and gradients) or 3 (and parameters).  Your optimizer, created in
+    2 (and gradients) or 3 (and parameters), and at stage 3 ``units``:
+    None (each layer with weights is a unit) or a list of lists of the
+    model's layers (or their names), in the order the model runs them,
+    each a run of consecutive layers, every layer with weights in exactly
+    one (FSDP's wrapping policy); ``trainer.units`` lists them
+    (:class:`Unit`).  Your optimizer, created in
     ``strategy.scope()`` as for SyncTrainer, is the template: each owner
     gets a copy of it (``trainer.owner_optimizers``), built on its shard
     on its device; the template itself holds no state.  Make the trainer
@@ -212,7 +262,7 @@ class ShardedTrainer(SyncTrainer):
 
     def __init__(self, model, strategy, *, stage, optimizer=None, learning_rate=None, loss=None,
                  accumulation_steps=1, progress=True, stop_on_non_finite=True, metrics=None,
-                 jit_compile=False, sample_weight=None):
+                 jit_compile=False, sample_weight=None, units=None):
         name = type(self).__name__
         stage = check_stage(stage, allowed=(1, 2, 3), advice=(
             "Pass 1 (optimizer state sharded), 2 (and gradients) or 3 (and parameters); "
@@ -248,6 +298,12 @@ class ShardedTrainer(SyncTrainer):
                 f"Make the {name} outside `with strategy.scope():` (build the model and "
                 "the optimizer inside it): the owners' shards and optimizers live on one "
                 "device each, not mirrored.")
+        if units is not None and stage != 3:
+            raise ValueError(
+                f"units are a stage-3 argument (what is gathered at once), got units with "
+                f"stage={stage}; at stages 1 and 2 every replica holds the whole parameters. "
+                "Pass stage=3, or leave units out.")
+        self._units_argument = units
         self._stage = stage
         # What this stage splits over the replicas (read as components, never as a number).
         self._sharded = sharded_components(stage)
@@ -309,12 +365,14 @@ class ShardedTrainer(SyncTrainer):
         self._shapes = [tuple(v.shape) for v in variables]
         self._sizes = [int(np.prod(shape)) for shape in self._shapes]
         self.parameter_count = sum(self._sizes)
+        self._offsets = [int(o) for o in np.cumsum([0] + self._sizes)]
         n = self.replicas
         self.shard_size = -(-self.parameter_count // n)
+        # Stage 3's units (refused before any state is built); what the step gathers, logged.
+        self.units = self._unit_plan(self._units_argument) if "parameters" in self._sharded else ()
+        for name in ("gather_log", "_moved_log"):
+            object.__setattr__(self, name, [])
         self._devices = list(self.strategy.extended.worker_devices)
-        flat = np.zeros(n * self.shard_size, self._dtype.as_numpy_dtype)
-        flat[:self.parameter_count] = np.concatenate(
-            [np.asarray(v.numpy()).ravel() for v in variables])
         L = self.shard_size
         config = self.optimizer.get_config()
         whole = "parameters" not in self._sharded
@@ -325,12 +383,23 @@ class ShardedTrainer(SyncTrainer):
         # layout that does not depend on the stage or the replicas (_ShardedState).
         for name in ("replica_parameters", "owner_optimizers", "gradient_buffers"):
             object.__setattr__(self, name, [])
+        for r in range(n):
+            self.replica_parameters.append([])
+        # Piece by piece from the model's variables (no second copy of the whole model), and
+        # the model released before the optimizer state is built: building never holds much
+        # more than the trainer will.
+        for s in range(n):
+            values = self._flat_piece(variables, s * L, (s + 1) * L)
+            for r, device in enumerate(self._devices):
+                if whole or s == r:
+                    with tf.device(device):
+                        self.replica_parameters[r].append(keras.Variable(
+                            values, dtype=self._dtype.name, trainable=False,
+                            name=f"parameters_{r}_piece_{s}"))
+            del values
+        self._release_model()
         for r, device in enumerate(self._devices):
             with tf.device(device):
-                self.replica_parameters.append([
-                    keras.Variable(flat[s * L:(s + 1) * L], dtype=self._dtype.name,
-                                   trainable=False, name=f"parameters_{r}_piece_{s}")
-                    for s in range(n) if whole or s == r])
                 owner = type(self.optimizer).from_config(config)
                 owner.build([self._own_piece(r)])
                 self.owner_optimizers.append(owner)
@@ -338,26 +407,41 @@ class ShardedTrainer(SyncTrainer):
                 size = L if "gradients" in self._sharded else self.parameter_count
                 self.gradient_buffers.append(tf.Variable(
                     tf.zeros([size], self._dtype), trainable=False, name=f"gradients_{r}"))
-        self._release_model()
         self.state = _ShardedState(self)      # what tf.train.Checkpoint(trainer=...) saves
+
+    def _flat_piece(self, variables, start, stop):
+        """Values ``[start, stop)`` of the variables flattened in order, zero-padded."""
+        piece = np.zeros(stop - start, self._dtype.as_numpy_dtype)
+        offset = 0
+        for variable, size in zip(variables, self._sizes):
+            lo, hi = max(start, offset), min(stop, offset + size)
+            if lo < hi:
+                piece[lo - start:hi - start] = np.asarray(variable.numpy()).ravel()[
+                    lo - offset:hi - offset]
+            offset += size
+        return piece
 
     def transient_bytes(self):
         """``{"gathered_parameters": bytes, "gradients": bytes}`` a replica holds as tensors
         during a step, on top of its variables (:meth:`variables_by_component`).
 
-        The model runs on a tensor copy of the parameters' values (of the
-        replica's pieces at stages 1 and 2, of the owners' gathered shards at
-        stage 3): P values, kept from the forward pass to the end of the
-        backward pass by the tape (briefly twice that while the flat vector is
-        cut into the variables' shapes).  The replica's gradient is P values
+        At stages 1 and 2 the model runs on a tensor copy of the replica's
+        pieces: P values, kept from the forward pass to the end of the
+        backward pass by the tape, and the replica's gradient is P values
         too, until it is written to its buffer (stage 1) or reduce-scattered
-        (stages 2 and 3).  Stage 3 holds the whole model gathered, not one
-        layer at a time (see the module's docstring).  For predicting a
-        step's peak: variables + these + the activations.  Taught in the
-        chapter "When the model does not fit".
+        (stage 2).  At stage 3 a replica holds one unit at a time: the
+        largest unit's gathered weights, its gradient and the slices of it
+        cut for the owners (TensorFlow's slice of a range copies it; a real
+        reduce-scatter sends from the gradient itself; measured in the
+        chapter).  For predicting a step's peak: variables +
+        these + the activations.  Taught in the chapter "When the model
+        does not fit".
         """
-        nbytes = self.parameter_count * self._dtype.size
-        return {"gathered_parameters": nbytes, "gradients": nbytes}
+        if not self.units:
+            nbytes = self.parameter_count * self._dtype.size
+            return {"gathered_parameters": nbytes, "gradients": nbytes}
+        nbytes = max(u.size for u in self.units) * self._dtype.size
+        return {"gathered_parameters": nbytes, "gradients": nbytes, "gradient_slices": nbytes}
 
     def _own_piece(self, r):
         """Replica ``r``'s own shard of the parameters (piece ``r`` of its copy)."""
@@ -491,6 +575,205 @@ class ShardedTrainer(SyncTrainer):
         pieces = tf.split(flat, self._sizes)
         return [tf.reshape(p, shape) for p, shape in zip(pieces, self._shapes)]
 
+    # -- stage 3: one unit at a time ----------------------------------------------
+
+    def _unit_plan(self, units):
+        """Stage 3's units, in the order the model runs them (a tuple of :class:`Unit`).
+
+        ``units`` is None (each layer with weights is a unit) or a list of
+        lists of the model's layers or layer names.  A layer without weights
+        runs in the unit before it (leading ones in the first), wherever it
+        is named.
+        """
+        name = type(self).__name__
+        model = self.model
+        if not isinstance(model, keras.Sequential):
+            raise ValueError(
+                f"{name} at stage 3 runs the model one unit (a layer, or layers you group) at "
+                f"a time, so the model must be a chain of layers, a keras.Sequential; got a "
+                f"{type(model).__name__}. Rebuild it as a keras.Sequential, or train it at "
+                "stage=2 (the parameters then stay whole on every replica).")
+        layers = list(model.layers)
+        weighted = [i for i, layer in enumerate(layers) if layer.trainable_variables]
+        groups = ([[i] for i in weighted] if units is None
+                  else _named_units(name, units, layers, weighted))
+        # A unit runs from its first layer with weights to the next unit's: the layers without
+        # weights after it (an Activation) run with it, as Grappler fuses them with its last
+        # layer in the mirrored run (split off, float32 comes out one ulp away).
+        starts = [0] + [min(i for i in group if i in weighted) for group in groups[1:]]
+        stops = starts[1:] + [len(layers)]
+        index = {id(v): i for i, v in enumerate(model.trainable_variables)}
+        offsets = self._offsets
+        plan, covered = [], []
+        for u, (start, stop) in enumerate(zip(starts, stops)):
+            span = tuple(layers[start:stop])
+            positions = [index.get(id(v)) for layer in span for v in layer.trainable_variables]
+            first = positions[0] if positions and None not in positions else None
+            if first is None or positions != list(range(first, first + len(positions))):
+                raise ValueError(
+                    f"{name} at stage 3 gathers a unit's weights as one range of the flat "
+                    f"vector, but unit {u}'s layers {[layer.name for layer in span]} hold "
+                    "variables that are not consecutive among the model's (a shared layer?); "
+                    "group the layers that share weights into one unit, or use stage=2.")
+            covered += positions
+            plan.append(Unit(layers=span, first=first, last=first + len(positions),
+                             start=int(offsets[first]),
+                             stop=int(offsets[first + len(positions)])))
+        if covered != list(range(len(model.trainable_variables))):
+            raise ValueError(
+                f"{name} at stage 3 needs every trainable variable in a layer of the chain; "
+                "this model holds variables of its own outside its layers. Use stage=2.")
+        return tuple(plan)
+
+    def _owner_parts(self, start, stop):
+        """``[(owner s, lo, hi)]``: the parts of the flat range ``[start, stop)`` each owner holds."""
+        L = self.shard_size
+        return [(s, max(start, s * L), min(stop, (s + 1) * L)) for s in range(self.replicas)
+                if max(start, s * L) < min(stop, (s + 1) * L)]
+
+    def _moved(self, values):
+        """Note ``values`` parameter values copied between two devices (counted when the step
+        is traced: :attr:`ShardedHistory.bytes_moved`)."""
+        self._moved_log.append(values)
+
+    def _gather_unit(self, unit, replica, after=()):
+        """Unit ``unit``'s weights gathered onto the current replica's device (replica context).
+
+        The parts of the owners' shards that overlap the unit's range are
+        cut on the owners' devices and joined here (the all-gather of one
+        unit), then cut into the unit's variables' shapes: tensors, freed
+        when the ops that use them are done.  ``after``: tensors that must
+        exist before the gather starts (so that the executor cannot gather
+        every unit at once).
+        """
+        self.gather_log.append(unit.size)
+        L = self.shard_size
+        values = []
+        with tf.control_dependencies(list(after)):
+            for i in range(unit.first, unit.last):     # a variable at a time: no flat copy
+                parts = []
+                for s, lo, hi in self._owner_parts(self._offsets[i], self._offsets[i + 1]):
+                    with tf.device(self._devices[s]):
+                        parts.append(tf_variable(self.parameter_shards[s])[lo - s * L:hi - s * L])
+                    if s != replica:
+                        self._moved(hi - lo)
+                joined = tf.concat(parts, 0) if len(parts) > 1 else tf.identity(parts[0])
+                values.append(tf.reshape(joined, self._shapes[i]))
+        return values
+
+    def _run_unit(self, unit, values, h, training):
+        """The unit's layers on ``h``, their variables replaced by ``values`` (tensors), as
+        Keras's ``stateless_call`` does; returns the output and the layers' penalties."""
+        variables = self.model.trainable_variables[unit.first:unit.last]
+        with keras.StatelessScope(state_mapping=list(zip(variables, values)),
+                                  collect_losses=True):
+            for layer in unit.layers:
+                h = layer(h, training=training)
+            penalties = [loss for layer in unit.layers for loss in layer.losses]
+        return h, penalties
+
+    def _units_forward(self, x, training, after=()):
+        """Replica context: the model on ``x`` one unit at a time; the output, each unit's input
+        and the penalties.  Unit u + 1's gather waits for unit u's output (no prefetch)."""
+        replica = _replica_index()
+        inputs, penalties, h = [], [], x
+        for unit in self.units:
+            values = self._gather_unit(unit, replica, after)
+            inputs.append(h)
+            h, unit_penalties = self._run_unit(unit, values, h, training)
+            penalties += unit_penalties
+            # The weights die here; the next unit's gather waits for h (through an identity:
+            # a control edge on h itself would keep Grappler from fusing the unit's last
+            # MatMul, BiasAdd and activation as it does in the mirrored run, one ulp away).
+            after = [tf.identity(h)]
+        return h, inputs, penalties
+
+    def _unit_backward(self, u, h, upstream, after):
+        """Replica context: unit ``u``'s backward pass: gathered again, its forward recomputed
+        from its stored input under a tape; the gradient of its input and its flat weight
+        gradient (``output_gradients`` = the upstream gradient)."""
+        unit = self.units[u]
+        values = self._gather_unit(unit, _replica_index(), [upstream, *after])
+        with tf.GradientTape() as tape:
+            tape.watch(values)
+            if u:
+                tape.watch(h)
+            out, penalties = self._run_unit(unit, values, h, training=True)
+            targets, seeds = [out], [upstream]
+            if penalties:       # this unit's share of the penalty, as the loss adds it
+                penalty = tf.nn.scale_regularization_loss(
+                    tf.add_n([tf.cast(p, penalties[0].dtype) for p in penalties]))
+                targets.append(penalty / self.accumulation_steps)
+                seeds.append(tf.ones_like(targets[-1]))
+        grads = tape.gradient(targets, values + ([h] if u else []), output_gradients=seeds)
+        grads = [tf.convert_to_tensor(g) for g in grads]
+        return (grads[-1] if u else tf.zeros([], grads[0].dtype)), grads[:len(values)]
+
+    def _reduce_scatter_unit(self, unit, grads, add):
+        """Unit ``unit``'s gradient (``grads[r]``: replica r's, by variable) sent to the owners as
+        soon as it exists: for each part of a variable that owner s holds, s adds the replicas'
+        slices in replica order into its buffer.  Returns the writes (for the next gather to
+        wait on)."""
+        L = self.shard_size
+        writes = []
+        for j, i in enumerate(range(unit.first, unit.last)):
+            offset = self._offsets[i]
+            for s, lo, hi in self._owner_parts(offset, self._offsets[i + 1]):
+                pieces = []
+                for r, device in enumerate(self._devices):
+                    with tf.device(device):       # cut where it lives, then sent
+                        pieces.append(tf.reshape(grads[r][j], [-1])[lo - offset:hi - offset])
+                    if r != s:
+                        self._moved(hi - lo)
+                with tf.device(self._devices[s]):
+                    total = _sum_in_order(*pieces)
+                    where = tf.IndexedSlices(total, tf.range(lo - s * L, hi - s * L))
+                    buffer = self.gradient_buffers[s]
+                    written = buffer.scatter_add(where) if add else buffer.scatter_update(where)
+                    # The write's op, not a read: a read of the buffer kept alive would make
+                    # the next write copy the whole buffer (TensorFlow copies a shared buffer).
+                    writes.append(written.op)
+        return writes
+
+    def _unit_step(self, x, y, position, global_batch_size):
+        """Stage 3's step: for each micro-batch, the forward pass unit by unit, then the
+        backward pass in reverse unit order, each unit's gradient reduce-scattered at once.
+        Returns each replica's loss; the owners' buffers hold the reduced gradient.
+
+        Shown in the chapter "When the model does not fit".
+        """
+        k = self.accumulation_steps
+        losses, writes = None, []
+        for i in range(k):
+            def forward(micro=i, after=tuple(writes)):
+                xb, yb = self._shard(x, y, position, global_batch_size)
+                if k > 1:
+                    xb, yb = xb[micro], yb[micro]
+                prediction, inputs, penalties = self._units_forward(xb, True, after)
+                with tf.GradientTape() as tape:
+                    tape.watch(prediction)
+                    loss = tf.nn.compute_average_loss(self.loss(yb, prediction),
+                                                      global_batch_size=global_batch_size)
+                upstream = tape.gradient(loss, prediction)
+                if penalties:
+                    penalty = tf.nn.scale_regularization_loss(
+                        tf.add_n([tf.cast(p, loss.dtype) for p in penalties]))
+                    loss += penalty / k
+                return loss, inputs, upstream
+
+            loss, inputs, upstream = self.strategy.run(forward)
+            loss = self.strategy.experimental_local_results(loss)
+            losses = list(loss) if i == 0 else [a + b for a, b in zip(losses, loss)]
+            for u in reversed(range(len(self.units))):
+                def backward(h, g, u=u, after=tuple(writes)):
+                    return self._unit_backward(u, h, g, after)
+
+                upstream, grads = self.strategy.run(backward, args=(inputs[u], upstream))
+                grads = [self.strategy.experimental_local_results(g) for g in grads]
+                writes = self._reduce_scatter_unit(
+                    self.units[u], [list(g) for g in zip(*grads)], add=i > 0)
+        return losses, writes
+
     def _stateless_gradients(self, x, y, global_batch_size):
         """The loss and gradients of ``(x, y)``, the model run on the replica's flat parameters
         (gathered at stage 3) with Keras's ``stateless_call``."""
@@ -538,6 +821,8 @@ class ShardedTrainer(SyncTrainer):
             for r, device in enumerate(self._devices):
                 with tf.device(device):
                     pieces.append(flats[r][start:stop])        # cut where it lives, then sent
+                if r != s:
+                    self._moved(stop - start)
             with tf.device(owner):
                 total = _sum_in_order(*pieces)
                 shards.append(tf.pad(total, [[0, self.shard_size - (stop - start)]]))
@@ -552,6 +837,21 @@ class ShardedTrainer(SyncTrainer):
 
         Shown in the chapter "When the model does not fit".
         """
+        del self._moved_log[:]            # this trace's copies between devices: one step's
+        outputs = self._sharded_step(x, y, position, global_batch_size)
+        object.__setattr__(self, "_step_moved_values", sum(self._moved_log))
+        return outputs
+
+    def _sharded_step(self, x, y, position, global_batch_size):
+        """:meth:`_distributed_step`'s work, at any stage.
+
+        Shown in the chapter "When the model does not fit".
+        """
+        if "parameters" in self._sharded:
+            losses, writes = self._unit_step(x, y, position, global_batch_size)
+            with tf.control_dependencies(writes):
+                shards = [tf.identity(buffer) for buffer in self.gradient_buffers]
+            return self._owners_update(losses, shards)
         k = self.accumulation_steps
         # Sharded gradients are reduced a micro-batch at a time; whole ones accumulate first.
         micros = list(range(k)) if ("gradients" in self._sharded and k > 1) else [None]
@@ -574,6 +874,14 @@ class ShardedTrainer(SyncTrainer):
             if "gradients" in self._sharded:
                 shards = [self._assigned(self.gradient_buffers[s], g, s, add=i > 0)
                           for s, g in enumerate(shards)]
+        return self._owners_update(losses, shards)
+
+    def _owners_update(self, losses, shards):
+        """Each owner's update of its shard with its reduced gradient (after the finite check),
+        the all-gather at stages 1 and 2, and the replicas' summed loss.
+
+        Shown in the chapter "When the model does not fit".
+        """
         check = self._check_finite(losses)
         with tf.control_dependencies(check):
             updates = []
@@ -601,6 +909,7 @@ class ShardedTrainer(SyncTrainer):
                 for s, piece in enumerate(self.replica_parameters[r]):
                     if s != r:
                         tf_variable(piece).assign(shards[s])
+                        self._moved(self.shard_size)
 
     def _check_finite(self, losses):
         """The finite-loss check (with ``stop_on_non_finite``) on every replica's loss, on the host."""
@@ -612,18 +921,31 @@ class ShardedTrainer(SyncTrainer):
 
     # -- the loop ---------------------------------------------------------------
 
-    # All-gathers of the parameters a step: one, before the update's use (stages 1 and
-    # 2: after it; stage 3: before the forward pass, kept through the backward pass).
-    gathers_per_step = 1
+    @property
+    def collectives_per_step(self):
+        """``(gathers, reductions)``: the all-gathers of the parameters and reduce-scatters of
+        the gradients a step: (1, 1) at stage 1; (1, k) at stage 2 (one reduce-scatter a
+        micro-batch); (2k, k) at stage 3 (each micro-batch gathers every unit for its
+        forward and again for its backward pass)."""
+        k = self.accumulation_steps
+        if "parameters" in self._sharded:
+            return 2 * k, k
+        return 1, (k if "gradients" in self._sharded else 1)
 
     def _history(self, records, keras_history, source):
         """SyncHistory's fields, plus the bytes sent a step (:func:`pargrad.allreduce.sharded_step_bytes`)."""
         base = super()._history(records, keras_history, source)
         padded_bytes = self.replicas * self.shard_size * self._dtype.size
-        per_step = sharded_step_bytes(padded_bytes, self.replicas, gathers=self.gathers_per_step)
+        gathers, reductions = self.collectives_per_step
+        per_step = sharded_step_bytes(padded_bytes, self.replicas, gathers=gathers,
+                                      reductions=reductions)
+        moved = getattr(self, "_step_moved_values", 0) * self._dtype.size
         fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(SyncHistory)}
-        return ShardedHistory(**fields, bytes_sent=np.full(len(base.loss), per_step),
-                              stage=self._stage, parameter_bytes=padded_bytes)
+        steps = len(base.loss)
+        return ShardedHistory(**fields, bytes_sent=np.full(steps, per_step),
+                              bytes_moved=np.full(steps, moved), stage=self._stage,
+                              parameter_bytes=padded_bytes,
+                              gathered_values_max=max(self.gather_log, default=self.parameter_count))
 
 
 class _ShardedState(tf.__internal__.tracking.Trackable):
@@ -659,8 +981,12 @@ class _ShardedState(tf.__internal__.tracking.Trackable):
                        "iterations": tf.identity(tf_variable(t.owner_optimizers[0].iterations)),
                        "optimizer": tf.constant(type(t.optimizer).__name__),
                        "stage": tf.constant(t.stage), "replicas": tf.constant(t.replicas)}
-            for name, slots in self._slot_groups().items():
-                tensors[f"slot_{name}"] = gathered(slots)
+            # Every slot in one tensor, so that the keys do not depend on the optimizer (a
+            # checkpoint of another optimizer reaches the check below, not a NotFoundError).
+            groups = self._slot_groups()
+            tensors["slot_names"] = tf.constant(list(groups), tf.string, shape=[len(groups)])
+            tensors["slots"] = (tf.stack([gathered(slots) for slots in groups.values()])
+                                if groups else tf.zeros([0, t.parameter_count], t._dtype))
         return tensors
 
     def _restore_from_tensors(self, restored_tensors):
@@ -687,9 +1013,10 @@ class _ShardedState(tf.__internal__.tracking.Trackable):
         for r, pieces in enumerate(t.replica_parameters):
             owners = range(n) if len(pieces) == n else [r]
             ops += [tf_variable(piece).assign(parameters[s]) for s, piece in zip(owners, pieces)]
+        saved_slots = dict(zip([n.decode() for n in restored_tensors["slot_names"].numpy()],
+                               tf.unstack(restored_tensors["slots"])))
         for name, slots in self._slot_groups().items():
-            ops += [slot.assign(value)
-                    for slot, value in zip(slots, shards(restored_tensors[f"slot_{name}"]))]
+            ops += [slot.assign(value) for slot, value in zip(slots, shards(saved_slots[name]))]
         ops += [tf_variable(owner.iterations).assign(restored_tensors["iterations"])
                 for owner in t.owner_optimizers]
         return tf.group(ops)
@@ -707,6 +1034,71 @@ def _released_method(method, where):
                          "training it), or read trainer.gathered_weights().")
     refused.__name__ = method
     return refused
+
+
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    """One stage-3 unit: the layers it runs (in order), its variables
+    ``model.trainable_variables[first:last]`` and its flat range ``[start, stop)``.
+
+    Taught in the chapter "When the model does not fit".
+    """
+
+    layers: tuple
+    first: int
+    last: int
+    start: int
+    stop: int
+
+    @property
+    def size(self):
+        """Its parameter values."""
+        return self.stop - self.start
+
+
+def _replica_index():
+    """The current replica's index (a Python int: MirroredStrategy traces each replica)."""
+    context = tf.distribute.get_replica_context()
+    return int(tf.get_static_value(context.replica_id_in_sync_group))
+
+
+def _named_units(trainer, units, layers, weighted):
+    """``units`` (lists of layers or layer names) checked, as lists of layer positions."""
+    advice = ("Pass units as a list of lists of the model's layers (or their names), in the "
+              "order the model runs them, each list a run of consecutive layers and every "
+              "layer with weights in exactly one list, e.g. units=[[model.layers[0], "
+              "model.layers[1]], [model.layers[2]]].")
+    if (not isinstance(units, (list, tuple)) or not units
+            or any(not isinstance(g, (list, tuple)) or not g for g in units)):
+        raise TypeError(f"units must be a non-empty list of non-empty lists of layers or "
+                        f"layer names for {trainer}, got {units!r}. {advice}")
+    by_name = {layer.name: i for i, layer in enumerate(layers)}
+    by_id = {id(layer): i for i, layer in enumerate(layers)}
+    groups, seen = [], {}
+    for u, group in enumerate(units):
+        positions = []
+        for item in group:
+            i = by_name.get(item) if isinstance(item, str) else by_id.get(id(item))
+            if i is None:
+                raise ValueError(f"units[{u}] holds {item!r}, which is not a layer of this model "
+                                 f"(its layers: {list(by_name)}). {advice}")
+            if i in seen:
+                raise ValueError(f"layer {layers[i].name!r} is in units[{seen[i]}] and units[{u}]; "
+                                 f"a layer belongs to one unit. {advice}")
+            seen[i] = u
+            positions.append(i)
+        groups.append(sorted(positions))
+    missing = [layers[i].name for i in weighted if i not in seen]
+    if missing:
+        raise ValueError(f"the layers with weights {missing} are in no unit. {advice}")
+    for u, positions in enumerate(groups):
+        inside = [i for i in weighted if positions[0] <= i <= positions[-1]]
+        if (any(seen[i] != u for i in inside) or not inside
+                or (u and positions[0] <= groups[u - 1][-1])):
+            raise ValueError(f"units[{u}] ({[layers[i].name for i in positions]}) is not a run "
+                             "of consecutive layers with weights after the previous unit's. "
+                             f"{advice}")
+    return groups
 
 
 def _refuse(trainer, name, value, default, reason):
@@ -735,6 +1127,8 @@ class _GatheredModel:
         self._trainer = trainer
 
     def __call__(self, x, training=False):
+        if self._trainer.units:        # stage 3: one unit at a time
+            return self._trainer._units_forward(x, training)[0]
         values = self._trainer._values(self._trainer._gathered())
         prediction, _ = self._trainer.model.stateless_call(values, [], x, training=training)
         return prediction

@@ -139,6 +139,10 @@ def test_one_formula_of_bytes_sent_per_step():
     from pargrad.allreduce import ring_bytes, sharded_step_bytes
     assert sharded_step_bytes(400, 4) == ring_bytes(400, 4) == 600
     assert sharded_step_bytes(400, 4, gathers=2) == 1.5 * ring_bytes(400, 4) == 900
+    # Stage 3 with two micro-batches: four gathers and two reduce-scatters, 3 all-reduces.
+    assert sharded_step_bytes(400, 4, gathers=4, reductions=2) == 3 * ring_bytes(400, 4)
+    with pytest.raises((TypeError, ValueError), match="reductions"):
+        sharded_step_bytes(400, 4, reductions=0)
     for stage in (0, 1, 2, 3):
         gathers = 2 if stage == 3 else 1
         assert memory.zero_bytes_sent(400, replicas=4, stage=stage) == sharded_step_bytes(

@@ -11,14 +11,14 @@ from pargrad.sharded import ShardedHistory, ShardedTrainer, mirrored_slots
 STEPS = 50
 
 
-def small_model(strategy, optimizer="adam", inputs=2, hidden=5, layers=None):
+def small_model(strategy, optimizer="adam", inputs=2, hidden=5, layers=None, dtype="float64"):
     """A float64 2-5-1 tanh network (21 parameters: neither 2, 4 nor 8 divides it) and its optimizer."""
     with strategy.scope():
         keras.utils.set_random_seed(0)
-        model = keras.Sequential([keras.Input((inputs,), dtype="float64"),
+        model = keras.Sequential([keras.Input((inputs,), dtype=dtype),
                                   *(layers or [keras.layers.Dense(hidden, activation="tanh",
-                                                                  dtype="float64"),
-                                               keras.layers.Dense(1, dtype="float64")])])
+                                                                  dtype=dtype),
+                                               keras.layers.Dense(1, dtype=dtype)])])
         made = (keras.optimizers.Adam(1e-2) if optimizer == "adam"
                 else keras.optimizers.SGD(1e-2, momentum=0.9))
     return model, made
@@ -116,17 +116,61 @@ def test_accumulation_stage_1_bit_for_bit_stages_2_and_3_within_rounding():
         assert sizes == ({trainer.parameter_count} if stage == 1 else {trainer.shard_size})
 
 
-def test_bytes_sent_per_step_is_the_ring_all_reduce_count():
+def test_bytes_sent_per_step_is_an_all_reduce_at_stage_1_and_half_as_much_again_at_stage_3():
     strategy = pargrad.sync_strategy(4)
     x, y = data()
-    for stage in (1, 3):
+    for stage, times in ((1, 1), (3, 1.5)):
         model, made = small_model(strategy)
         trainer = ShardedTrainer(model, strategy, stage=stage, optimizer=made, progress=False)
         history = trainer.fit(x, y, steps=2, batch_size=16)
         padded_bytes = 4 * trainer.shard_size * 8          # 4 shards of 6 float64 values
         assert history.parameter_bytes == padded_bytes == 192
-        assert history.bytes_sent.tolist() == [2 * 3 / 4 * padded_bytes] * 2
+        assert history.bytes_sent.tolist() == [times * 2 * 3 / 4 * padded_bytes] * 2
         assert history.stage == stage
+
+
+@pytest.mark.parametrize("replicas, accumulation_steps", [(2, 1), (4, 1), (4, 2)])
+def test_the_bytes_stage_3_moves_are_the_formulas_gathered_twice_and_reduce_scattered_once(
+        replicas, accumulation_steps):
+    """Counted where the step cuts its slices: N x sharded_step_bytes of the unpadded
+    parameters with two gathers a micro-batch; N x bytes_sent when N divides them."""
+    strategy = pargrad.sync_strategy(replicas)
+    x, y = data()
+    for inputs in (2, 1):           # 21 parameters (N does not divide them), then 16
+        model, made = small_model(strategy, inputs=inputs)
+        trainer = ShardedTrainer(model, strategy, stage=3, optimizer=made, progress=False,
+                                 accumulation_steps=accumulation_steps)
+        x_in = x[:, :inputs]
+        history = trainer.fit(x_in, y, steps=2, batch_size=16)
+        k = accumulation_steps
+        assert trainer.collectives_per_step == (2 * k, k)
+        formula = pargrad.allreduce.sharded_step_bytes(8 * trainer.parameter_count, replicas,
+                                                       gathers=2 * k, reductions=k)
+        assert history.bytes_moved.tolist() == [replicas * formula] * 2
+        assert np.array_equal(history.bytes_sent, np.full(2, k * pargrad.allreduce.sharded_step_bytes(
+            history.parameter_bytes, replicas, gathers=2)))
+        if trainer.parameter_count % replicas == 0:
+            assert np.array_equal(history.bytes_moved, replicas * history.bytes_sent)
+
+
+@pytest.mark.claim
+@pytest.mark.usefixtures("deterministic_ops")
+def test_at_stage_3_no_replica_ever_holds_the_whole_model():
+    """Every gather the trainer builds (forward, backward, evaluation) is one unit."""
+    strategy = pargrad.sync_strategy(2)
+    x, y = data()
+    model, made = small_model(strategy, layers=[
+        keras.layers.Dense(6, activation="tanh", dtype="float64"),
+        keras.layers.Dense(4, activation="tanh", dtype="float64"),
+        keras.layers.Dense(1, dtype="float64")])
+    trainer = ShardedTrainer(model, strategy, stage=3, optimizer=made, progress=False)
+    sizes = [unit.size for unit in trainer.units]
+    assert sizes == [18, 28, 5] and sum(sizes) == trainer.parameter_count
+    history = trainer.fit(x, y, steps=3, batch_size=16, validation_data=(x, y))
+    assert set(trainer.gather_log) == set(sizes)
+    assert history.gathered_values_max == max(sizes) == 28 < trainer.parameter_count
+    assert set(trainer.transient_bytes().values()) == {28 * 8}
+    assert {int(b.shape[0]) for b in trainer.gradient_buffers} == {trainer.shard_size}
 
 
 def test_a_checkpoint_mid_run_restores_the_shards_exactly(tmp_path):
@@ -396,12 +440,15 @@ def test_mixed_float16_is_refused_with_the_reason_and_what_to_do():
         ShardedTrainer(model, strategy, stage=1, optimizer=made)
 
 
-def test_transient_bytes_are_the_whole_models_values():
+def test_transient_bytes_are_the_whole_model_at_stages_1_and_2_and_the_largest_unit_at_3():
     strategy = pargrad.sync_strategy(4)
-    for stage in (1, 3):
+    for stage, values in ((1, 21), (2, 21), (3, 15)):     # units: 2 x 5 + 5, then 5 + 1
         model, made = small_model(strategy)
         trainer = ShardedTrainer(model, strategy, stage=stage, optimizer=made, progress=False)
-        assert trainer.transient_bytes() == {"gathered_parameters": 21 * 8, "gradients": 21 * 8}
+        expected = {"gathered_parameters": values * 8, "gradients": values * 8}
+        if stage == 3:
+            expected["gradient_slices"] = values * 8
+        assert trainer.transient_bytes() == expected
 
 
 @pytest.mark.usefixtures("deterministic_ops")
@@ -419,3 +466,127 @@ def test_evaluate_and_validation_equal_the_mirrored_run_at_every_stage(stage):
     history = trainer.fit(x, y, steps=10, batch_size=16, validation_data=(x[:8], y[:8]))
     assert history.history["val_loss"] == expected.history["val_loss"]
     assert trainer.evaluate(x, y) == reference.evaluate(x, y)
+
+
+# ----------------------------------------------------------------------------
+# Stage 3's units
+# ----------------------------------------------------------------------------
+
+def deep_model(strategy, dtype="float64", optimizer="adam", regularizer=None):
+    """Four Dense layers and a weightless Activation: 2-3-5-3-1 (51 parameters)."""
+    with strategy.scope():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([
+            keras.Input((2,), dtype=dtype),
+            keras.layers.Dense(3, activation="tanh", dtype=dtype, name="a",
+                               kernel_regularizer=regularizer),
+            keras.layers.Dense(5, dtype=dtype, name="b"),
+            keras.layers.Activation("tanh", dtype=dtype, name="squash"),
+            keras.layers.Dense(3, activation="tanh", dtype=dtype, name="c",
+                               kernel_regularizer=regularizer),
+            keras.layers.Dense(1, dtype=dtype, name="d")])
+        made = (keras.optimizers.Adam(1e-2) if optimizer == "adam"
+                else keras.optimizers.SGD(1e-2, momentum=0.9))
+    return model, made
+
+
+@pytest.mark.claim
+@pytest.mark.usefixtures("deterministic_ops")
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("replicas", [2, 4])
+@pytest.mark.parametrize("optimizer", ["adam", "momentum"])
+def test_stage_3_unit_by_unit_equals_the_mirrored_run_bit_for_bit(dtype, replicas, optimizer):
+    """Default units (one a layer) and a named grouping: the same products on the same
+    gathered values, every gradient summed in replica order."""
+    strategy = pargrad.sync_strategy(replicas)
+    x, y = data()
+    x, y = x.astype(dtype), y.astype(dtype)
+    model, made = deep_model(strategy, dtype, optimizer)
+    reference = pargrad.SyncTrainer(model, strategy, optimizer=made, progress=False)
+    expected = reference.fit(x, y, steps=20, batch_size=16, steps_per_call=10)
+    for units in (None, [["a", "b"], ["squash", "c", "d"]]):
+        sharded_model, sharded_optimizer = deep_model(strategy, dtype, optimizer)
+        trainer = ShardedTrainer(sharded_model, strategy, stage=3, optimizer=sharded_optimizer,
+                                 units=units, progress=False)
+        assert trainer.parameter_count == 51 and 51 % replicas != 0
+        assert len(trainer.units) == (4 if units is None else 2)
+        history = trainer.fit(x, y, steps=20, batch_size=16, steps_per_call=10)
+        assert np.array_equal(history.loss, expected.loss)
+        assert_same(trainer.gathered_weights(), weights(model))
+        slots, mirrored = trainer.gathered_slots(), mirrored_slots(reference.optimizer)
+        for name in mirrored:
+            assert_same(slots[name], mirrored[name])
+        assert history.gathered_values_max == max(u.size for u in trainer.units) < 51
+
+
+@pytest.mark.claim
+@pytest.mark.usefixtures("deterministic_ops")
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_stage_3_with_accumulation_and_penalties_is_within_rounding(dtype):
+    """Each micro-batch's reduced shard is added by the owner (the mirrored run adds the
+    micro-batches on each replica first), and a unit's penalty gradient is added to its
+    weights' in its own backward pass: the same sums in another order."""
+    strategy = pargrad.sync_strategy(4)
+    x, y = data()
+    x, y = x.astype(dtype), y.astype(dtype)
+    for accumulation_steps, regularizer in ((2, None), (1, "l2"), (2, "l2")):
+        model, made = deep_model(strategy, dtype, regularizer=regularizer)
+        reference = pargrad.SyncTrainer(model, strategy, optimizer=made, progress=False,
+                                        accumulation_steps=accumulation_steps)
+        expected = reference.fit(x, y, steps=10, batch_size=16)
+        sharded_model, sharded_optimizer = deep_model(strategy, dtype, regularizer=regularizer)
+        trainer = ShardedTrainer(sharded_model, strategy, stage=3, optimizer=sharded_optimizer,
+                                 accumulation_steps=accumulation_steps, progress=False)
+        history = trainer.fit(x, y, steps=10, batch_size=16)
+        gap = max(np.max(np.abs(a - b)) for a, b in zip(trainer.gathered_weights(),
+                                                       weights(model)))
+        assert gap <= pargrad.rounding_tolerance(dtype, 10), (accumulation_steps, regularizer)
+        assert np.allclose(history.loss, expected.loss, rtol=0,
+                           atol=pargrad.rounding_tolerance(dtype, 10))
+
+
+def test_bad_units_are_refused_with_what_to_pass():
+    strategy = pargrad.sync_strategy(2)
+    model, made = deep_model(strategy)
+    a, b, squash, c, d = model.layers
+    for units, error, match in [
+            ("a", TypeError, "non-empty list of non-empty lists"),
+            ([["a"], []], TypeError, "non-empty list of non-empty lists"),
+            ([["a", "b"], ["c", "x"]], ValueError, "'x', which is not a layer"),
+            ([["a", "b"], ["b", "c", "d"]], ValueError, "'b' is in units\\[0\\] and units\\[1\\]"),
+            ([["a", "b"], ["c"]], ValueError, "\\['d'\\] are in no unit"),
+            ([[c, d], [a, b]], ValueError, "not a run of consecutive layers"),
+            ([["a", "c"], ["b", "d"]], ValueError, "not a run of consecutive layers"),
+            ([["a", "b", "c", "d"], ["squash"]], ValueError, "not a run of consecutive layers")]:
+        with pytest.raises(error, match=match):
+            ShardedTrainer(model, strategy, stage=3, optimizer=made, units=units)
+        assert all(v._value is not None for v in model.trainable_variables)   # not released
+    with pytest.raises(ValueError, match="units are a stage-3 argument.*Pass stage=3"):
+        ShardedTrainer(model, strategy, stage=2, optimizer=made, units=[["a", "b", "c", "d"]])
+
+
+def test_a_model_that_is_not_a_chain_is_refused_at_stage_3_and_trains_at_stage_2():
+    strategy = pargrad.sync_strategy(2)
+    x, y = data()
+    with strategy.scope():
+        inputs = keras.Input((2,), dtype="float64")
+        hidden = keras.layers.Dense(3, activation="tanh", dtype="float64")(inputs)
+        outputs = keras.layers.Dense(1, dtype="float64")(
+            keras.layers.Concatenate(dtype="float64")([inputs, hidden]))
+        model = keras.Model(inputs, outputs)
+        made = keras.optimizers.Adam(1e-2)
+    with pytest.raises(ValueError, match="must be a chain of layers, a keras.Sequential.*stage=2"):
+        ShardedTrainer(model, strategy, stage=3, optimizer=made)
+    trainer = ShardedTrainer(model, strategy, stage=2, optimizer=made, progress=False)
+    assert np.isfinite(trainer.fit(x, y, steps=2, batch_size=16).loss).all()
+
+
+def test_a_checkpoint_saved_with_sgd_is_refused_by_an_adam_trainer_in_one_sentence(tmp_path):
+    path = tf.train.Checkpoint(trainer=_sharded(2, 2, optimizer="momentum")).write(
+        str(tmp_path / "sgd"))
+    adam = _sharded(2, 2)
+    with pytest.raises(ValueError, match=r"^This checkpoint, saved at stage 2 on 2 replicas, holds "
+                                         r"21 parameters and SGD's state, so it cannot restore "
+                                         r"into this ShardedTrainer \(stage 2, 2 replicas\), which "
+                                         r"trains 21 parameters with Adam; [^.]*\.$"):
+        tf.train.Checkpoint(trainer=adam).read(path)

@@ -408,33 +408,38 @@ def predicted_peak_bytes(row, replicas=REPLICAS):
       tape's);
     * the gradient held twice a replica while it changes form: at stage 0
       the tape's gradient and the all-reduced sum each replica receives
-      (one copy of the parameters' bytes); at stages 1 to 3 the weights
-      the model runs on (joined from the replica's pieces at stages 1 and
-      2, gathered from the owners at stage 3) and their gradient, then the
-      gradient and the flat vector it is joined into (two copies of what
-      is gathered at once: the whole model, as ``ShardedTrainer`` gathers
-      it now; one unit, ``row["gathered_bytes"]``, where a trainer gathers
-      unit by unit, as FSDP does); where the row has the trainer's own
-      count, ``row["transient_bytes"]``
+      (one copy of the parameters' bytes); at stages 1 and 2 the weights
+      the model runs on (joined from the replica's pieces) and their
+      gradient, then the gradient and the flat vector it is joined into
+      (two copies of the parameters); at stage 3, which gathers one unit
+      at a time, two copies of the largest unit, ``row["unit_bytes"]``
+      (its gathered weights, then its gradient); where the row has the
+      trainer's own count, ``row["transient_bytes"]``
       (:meth:`pargrad.ShardedTrainer.transient_bytes`), that count;
     * at stages 1 to 3, the reduce-scatter's result: each owner's sum of
-      its slices, ``1/N`` of the parameters, one copy of them over the
-      owners;
+      its slices, one copy of what is reduced at once over the owners
+      (the parameters at stages 1 and 2, one unit at stage 3);
+    * at stages 1 to 3, the model as Keras built it, whole, before the
+      trainer sharded it: released, its memory is not returned to the
+      system in this process (measured: the resident set does not fall
+      when its variables are dropped); FSDP avoids it by building the
+      model already sharded (deferred initialization);
     * the activations: ``layers`` x ``per_replica`` x ``width`` values a
       replica, kept from the forward to the backward pass (a few MB here).
 
-    Returns ``{"state", "gradient_forms", "owners_sums", "activations",
-    "total"}`` in bytes (the book's tables print MB of 2**20 bytes).
+    Returns ``{"state", "gradient_forms", "owners_sums", "built_model",
+    "activations", "total"}`` in bytes (the book's tables print MB of 2**20 bytes).
     Taught in the chapter "When the model does not fit".
     """
     parameter_bytes = 4 * row["parameters"]
-    gathered = row.get("gathered_bytes", parameter_bytes)
+    reduced = row.get("unit_bytes", parameter_bytes) if row["stage"] == 3 else parameter_bytes
     copies = {0: parameter_bytes, 1: 2 * parameter_bytes, 2: 2 * parameter_bytes,
-              3: 2 * gathered}[row["stage"]]
+              3: 2 * reduced}[row["stage"]]
     if row["stage"] >= 1 and row.get("transient_bytes") is not None:
         copies = row["transient_bytes"]      # the trainer's own count (transient_bytes())
     parts = {"state": row["counted"]["total"], "gradient_forms": replicas * copies,
-             "owners_sums": parameter_bytes if row["stage"] >= 1 else 0,
+             "owners_sums": reduced if row["stage"] >= 1 else 0,
+             "built_model": parameter_bytes if row["stage"] >= 1 else 0,
              "activations": replicas * 4 * row["layers"] * row["per_replica"] * row["width"]}
     parts["total"] = sum(parts.values())
     return parts

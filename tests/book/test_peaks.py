@@ -70,14 +70,16 @@ def test_the_prediction_adds_state_gradient_forms_and_activations():
            "per_replica": 4, "width": 10}
     whole = peaks.predicted_peak_bytes(row)
     assert whole == {"state": 16_000, "gradient_forms": 4 * 2 * 4000, "owners_sums": 4000,
-                     "activations": 4 * 4 * 8 * 4 * 10,
-                     "total": 16_000 + 32_000 + 4000 + 5_120}
-    unit = peaks.predicted_peak_bytes(dict(row, gathered_bytes=500))
-    assert unit["gradient_forms"] == 4 * 2 * 500
+                     "built_model": 4000, "activations": 4 * 4 * 8 * 4 * 10,
+                     "total": 16_000 + 32_000 + 4000 + 4000 + 5_120}
+    unit = peaks.predicted_peak_bytes(dict(row, unit_bytes=500))
+    assert unit["gradient_forms"] == 4 * 2 * 500 and unit["owners_sums"] == 500
+    assert peaks.predicted_peak_bytes(dict(row, stage=2, unit_bytes=500))["owners_sums"] == 4000
     counted = peaks.predicted_peak_bytes(dict(row, transient_bytes=1234))
     assert counted["gradient_forms"] == 4 * 1234
     mirrored = peaks.predicted_peak_bytes(dict(row, stage=0))
     assert mirrored["gradient_forms"] == 4 * 4000 and mirrored["owners_sums"] == 0
+    assert mirrored["built_model"] == 0         # the mirrored run's model is its state
 
 
 def test_small_runs_hold_what_the_formula_counts():
@@ -89,6 +91,6 @@ def test_small_runs_hold_what_the_formula_counts():
         per_device = memory.state_bytes(row["parameters"], replicas=peaks.REPLICAS, stage=stage)
         assert row["counted"]["total"] == peaks.REPLICAS * per_device["total"]
         assert row["peak_mb"] >= 0 and row["idle_mb"] >= 0
-        # The trainer's count of a step's tensors, where it gives one, is two copies at stage 3.
-        if stage == 3 and row["transient_bytes"] is not None:
-            assert row["transient_bytes"] == 2 * 4 * row["parameters"]
+        # The trainer's count of a step's tensors at stage 3: three copies of the largest unit.
+        if stage == 3:
+            assert row["transient_bytes"] == 3 * row["unit_bytes"] == 3 * 4 * (64 * 64 + 64)
