@@ -79,7 +79,7 @@ def train_parameter_server(updates=400, learning_rate=1e-2, seed=0, shards=None,
     full-batch gradient, ``w -= learning_rate * gradient`` on the parameter
     servers, increment the version counter (one atomic step that returns
     the value before: the update's *version*), and write the update's
-    *record* (its loss, worker, staleness proxy and time) into row
+    *record* (its loss, worker, staleness proxy and times) into row
     ``version`` of a table that also lives on the parameter servers.
 
     The records stay on the parameter servers, not on the worker that made
@@ -103,8 +103,9 @@ def train_parameter_server(updates=400, learning_rate=1e-2, seed=0, shards=None,
     ``applied V`` when its closure has written update ``V`` (to stage a
     failure right after one).  Returns a JSON-friendly dict: one entry per
     surviving record, in the order the updates were applied: ``version``,
-    ``loss``, ``worker`` that ran it, ``staleness``, ``finished``
-    (``time.time()`` when it was applied); ``applied`` (the version counter
+    ``loss``, ``worker`` that ran it, ``staleness``, ``started`` (the
+    ``time.time()`` clock when it read the counter) and ``finished`` (when it
+    was applied); ``applied`` (the version counter
     at the end: updates applied, counting re-runs), ``records_lost``
     (``applied`` minus the records), ``scheduled``, the final ``weights``,
     ``shard_shapes`` and ``shard_devices`` of each weight, and ``seconds``.
@@ -121,8 +122,9 @@ def train_parameter_server(updates=400, learning_rate=1e-2, seed=0, shards=None,
     with strategy.scope():
         variables = [tf.Variable(w, name=f"w{i}") for i, w in enumerate(initial_weights(seed))]
         version = tf.Variable(0, dtype=tf.int64, name="version")
-        # One row an update, indexed by its version: loss, worker, staleness, time, written.
-        records = tf.Variable(tf.zeros([capacity, 5], tf.float64), name="records")
+        # One row an update, indexed by its version: loss, worker, staleness,
+        # started, finished, written.
+        records = tf.Variable(tf.zeros([capacity, 6], tf.float64), name="records")
     x, y = parabola_data()
     trainable = [s for v in variables for s in _shards(v)]
     rate = tf.constant(learning_rate, tf.float32)
@@ -131,7 +133,9 @@ def train_parameter_server(updates=400, learning_rate=1e-2, seed=0, shards=None,
     @tf.function
     def update():
         worker = tf.distribute.coordinator.experimental_get_current_worker_index()
-        read = version.read_value()
+        started = tf.timestamp()
+        with tf.control_dependencies([started]):
+            read = version.read_value()
         with tf.control_dependencies([read]):
             with tf.GradientTape() as tape:
                 w1, b1, w2, b2 = [_whole(v) for v in variables]
@@ -153,7 +157,7 @@ def train_parameter_server(updates=400, learning_rate=1e-2, seed=0, shards=None,
         with tf.control_dependencies([this]):
             finished = tf.timestamp()
         record = tf.stack([tf.cast(loss, tf.float64), tf.cast(worker, tf.float64),
-                           tf.cast(this - read, tf.float64), finished,
+                           tf.cast(this - read, tf.float64), started, finished,
                            tf.constant(1.0, tf.float64)])
         written = records.scatter_update(tf.IndexedSlices(record[None], this[None]))
         if announce:
@@ -170,13 +174,14 @@ def train_parameter_server(updates=400, learning_rate=1e-2, seed=0, shards=None,
     seconds = time.time() - started
     applied = int(version.numpy())
     table = _whole(records).numpy()[:applied]
-    kept = table[:, 4] == 1.0
+    kept = table[:, 5] == 1.0
     return {
         "version": np.flatnonzero(kept).astype(np.int64),
         "loss": table[kept, 0].astype(np.float32),
         "worker": table[kept, 1].astype(np.int64),
         "staleness": table[kept, 2].astype(np.int64),
-        "finished": table[kept, 3],
+        "started": table[kept, 3],
+        "finished": table[kept, 4],
         "applied": applied,
         "records_lost": int(applied - kept.sum()),
         "scheduled": int(updates),

@@ -44,3 +44,10 @@ def test_a_worker_killed_right_after_its_update_loses_no_record():
     assert run["loss"][-1] < run["loss"][0]
     assert abs(run["loss"][-1] - reference[-1]) < 0.2
     assert np.array(run["staleness"]).min() >= 0
+    # Each record's times: read before applied; begun after the kill, worker 0
+    # alone ran it and at most one other update landed meanwhile.
+    started, staleness = np.array(run["started"]), np.array(run["staleness"])
+    assert (started <= finished).all()
+    alone = started > killed
+    assert alone.sum() > 0 and set(worker[alone].tolist()) == {0}
+    assert staleness[alone].max() <= 1
