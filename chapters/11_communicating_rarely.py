@@ -6,7 +6,7 @@
 # fewer all-reduces. Between data centres, where communication costs more
 # than computation, that wins: in the same time, DiLoCo ends
 # {glue:text}`slow-gain` times lower than synchronous SGD. Per step it
-# costs: each `H` ends higher. Inside a box it is a close call.
+# costs: each `H` ends higher. Inside a box it is undecided.
 # ```
 #
 # **What communicating `H` times less buys, and what it costs.** Between two
@@ -20,8 +20,8 @@
 # of synchronous SGD with momentum at `H` = 16 and {glue:text}`cost-256`
 # times at `H` = 256. Inside a box, where an all-reduce costs microseconds,
 # there is little to buy: the sweep of `H` picks {glue:text}`fast-h`, the smallest
-# it may, and there DiLoCo against synchronous SGD with momentum is a close
-# call: our seeds resolve neither a gain nor a cost.
+# it may, and there DiLoCo against synchronous SGD with momentum is
+# undecided: the draw of tuning seeds moves it too far.
 #
 # Where the network is slow or workers come and go, training went back to
 # communicating *rarely*: every replica takes `H` steps alone, then the
@@ -164,9 +164,9 @@ print(f"{len(x)} points, {rc.REPLICAS} replicas, {rc.PARAMETERS} parameters "
 # A verdict needs many seeds (initial weights) and every method tuned:
 # thousands of runs. `pargrad.book.replay` replays what the trainer computes
 # in vectorised float64 NumPy. Each method keeps the setting its sweep on
-# *tuning* seeds picked (learning rates down to steps of 2^¼ around the
-# best) and runs on {glue:text}`seeds-a-set` other seeds, twice: on the
-# page's seeds and on held-out seeds with their own sweep. A verdict pools
+# {glue:text}`tuning-seeds` *tuning* seeds picked on its whole grid and
+# runs on {glue:text}`seeds-a-set` other seeds, twice: on the page's seeds
+# and on held-out seeds with their own tuning seeds. A verdict pools
 # both sets and needs both to lean the same way (the page
 # [How the book decides](a0_methods)); the ratios and wins below are over
 # all {glue:text}`seeds-pooled` seeds. The score is the mean loss
@@ -180,7 +180,7 @@ print(f"{len(x)} points, {rc.REPLICAS} replicas, {rc.PARAMETERS} parameters "
 # to the digit, and the gap is compared with what such a nudge produces.
 
 # %% tags=["nbval-ignore-output", "hide-input"]
-dial = rc.replication_at_stored_rates("dial")
+dial = rc.tuned_replication("dial")
 page = dial.page
 
 
@@ -223,8 +223,9 @@ for steps in SHOWN:
 contracting = [s for s, (gap, sensitivity) in agreements.items() if sensitivity < tolerance]
 assert contracting and all(agreements[s][0] < tolerance for s in contracting)
 assert all(gap < 100 * max(sensitivity, tolerance) for gap, sensitivity in agreements.values())
-glue("seeds-a-set", len(rc.TEST_SEEDS))
-glue("seeds-pooled", len(rc.TEST_SEEDS) + len(rc.HELD_OUT_SEEDS))
+glue("seeds-a-set", len(dial.page.seeds))
+glue("seeds-pooled", len(dial.page.seeds) + len(dial.held_out.seeds))
+glue("tuning-seeds", len(rc.TUNED_SETS["page"][1]))
 
 # %% [markdown]
 # ## The dial
@@ -245,7 +246,7 @@ for link in (FAST, SLOW):
           f"(one local step: {STEP_SECONDS * 1e3:g} ms)")
 def median_curve(setting, steps, outer):
     rate, outer_rate, momentum = rc.outer_knobs(setting)
-    return np.median(rc.loss_curves(rate, rc.TEST_SEEDS, steps, UPDATES, outer,
+    return np.median(rc.loss_curves(rate, page.seeds, steps, UPDATES, outer,
                                     outer_rate=outer_rate, momentum=momentum), axis=1)
 
 
@@ -313,13 +314,14 @@ glue("cost-64", f"{saving[64].pooled.effect:.1f}")
 glue("h4-wins", f"{saving[4].page.wins}-{saving[4].page.losses} and "
      f"{saving[4].held_out.wins}-{saving[4].held_out.losses}")
 glue("h4-interval", experiments.format_interval(saving[4].pooled.interval))
-assert saving[4].verdict == experiments.CLOSE     # too noisy for the rule to see a fifth
-assert saving[4].pooled.power < experiments.MIN_POWER
-assert saving[4].page.lean != saving[4].held_out.lean
+# both sets lean the momentum's way, but the rule cannot decide (p above ALPHA)
+assert saving[4].verdict == experiments.TOO_FEW, saving[4]
+assert saving[4].page.lean == saving[4].held_out.lean == -1
 assert all(saving[s].verdict == f"{rc.SYNC_MOMENTUM} ahead" for s in DIAL[2:])
 assert momentum_alone.verdict == f"{rc.SYNC_MOMENTUM} ahead"
 assert all(dial.compare(f"DiLoCo, H={s}", rc.SYNC).verdict == f"DiLoCo, H={s} ahead"
-           for s in DIAL[1:])
+           for s in DIAL[1:-1])
+assert dial.compare(f"DiLoCo, H={DIAL[-1]}", rc.SYNC).verdict == experiments.NEGLIGIBLE
 assert [saving[s].pooled.effect for s in DIAL[2:]] == sorted(saving[s].pooled.effect
                                                              for s in DIAL[2:])
 
@@ -327,13 +329,12 @@ assert [saving[s].pooled.effect for s in DIAL[2:]] == sorted(saving[s].pooled.ef
 # Communicating rarely costs loss per step, and more the rarer it is: from
 # `H` = 16 on, synchronous SGD with momentum is ahead, and DiLoCo's loss is
 # {glue:text}`cost-16`, {glue:text}`cost-64` and {glue:text}`cost-256` times
-# its loss at `H` = 16, 64 and 256. At `H` = 4 it is a close call: the two
-# seed sets lean opposite ways (DiLoCo lower on {glue:text}`h4-wins` seeds)
-# and the seeds spread too far for the rule to see a fifth (median ratio's
-# {glue:text}`h4-interval`). Every DiLoCo row still ends below plain synchronous SGD, but that
-# is the momentum's doing, not the rare communication's (and at `H` = 256 an
-# independent re-implementation written from the papers reverses it: that
-# row belongs to this code's problem, not to DiLoCo in general): plain averaging
+# its loss at `H` = 16, 64 and 256. At `H` = 4 there are too few seeds to
+# tell: both seed sets lean the momentum's way (DiLoCo lower on
+# {glue:text}`h4-wins` seeds), short of the rule's level (median ratio's
+# {glue:text}`h4-interval`). Up to `H` = 64 every DiLoCo row ends below plain
+# synchronous SGD (at `H` = 256 the difference is negligible), but that
+# is the momentum's doing, not the rare communication's: plain averaging
 # (local SGD) loses to synchronous SGD at every `H`
 # ([Communicating rarely in depth](d5_rare_communication_in_depth)).
 
@@ -355,7 +356,7 @@ assert [saving[s].pooled.effect for s in DIAL[2:]] == sorted(saving[s].pooled.ef
 # {glue:text}`race-slow`.
 
 # %% tags=["remove-cell"]
-races = {link.name: rc.replication_at_stored_rates(f"race, {link.name}") for link in (FAST, SLOW)}
+races = {link.name: rc.tuned_replication(f"race, {link.name}") for link in (FAST, SLOW)}
 
 
 def against_reference(link_name, reference=rc.SYNC_MOMENTUM):
@@ -377,7 +378,7 @@ def against_reference(link_name, reference=rc.SYNC_MOMENTUM):
         shown = (f"{name.split(',')[0]} (H = {int(picked[name]['H'])})"
                  if name in (rc.LOCAL_TUNED, rc.DILOCO_TUNED) else name)
         said = {f"{name} ahead": "ahead", f"{reference} ahead": "behind"}.get(result.verdict,
-                                                                           result.verdict)
+                                                                           result.text)
         parts.append(f"{shown}: {experiments.format_ratio(result.pooled.effect)}, {said}")
     return "; ".join(parts)
 
@@ -403,13 +404,14 @@ for race in races.values():   # every seed set's sweep picks the same H for DiLo
 assert fast_race.page.rates[rc.DILOCO_TUNED]["H"] == min(rc.RACE_DILOCO_H["fast"])
 assert slow_diloco.verdict == f"{rc.DILOCO_TUNED} ahead"
 assert slow_local.verdict == f"{rc.DILOCO_TUNED} ahead"
-assert fast_diloco.verdict == experiments.CLOSE, fast_diloco
+assert fast_diloco.verdict == experiments.TOO_FEW, fast_diloco     # the tuning draw decides
 glue("fast-interval", experiments.format_interval(fast_diloco.pooled.interval))
+glue("fast-draws", f"{fast_race.draw_agreement(rc.DILOCO_TUNED, rc.SYNC_MOMENTUM):.0%}")
 slow_local_sync = experiments.corrected(
     slow_race.compare(rc.LOCAL_TUNED, rc.SYNC_MOMENTUM),
     experiments.statement_key("communicating rarely", f"race, {SLOW.name}", rc.LOCAL_TUNED,
                               rc.SYNC_MOMENTUM))
-assert slow_local_sync.verdict == experiments.TOO_FEW, slow_local_sync
+assert slow_local_sync.verdict == experiments.CLOSE, slow_local_sync
 assert all(v.verdict == f"{rc.SYNC_MOMENTUM} ahead" for v in asynchronous.values())
 
 # %% [markdown]
@@ -417,13 +419,13 @@ assert all(v.verdict == f"{rc.SYNC_MOMENTUM} ahead" for v in asynchronous.values
 # {glue:text}`slow-h` ends {glue:text}`slow-gain` times lower than
 # synchronous SGD with momentum, and {glue:text}`slow-local-gain` times lower
 # than local SGD, whose plain average has no outer momentum. Inside a box it
-# is a close call: the sweep picks `H` = {glue:text}`fast-h`, the smallest
+# is undecided: the sweep picks `H` = {glue:text}`fast-h`, the smallest
 # allowed, and there DiLoCo against synchronous SGD with momentum has a median
-# ratio of {glue:text}`fast-ratio` ({glue:text}`fast-interval`), too noisy for
-# the rule to see a fifth either way. Local SGD's lead over synchronous SGD
-# with momentum between data centres does not survive the correction for the
-# book's many verdicts ([How the book decides](a0_methods)): too few seeds
-# to tell. Asynchronous SGD,
+# ratio of {glue:text}`fast-ratio` ({glue:text}`fast-interval`), but only
+# {glue:text}`fast-draws` of the resampled draws of tuning seeds repeat that
+# lead ([How the book decides](a0_methods)): too few seeds to tell. Local
+# SGD against synchronous SGD with momentum between data centres is a close
+# call. Asynchronous SGD,
 # with its own rate and momentum tuned, ends {glue:text}`async-fast` times
 # higher than synchronous SGD with momentum inside a box and
 # {glue:text}`async-slow` times between data centres: not waiting for the
@@ -572,7 +574,7 @@ glue("gpu-slow-util", f"{scale[SLOW.name][2]:.0%}")
 # - With one slow worker, every method at its best on its own knobs:
 #   between data centres DiLoCo at `H` = {glue:text}`slow-h` ends
 #   {glue:text}`slow-gain` times lower than synchronous SGD with momentum;
-#   inside a box it is a close call, neither a gain nor a cost resolved.
+#   inside a box it is undecided: the draw of tuning seeds moves it too far.
 # - Between rounds, the state is the averaged weights and the outer
 #   momentum: hand both over, and workers can leave and join (dropping the
 #   momentum is a tuning choice: exercise 4).

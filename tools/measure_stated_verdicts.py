@@ -1,8 +1,9 @@
 """The registry of the book's stated verdicts, with their p-values and Holm's correction.
 
 Writes pargrad/book/data/stated_verdicts.json: every verdict that "Sync vs async in the same
-time", "The race in depth" and "Communicating rarely" state, recomputed from their stored runs
-(the race files; the float64 replays at the stored settings), its pooled p-value, and the
+time", "The race in depth", "Communicating rarely" and its deep dive state, recomputed from
+their stored runs (the race files; for "Communicating rarely" and its deep dive, the runs tuned on pools of
+40 seeds that tools/measure_tuned_rare_communication.py stores), its pooled p-value, and the
 p-value Holm's step-down correction over all of them gives (experiments.holm).  The pages
 read it through experiments.corrected; tests/claims/test_stated_verdicts_conclusions.py
 checks it against the runs.  Takes about five minutes on one core:
@@ -25,15 +26,8 @@ RACE_PAIRS = {   # scenario -> the (first, second) pairs the race pages state, a
                   ("async, staleness-aware", "async"), ("async, bound 2", "async")]
        for scenario in ("one device 3x slower", "heavy-tailed delays")},
 }
-SYNC, MOMENTUM = rc.SYNC, rc.SYNC_MOMENTUM
-RARE = [   # (set, first, second) as "Communicating rarely" states them
-    *[("dial", f"DiLoCo, H={s}", MOMENTUM) for s in (4, 16, 64, 256)],
-    *[("dial", f"DiLoCo, H={s}", SYNC) for s in (4, 16, 64, 256)],
-    ("dial", MOMENTUM, SYNC),
-    *[(f"race, {link.name}", first, second) for link in (rc.FAST, rc.SLOW)
-      for first, second in ((rc.DILOCO_TUNED, MOMENTUM), (rc.DILOCO_TUNED, rc.LOCAL_TUNED),
-                            (rc.ASYNC, MOMENTUM), (rc.LOCAL_TUNED, MOMENTUM))],
-]
+RARE = [(set_name, first, second)   # as "Communicating rarely" and its deep dive state them
+        for set_name, pairs in rc.STATED_PAIRS.items() for first, second in pairs]
 
 
 def registry():
@@ -48,7 +42,7 @@ def registry():
                 found[experiments.statement_key("race", scenario, first, second, target)] = \
                     race.paired_verdict(page, scenario, first, second, target,
                                         held_out=held_out)
-    runs = {name: rc.replication_at_stored_rates(name) for name in {k[0] for k in RARE}}
+    runs = {name: rc.tuned_replication(name) for name in {k[0] for k in RARE}}
     for name, first, second in RARE:
         found[experiments.statement_key("communicating rarely", name, first, second)] = \
             runs[name].compare(first, second)
@@ -56,12 +50,12 @@ def registry():
 
 
 def rows(found):
-    """The file's rows: key, verdict, p, Holm-adjusted p, spread, power, tuning shift."""
+    """The file's rows: key, verdict, p, Holm-adjusted p, spread, power, tuning shift and noise."""
     keys = list(found)
     adjusted = experiments.holm([found[k].pooled.p_value for k in keys])
     return [{"key": k, "verdict": found[k].verdict, "p": found[k].pooled.p_value,
              "holm": float(q), "spread": found[k].pooled.spread, "power": found[k].pooled.power,
-             "shift": found[k].pooled.shift} for k, q in zip(keys, adjusted)]
+             "shift": found[k].pooled.shift, "tuning_sd": found[k].pooled.tuning_sd} for k, q in zip(keys, adjusted)]
 
 
 def main():

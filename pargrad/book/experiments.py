@@ -226,6 +226,9 @@ class Verdict:
     interval: tuple = dataclasses.field(default=(math.nan, math.nan), compare=False)
     shift: float = dataclasses.field(default=math.nan, compare=False)
     set_sizes: tuple = dataclasses.field(default=(), compare=False)
+    # the standard deviation, in log units, that the draw of tuning seeds adds to each set's
+    # median log-ratio (measured over independent tuning draws; 0: not measured)
+    tuning_sd: float = dataclasses.field(default=0.0, compare=False)
 
     @property
     def seeds(self):
@@ -576,7 +579,7 @@ def format_interval(interval):
 
 
 def compare(first_scores, second_scores, first="A", second="B", alpha=ALPHA, min_seeds=MIN_SEEDS,
-            floor=FLOOR, leans=None, set_sizes=None):
+            floor=FLOOR, leans=None, set_sizes=None, tuning_sd=0.0):
     """The verdict of :data:`RULE` on two methods' paired per-seed scores; a :class:`Verdict`.
 
     ``leans`` lists each seed set's own lean (see :func:`signed_rank_test`)
@@ -584,7 +587,9 @@ def compare(first_scores, second_scores, first="A", second="B", alpha=ALPHA, min
     ``set_sizes`` their seeds, in order.  An undecided comparison is worded
     by :data:`UNDECIDED`: its spread (:func:`robust_spread`) gives the
     rule's power at :data:`EFFECT` (:func:`rule_power`), which the verdict
-    carries with the interval of its median ratio.
+    carries with the interval of its median ratio.  ``tuning_sd``: the
+    standard deviation the draw of tuning seeds adds to each set's median
+    log-ratio, which the power then includes.
     Raises ``ValueError`` with fewer than ``min_seeds`` seeds: the rule's
     power (see :func:`rule_power`) needs them.  Taught in the chapter
     "Asynchronous training".
@@ -606,26 +611,30 @@ def compare(first_scores, second_scores, first="A", second="B", alpha=ALPHA, min
     d = log_ratios(a, b)
     by_set = np.split(d, np.cumsum(set_sizes)[:-1])
     spread = math.nan if np.any(a < 0) or np.any(b < 0) else robust_spread(by_set)
-    power = power_at(spread, set_sizes, alpha, floor)
+    power = power_at(spread, set_sizes, alpha, floor, tuning_sd)
     verdict = _decide(first, second, p, lean, effect, [lean] if leans is None else leans,
                       alpha, floor, power)
     return Verdict(first, second, wins, losses, ties, p, verdict, effect, floor, lean,
                    tuple(a), tuple(b), spread, power, median_ratio_interval(a, b),
-                   tuning_shift(by_set), set_sizes)
+                   tuning_shift(by_set), set_sizes, float(tuning_sd))
 
 
-def power_at(spread, set_sizes, alpha=ALPHA, floor=FLOOR):
-    """:func:`rule_power` at :data:`EFFECT` for this spread and these seed sets (cached); nan if unknown."""
-    if math.isnan(spread):
+def power_at(spread, set_sizes, alpha=ALPHA, floor=FLOOR, tuning_sd=0.0, effect=1 / EFFECT,
+             null="normal"):
+    """:func:`rule_power` at ``effect`` (:data:`EFFECT`) for this spread, these seed sets and this
+    tuning noise (cached); nan if unknown.  ``effect=1`` gives the false "ahead" rate."""
+    if math.isnan(spread) or math.isnan(tuning_sd):
         return math.nan
-    if not math.isfinite(spread):
-        return 0.0
-    return _power_cached(round(max(spread, 1e-3), 3), tuple(set_sizes), alpha, floor)
+    if not math.isfinite(spread) or not math.isfinite(tuning_sd):
+        return 0.0 if effect != 1 else 1.0
+    return _power_cached(round(max(spread, 1e-3), 3), tuple(set_sizes), alpha, floor,
+                         round(tuning_sd, 3), effect, null)
 
 
 @functools.lru_cache(maxsize=4096)
-def _power_cached(spread, set_sizes, alpha, floor):
-    return rule_power(1 / EFFECT, set_sizes, spread, runs=2000, seed=0, alpha=alpha, floor=floor)
+def _power_cached(spread, set_sizes, alpha, floor, tuning_sd, effect, null):
+    return rule_power(effect, set_sizes, spread, runs=2000, seed=0, alpha=alpha, floor=floor,
+                      null=null, tuning_sd=tuning_sd)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -657,7 +666,7 @@ class Replicated:
                 f"{self.held_out.wins}-{self.held_out.losses})")
 
 
-def replicated(page, held_out, alpha=ALPHA, min_seeds=MIN_SEEDS, floor=FLOOR):
+def replicated(page, held_out, alpha=ALPHA, min_seeds=MIN_SEEDS, floor=FLOOR, tuning_sd=0.0):
     """The verdict of :data:`RULE` on two :class:`Verdict` of the same pair, pooled.
 
     Each set was tuned on its own seeds; the test runs over all their seeds
@@ -672,7 +681,7 @@ def replicated(page, held_out, alpha=ALPHA, min_seeds=MIN_SEEDS, floor=FLOOR):
     pooled = compare(page.first_scores + held_out.first_scores,
                      page.second_scores + held_out.second_scores, page.first, page.second,
                      alpha, min_seeds, floor, leans=[page.lean, held_out.lean],
-                     set_sizes=(page.seeds, held_out.seeds))
+                     set_sizes=(page.seeds, held_out.seeds), tuning_sd=tuning_sd)
     return Replicated(page, held_out, pooled)
 
 
@@ -711,7 +720,7 @@ def _simulated_verdicts(d, set_sizes, alpha, floor):
 
 
 def rule_power(effect, seeds=(30, 30), spread=SPREAD, runs=2000, seed=0, alpha=ALPHA,
-               floor=FLOOR, null="normal"):
+               floor=FLOOR, null="normal", tuning_sd=0.0):
     """How often :data:`RULE` says "ahead" when each seed's ratio is ``effect`` times noise.
 
     Simulates ``runs`` comparisons of seed sets of ``seeds`` paired seeds
@@ -722,7 +731,9 @@ def rule_power(effect, seeds=(30, 30), spread=SPREAD, runs=2000, seed=0, alpha=A
     "ahead" rate).  ``null="normal"`` draws normal noise; ``"skewed"``
     draws ``spread * (exp(z) - 1)`` (z standard normal), noise whose median
     is 0 but which is not symmetric: the signed-rank test asks about
-    symmetry, so there it says "ahead" more often.  The simulation runs the
+    symmetry, so there it says "ahead" more often.  ``tuning_sd`` adds to
+    each seed set one normal offset of that standard deviation, shared by
+    its seeds: the tuning draw moving the whole set.  The simulation runs the
     rule itself, vectorised (exact signed-rank tails; continuous draws do
     not tie).  Each comparison's verdict uses its own measured spread
     (:func:`power_at`).  Taught on the page "How the book decides".
@@ -730,6 +741,8 @@ def rule_power(effect, seeds=(30, 30), spread=SPREAD, runs=2000, seed=0, alpha=A
     checks.check_positive("effect", effect)
     seeds = [checks.check_whole_number("seeds", n) for n in seeds]
     checks.check_positive("spread", spread)
+    if not (isinstance(tuning_sd, (int, float)) and tuning_sd >= 0):
+        raise ValueError(f"tuning_sd must be a standard deviation (0 or more), got {tuning_sd!r}.")
     null = checks.check_choice("null", null, ("normal", "skewed"))
     runs = checks.check_whole_number("runs", runs)
     rng = np.random.default_rng(seed)
@@ -738,6 +751,9 @@ def rule_power(effect, seeds=(30, 30), spread=SPREAD, runs=2000, seed=0, alpha=A
         noise = spread * z
     else:   # median 0, robust spread about ``spread``, a long right tail
         noise = spread * np.expm1(z)
+    if tuning_sd:
+        offsets = rng.normal(0.0, tuning_sd, (runs, len(seeds)))
+        noise = noise + np.repeat(offsets, seeds, axis=1)
     said = _simulated_verdicts(math.log(effect) + noise, seeds, alpha, floor)
     wanted = (said != 0) if effect == 1 else (said == (1 if effect < 1 else -1))
     return float(np.mean(wanted))
@@ -811,11 +827,12 @@ class Replication:
     page: Experiment
     held_out: Experiment
 
-    def compare(self, first, second, alpha=ALPHA, min_seeds=MIN_SEEDS, floor=FLOOR):
+    def compare(self, first, second, alpha=ALPHA, min_seeds=MIN_SEEDS, floor=FLOOR,
+                tuning_sd=0.0):
         """The :class:`Replicated` verdict of two of the methods, over both seed sets."""
         return replicated(self.page.compare(first, second, alpha, 1, floor),
                           self.held_out.compare(first, second, alpha, 1, floor),
-                          alpha, min_seeds, floor)
+                          alpha, min_seeds, floor, tuning_sd)
 
 
 def replicate(methods, seeds, tuning_seeds, held_out_seeds, held_out_tuning_seeds, density=1):

@@ -525,3 +525,19 @@ def test_a_stated_ahead_the_family_does_not_keep_is_undecided():
     assert experiments.family_phrase(dropped).startswith("adjusted p = ")
     with pytest.raises(ValueError, match="not in the registry.*measure_stated_verdicts"):
         experiments.corrected(ahead, "nowhere | a | b")
+
+
+def test_a_tuning_draw_that_moves_whole_sets_makes_false_ahead_verdicts():
+    # each seed set shifted as one by its tuning draw: the seeds no longer vary independently
+    calm = experiments.rule_power(1.0, (100, 100), spread=1.0, runs=4000)
+    shifted = experiments.rule_power(1.0, (100, 100), spread=1.0, runs=4000, tuning_sd=0.25)
+    assert calm <= 0.05 < shifted
+    # even half a seed standard error of the median (1.2533 x spread / sqrt(seeds)) shows
+    half = 0.5 * 1.2533 * 1.0 / math.sqrt(100)
+    assert experiments.rule_power(1.0, (100, 100), spread=1.0, runs=4000, tuning_sd=half) > 0.05
+    # and the power a verdict carries includes the tuning noise
+    assert experiments.power_at(1.0, (100, 100), tuning_sd=0.25) < \
+        experiments.power_at(1.0, (100, 100))
+    assert experiments.power_at(1.0, (100, 100), effect=1.0) <= 0.05
+    with pytest.raises(ValueError, match="standard deviation"):
+        experiments.rule_power(1.0, tuning_sd=-0.1)
