@@ -35,8 +35,8 @@ import pargrad
 from pargrad import cost, local_sgd
 from pargrad.book import replay
 from pargrad.book.experiments import (CLOSE, EFFECT, TOO_FEW, Experiment, Method, Replication,
-                                      Sweep, compare, denser, last_quarter_mean, scores_as_array,
-                                      sweep)
+                                      Sweep, compare, denser, last_quarter_mean, log_ratios,
+                                      robust_spread, scores_as_array, sweep)
 from pargrad.book.parabola import parabola_data, parabola_model
 from pargrad.checks import check_choice, check_seeds, check_whole_number
 from pargrad.local_sgd import LocalSGDTrainer
@@ -764,6 +764,8 @@ def measure_tuned(seed_set, set_name, name):
     ``picked``: the best of each draw (:func:`tuning_draws`, :func:`pick`);
     ``test``: the test seeds' scores at each setting a draw picked.  What
     ``tools/measure_tuned_rare_communication.py`` stores.
+
+    Shown in the chapter "Communicating rarely in depth".
     """
     test_seeds, pool = TUNED_SETS[check_choice("seed_set", seed_set, TUNED_SETS)]
     methods = {m.name: m for m in experiment_sets()[check_choice("set_name", set_name,
@@ -823,7 +825,6 @@ def tuning_shift_in_errors(set_name, first, second, seed_set="page", kind="boots
     standard error of that median (1.2533 x robust spread / sqrt(seeds)).
     Returns ``(shift in standard errors, SD in log units)``.
     """
-    from pargrad.book.experiments import log_ratios, robust_spread
     stored = stored_tuned() if stored is None else stored
     count = len(stored["sets"][seed_set][set_name][first]["picked"][kind])
     medians = []
