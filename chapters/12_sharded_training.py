@@ -560,7 +560,7 @@ assert abs(one_pass - cost.ring_all_reduce_time(nbytes, 64, ndr)) < 1e-12
 #   DTensor works with raw `tf.Variable`s, not Keras 3 models. Here,
 #   sharding is variables placed with `tf.device` and copies between them.
 #
-# ```{admonition} What `ShardedTrainer` is and is not
+# ```{admonition} What ShardedTrainer is and is not
 # :class: note
 # It is ZeRO's stages 1 to 3 over the logical devices of **one process**
 # (a `MirroredStrategy`), on `SyncTrainer`'s fit loop, bit for bit the
@@ -598,15 +598,15 @@ assert abs(one_pass - cost.ring_all_reduce_time(nbytes, 64, ndr)) < 1e-12
 # layer casts them to bfloat16 when it computes, so it keeps float32
 # parameters and gradients and needs no separate master copy. Bytes a
 # parameter, on 64 devices:
-#
+
 # %%
-# for stage in range(4):
-#     zero, here = (memory.state_bytes(6400, replicas=64, stage=stage, precision=precision,
-#                                      optimizer="adam")["total"] / 6400
-#                   for precision in ("mixed", "float32"))
-#     print(f"stage {stage}: ZeRO's mixed precision {zero:5.2f}, ShardedTrainer under "
-#           f"mixed_bfloat16 {here:5.2f} bytes a parameter")
-#
+for stage in range(4):
+    zero, here = (memory.state_bytes(6400, replicas=64, stage=stage, precision=precision,
+                                     optimizer="adam")["total"] / 6400
+                  for precision in ("mixed", "float32"))
+    print(f"stage {stage}: ZeRO's mixed precision {zero:5.2f}, ShardedTrainer under "
+          f"mixed_bfloat16 {here:5.2f} bytes a parameter")
+
 # %% [markdown]
 # The same 16 bytes unsharded; sharded, ZeRO's 16-bit weights and gradients
 # cost half of what stay float32 here, and its master copy sits with the
@@ -671,17 +671,17 @@ assert abs(one_pass - cost.ring_all_reduce_time(nbytes, 64, ndr)) < 1e-12
 #    [Synchronous training](03_synchronous)?
 #
 # ### Solutions
-#
+
 # %% tags=["hide-cell"]
-# needs = {stage: memory.state_bytes(70_000_000_000, replicas=8, stage=stage, precision="mixed",
-#                                    optimizer="adam")["total"] / GB for stage in range(4)}
-# print({stage: f"{gb:.1f} GB" for stage, gb in needs.items()})
-# gpus = next(n for n in range(1, 1025)
-#             if memory.state_bytes(70_000_000_000, replicas=n, stage=3, precision="mixed",
-#                                   optimizer="adam")["total"] <= 80 * GB)
-# print(f"stage 3 fits in {80} GB from {gpus} GPUs")
-# assert all(gb > 80 for gb in needs.values()) and gpus == 14
-#
+needs = {stage: memory.state_bytes(70_000_000_000, replicas=8, stage=stage, precision="mixed",
+                                   optimizer="adam")["total"] / GB for stage in range(4)}
+print({stage: f"{gb:.1f} GB" for stage, gb in needs.items()})
+gpus = next(n for n in range(1, 1025)
+            if memory.state_bytes(70_000_000_000, replicas=n, stage=3, precision="mixed",
+                                  optimizer="adam")["total"] <= 80 * GB)
+print(f"stage 3 fits in {80} GB from {gpus} GPUs")
+assert all(gb > 80 for gb in needs.values()) and gpus == 14
+
 # %% [markdown]
 # ```{dropdown} Solution to exercise 1
 # On 8 GPUs none fits: the collapsed cell above prints the four totals, the
