@@ -238,7 +238,7 @@ glue("tuning-seeds", len(rc.TUNED_SETS["page"][1]))
 # each way, a gigabit a second: assumed orders of magnitude). One local
 # step is charged a millisecond of compute, also an assumption.
 
-# %%
+# %% tags=["hide-input"]
 STEP_SECONDS, FAST, SLOW = rc.STEP_SECONDS, rc.FAST, rc.SLOW
 for link in (FAST, SLOW):
     print(f"{link.name:28s} one all-reduce of the model: "

@@ -245,7 +245,7 @@ glue("fixed64", fixed64.verdict)
 # %%
 pargrad.book.show_source(rc.uneven_methods)
 
-# %%
+# %% tags=["hide-input"]
 races = {link.name: rc.tuned_replication(f"race, {link.name}") for link in (rc.FAST, rc.SLOW)}
 figure = seeds_figure([race.page for race in races.values()],
                       [f"one worker 3x slower, {name}" for name in races])
