@@ -560,8 +560,9 @@ class ShardedTrainer(SyncTrainer):
         return start, min((s + 1) * self.shard_size, self.parameter_count)
 
     def _gathered(self):
-        """The full flat parameters (unpadded) on the current replica's device: its own copy at
-        stages 1 and 2, an all-gather of the owners' shards at stage 3."""
+        """The full flat parameters (unpadded) on the current replica's device: its own copy
+        (stages 1 and 2; stage 3 gathers one unit at a time, :meth:`_gather_unit`), or the
+        owners' shards joined outside replica context."""
         pieces = self.parameter_shards
         context = tf.distribute.get_replica_context()
         if "parameters" not in self._sharded and context is not None:
@@ -776,8 +777,8 @@ class ShardedTrainer(SyncTrainer):
 
     def _stateless_gradients(self, x, y, global_batch_size):
         """The loss and gradients of ``(x, y)``, the model run on the replica's flat parameters
-        (gathered at stage 3) with Keras's ``stateless_call``."""
-        values = self._values(self._gathered())      # all-gather: the weights, as tensors
+        (stages 1 and 2) with Keras's ``stateless_call``."""
+        values = self._values(self._gathered())      # the replica's weights, as tensors
         with tf.GradientTape() as tape:
             tape.watch(values)
             prediction, _, penalties = self.model.stateless_call(
@@ -1121,7 +1122,7 @@ _sum_in_order = tf.function(_add_in_order, autograph=False,
 
 class _GatheredModel:
     """The model for evaluation: run on the replica's copy of the weights (stages 1 and 2) or
-    on the weights gathered onto the replica (stage 3)."""
+    one unit at a time, each gathered onto the replica (stage 3)."""
 
     def __init__(self, trainer):
         self._trainer = trainer
