@@ -35,8 +35,8 @@ help:
 	@echo "make test-browser the book's widgets and offline MathJax in headless Chromium"
 	@echo "                  (installs Chromium with apt-get when run as root)"
 	@echo "make chapter NB=chapters/01_training_loop   re-execute one chapter, store its outputs"
-	@echo "make outputs      re-execute every chapter and store fresh outputs (and the density"
-	@echo "                  check's sweeps: tools/store_density_sweeps.py)"
+	@echo "make outputs      tune the stale-gradient chapters' methods again, then re-execute"
+	@echo "                  every chapter and store fresh outputs"
 	@echo "make setup-cells  write the Colab setup cell (address from _config.yml) into every chapter"
 
 $(STAMP): requirements.txt pyproject.toml
@@ -272,11 +272,12 @@ chapter: $(STAMP)
 	@test -n "$(NB)" || (echo "usage: make chapter NB=chapters/01_training_loop" && exit 2)
 	cd tools && ../$(PY) run_chapter.py ../$(NB)
 
-# Every chapter, then the stored sweeps that a claim test reads instead of replaying them
-# (tests/claims/test_asynchronous_density.py: it replays a sample and compares).
+# The cheap stored runs the chapters read (the tuning pools of "Asynchronous training" and
+# "Stale gradients in depth", three minutes), then every chapter.  The slower stored runs
+# (the race, "Communicating rarely") have their own tools, named in CONTRIBUTING.md.
 outputs: $(STAMP)
+	PYTHONPATH=$(CURDIR):$(CURDIR)/tools $(PY) tools/measure_tuned_stale_gradients.py
 	cd tools && ../$(PY) run_chapter.py $(addprefix ../,$(CHAPTERS))
-	$(PY) tools/store_density_sweeps.py
 
 setup-cells: $(STAMP)
 	cd tools && ../$(PY) setup_cells.py

@@ -163,15 +163,16 @@ def tune_and_race(scenario, method, budget, every, tuning, seeds, known=None, de
 
 
 def known_runs(stored, scenario, method):
-    """What a stored file holds of one (scenario, method): its grid, sweep runs and races."""
+    """What a stored file holds of one (scenario, method): its grid, sweep runs and races
+    (no grid where the file does not hold the pair: the sweep starts from the first grid)."""
     pick = lambda r: (r["scenario"], r["method"]) == (scenario, method)  # noqa: E731
     inf = float("inf")
     sweep = {(r["learning_rate"], r["seed"]): [inf if t is None else t for t in r["time_to_target"]]
              for r in stored["sweep"] + stored.get("dense_sweep", []) if pick(r)}
     results = {(r["learning_rate"], r["seed"]): r
                for r in stored["results"] + stored.get("dense_results", []) if pick(r)}
-    return {"grid": stored["settings"]["grids"][scenario][method], "sweep": sweep,
-            "results": results}
+    grid = stored["settings"]["grids"].get(scenario, {}).get(method)
+    return {**({"grid": grid} if grid is not None else {}), "sweep": sweep, "results": results}
 
 
 def virtual(arguments):
@@ -212,9 +213,10 @@ def virtual(arguments):
         raise SystemExit(f"--only names no (scenario, method) of the race: {sorted(unknown)}.")
     sweep, dense_sweep, grids, best, dense_best, results, dense_results = [], [], {}, {}, {}, {}, {}
     done = {}
-    if previous:  # the pairs not chosen: as the file holds them
+    if previous:  # the pairs not chosen: as the file holds them (a file may hold only some)
+        held = previous["settings"]["grids"]
         for scenario, method in tasks:
-            if (scenario, method) not in chosen:
+            if (scenario, method) not in chosen and method in held.get(scenario, {}):
                 pick = lambda r: (r["scenario"], r["method"]) == (scenario, method)  # noqa: E731
                 done[scenario, method] = (
                     [r for r in previous["sweep"] if pick(r)],
@@ -293,7 +295,8 @@ def virtual(arguments):
         extensions = previous["settings"].get("grid_extensions", {})
         for scenario, methods in grids.items():
             for method, grid in methods.items():
-                before = {round(r, 6) for r in previous["settings"]["grids"][scenario][method]}
+                before = {round(r, 6) for r in
+                          previous["settings"]["grids"].get(scenario, {}).get(method, grid)}
                 added = [r for r in grid if round(r, 6) not in before]
                 if added:  # the rates a plateau tied at the resolution needed
                     extensions.setdefault(scenario, {})[method] = sorted(

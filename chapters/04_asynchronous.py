@@ -61,7 +61,8 @@ import numpy as np
 import tensorflow as tf
 from IPython.display import Markdown
 from pargrad import AsyncTrainer, Scenario
-from pargrad.book import delay, experiments, glue, parabola_async, show_lines, show_source
+from pargrad.book import (delay, experiments, glue, parabola_async, show_lines, show_source,
+                          tuning)
 from pargrad.book.plots_asynchronous import (
     async_timeline, loss_against_updates, stale_gradient, staleness_histograms,
 )
@@ -465,49 +466,37 @@ plt.close(figure)  # shown once, by the numbered figure below
 # ## Over many initial weights
 #
 # We ask the title question as [How the book decides](a0_methods) prescribes:
-# over 30 seeds (each fixes the initial weights), each method at the
-# best learning rate of its own sweep on 20 other *tuning* seeds (refined
-# until the best rate's neighbours are within a factor $2^{1/4}$), repeated
-# on held-out seeds with their own tuning seeds; a verdict pools both sets
-# and stands only if each leans the same way. Every method makes 400 updates. Each of 2, 4 and 8 asynchronous
+# on two sets of {glue:text}`seeds` seeds each (a seed fixes the initial
+# weights), each method at the best learning rate of a grid $2^{1/4}$ apart,
+# picked on a {term}`tuning pool` of {glue:text}`pool` other tuning seeds of the set's
+# own; a verdict pools both sets and stands only if each leans the same way,
+# and an "ahead" must come back on at least {glue:text}`min-agreement` of
+# the pools' resampled draws, so that no verdict rests on a lucky pick.
+# Every method makes {glue:text}`updates` updates. Each of 2, 4 and 8 asynchronous
 # workers gets a **zero-staleness control**: one worker taking the same $n$
 # shards in turn, every gradient fresh. Its gap to one worker is the cost of
 # seeing each shard less often; the asynchronous workers' gap to it is the
 # cost of staleness. The runs come from `pargrad.book.parabola_async`, a
 # float64 NumPy replica of the trainer for many seeds at once, checked
-# against it on the deep-dive page.
+# against it on the deep-dive page; `tools/measure_tuned_stale_gradients.py`
+# stores them.
 
 # %% tags=["remove-input"]
-SEEDS, TUNING_SEEDS = np.arange(30), np.arange(100, 120)
-HELD_OUT, HELD_OUT_TUNING = np.arange(1000, 1030), np.arange(1100, 1120)
-RATES = [0.01, 0.02, 0.03, 0.05, 0.07, 0.1, 0.14, 0.2, 0.3, 0.4]
-UPDATES = 400
-
-
-def asynchronous(n):
-    """n equal asynchronous workers, as a method of the harness."""
-    return experiments.Method("1 worker" if n == 1 else f"{n} async workers",
-                              lambda rate, seeds: parabola_async.final_losses(
-                                  n, rate, seeds, UPDATES), RATES)
-
-
-def in_turn(n):
-    """The zero-staleness control: one worker taking the n shards in turn."""
-    return experiments.Method(f"{n} shards in turn", lambda rate, seeds: parabola_async.final_losses(
-        n, rate, seeds, UPDATES, sequential=True), RATES)
-
-
-methods = [asynchronous(1)] + [make(n) for n in (2, 4, 8) for make in (in_turn, asynchronous)]
-replication = experiments.replicate(methods, SEEDS, TUNING_SEEDS, HELD_OUT, HELD_OUT_TUNING)
-Markdown(experiments.results_table(replication, "1 worker").to_markdown())
+replication = parabola_async.tuned_replication("workers")
+methods = parabola_async.worker_methods()
+family = {m.name: experiments.statement_key("asynchronous training", m.name, "1 worker")
+          for m in methods[1:]}   # each verdict after Holm's correction over the book's
+Markdown(experiments.results_table(replication, "1 worker", family=family).to_markdown())
 
 # %% [markdown]
 # The table, over both seed sets: median final loss; the median per-seed
 # ratio to one worker; the seeds on which the method ended lower; the verdict.
 
 # %% tags=["remove-cell"]
-glue("seeds", len(SEEDS))
-glue("updates", UPDATES)
+glue("seeds", len(replication.page.seeds))
+glue("pool", len(parabola_async.TUNED_SETS["page"][1]))
+glue("min-agreement", f"{tuning.MIN_AGREEMENT:.0%}")
+glue("updates", parabola_async.UPDATES)
 staleness_ratios, examples_ratios = [], []
 effects = {}  # (set, n) -> (examples' median ratio, staleness's median ratio)
 for n in (2, 4, 8):

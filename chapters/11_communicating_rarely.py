@@ -319,7 +319,9 @@ assert all(saving[s].verdict == f"{rc.SYNC_MOMENTUM} ahead" for s in DIAL[2:])
 assert momentum_alone.verdict == f"{rc.SYNC_MOMENTUM} ahead"
 assert all(dial.compare(f"DiLoCo, H={s}", rc.SYNC).verdict == f"DiLoCo, H={s} ahead"
            for s in DIAL[1:-1])
-assert dial.compare(f"DiLoCo, H={DIAL[-1]}", rc.SYNC).verdict == experiments.NEGLIGIBLE
+last_vs_sync = dial.compare(f"DiLoCo, H={DIAL[-1]}", rc.SYNC)
+assert last_vs_sync.verdict == experiments.CLOSE, last_vs_sync   # within what the tuning moves
+glue("h256-sync-interval", experiments.format_interval(last_vs_sync.pooled.interval))
 assert [saving[s].pooled.effect for s in DIAL[2:]] == sorted(saving[s].pooled.effect
                                                              for s in DIAL[2:])
 
@@ -329,7 +331,8 @@ assert [saving[s].pooled.effect for s in DIAL[2:]] == sorted(saving[s].pooled.ef
 # {glue:text}`cost-16`, {glue:text}`cost-64` and {glue:text}`cost-256` times
 # its loss at `H` = 16, 64 and 256. At `H` = 4 there are too few seeds to
 # tell (median ratio's {glue:text}`h4-interval`). Up to `H` = 64 every DiLoCo row ends below plain
-# synchronous SGD (at `H` = 256 the difference is negligible), but that
+# synchronous SGD (at `H` = 256 it is a close call, median ratio's
+# {glue:text}`h256-sync-interval`), but that
 # is the momentum's doing, not the rare communication's: plain averaging
 # (local SGD) loses to synchronous SGD at every `H`
 # ([Communicating rarely in depth](d5_rare_communication_in_depth)).

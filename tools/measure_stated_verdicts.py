@@ -1,9 +1,11 @@
 """The registry of the book's stated verdicts, with their p-values and Holm's correction.
 
 Writes pargrad/book/data/stated_verdicts.json: every verdict that "Sync vs async in the same
-time", "The race in depth", "Communicating rarely" and its deep dive state, recomputed from
-their stored runs (the race files; for "Communicating rarely" and its deep dive, the runs tuned on pools of
-40 seeds that tools/measure_tuned_rare_communication.py stores), its pooled p-value, and the
+time", "The race in depth", "Communicating rarely" and its deep dive, "Asynchronous training"
+and "Stale gradients in depth" state on tuned methods, recomputed from their stored runs (the
+race files; for the others, the runs tuned on pools of 40 seeds that
+tools/measure_tuned_rare_communication.py and tools/measure_tuned_stale_gradients.py store),
+its pooled p-value, and the
 p-value Holm's step-down correction over all of them gives (experiments.holm).  The pages
 read it through experiments.corrected; tests/claims/test_stated_verdicts_conclusions.py
 checks it against the runs.  Takes about five minutes on one core:
@@ -14,7 +16,7 @@ checks it against the runs.  Takes about five minutes on one core:
 import json
 import pathlib
 
-from pargrad.book import experiments, race
+from pargrad.book import experiments, parabola_async, race
 from pargrad.book import rare_communication as rc
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -28,6 +30,15 @@ RACE_PAIRS = {   # scenario -> the (first, second) pairs the race pages state, a
 }
 RARE = [(set_name, first, second)   # as "Communicating rarely" and its deep dive state them
         for set_name, pairs in rc.STATED_PAIRS.items() for first, second in pairs]
+STALE = {   # page -> (tuned group, the pairs it states)
+    "asynchronous training": ("workers", [
+        *((f"{n} async workers", "1 worker") for n in parabola_async.WORKERS),
+        *((f"{n} shards in turn", "1 worker") for n in parabola_async.WORKERS),
+        *((f"{n} async workers", f"{n} shards in turn") for n in parabola_async.WORKERS)]),
+    "stale gradients in depth": ("remedies", [
+        ("best constant rate", "rate / (staleness + 1)"), ("DC-ASGD", "best constant rate"),
+        ("DC-ASGD", "rate / (staleness + 1)")]),
+}
 
 
 def registry():
@@ -46,6 +57,10 @@ def registry():
     for name, first, second in RARE:
         found[experiments.statement_key("communicating rarely", name, first, second)] = \
             runs[name].compare(first, second)
+    for page, (group, pairs) in STALE.items():
+        tuned = parabola_async.tuned_replication(group)
+        for first, second in pairs:
+            found[experiments.statement_key(page, first, second)] = tuned.compare(first, second)
     return found
 
 

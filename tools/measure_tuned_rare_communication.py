@@ -3,7 +3,7 @@
 Each seed set (pargrad.book.rare_communication.TUNED_SETS: 100 test seeds and
 a pool of 40 tuning seeds of its own) runs every stated method's whole coarse
 grid on its pool, picks the best on the pool and on every tuning draw
-(rare_communication.tuning_draws: the pool cut into the old draws of 10, and
+(pargrad.book.tuning.tuning_draws: the pool cut into the old draws of 10, and
 20 bootstrap resamples of the pool), and runs the test seeds at each setting
 a draw picked.  The chapter reads the pool's best; the draws measure how far
 the tuning moves each verdict (rare_communication.tuning_shift_in_errors).

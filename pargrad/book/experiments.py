@@ -43,6 +43,7 @@ import functools
 import html
 import itertools
 import math
+import statistics
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -508,11 +509,33 @@ def effect_size(first_scores, second_scores):
         return float(np.median(a[differ] / b[differ]))
 
 
-def _decide(first, second, p, lean, effect, leans, alpha, floor, power=math.nan):
-    """The verdict text of :data:`RULE` and :data:`UNDECIDED` from the test, effect, leans, power."""
+def tuning_margin(spread, set_sizes, tuning_sd, alpha=ALPHA):
+    """The median log-ratio a lead must pass when the tuning draw moves each set's median.
+
+    ``z(1 - alpha/2) x sqrt(SE**2 + tuning_sd**2 / sets)``, with ``SE`` the
+    seed standard error of the pooled median (1.2533 x ``spread`` /
+    sqrt(seeds)) and ``tuning_sd`` the standard deviation the draw of tuning
+    seeds adds to each set's median log-ratio: the part of a lead that the
+    tuning alone could make.  0 without tuning noise (the signed-rank test
+    then decides alone).  Taught on the page "How the book decides".
+    """
+    if not tuning_sd:
+        return 0.0
+    if not (math.isfinite(spread) and math.isfinite(tuning_sd)):
+        return math.inf
+    error = 1.2533 * spread / math.sqrt(sum(set_sizes))
+    z = statistics.NormalDist().inv_cdf(1 - alpha / 2)
+    return z * math.sqrt(error ** 2 + tuning_sd ** 2 / len(set_sizes))
+
+
+def _decide(first, second, p, lean, effect, leans, alpha, floor, power=math.nan, margin=0.0):
+    """The verdict text of :data:`RULE` and :data:`UNDECIDED` from the test, effect, leans, power,
+    and the :func:`tuning_margin` a lead must pass."""
     agreed = lean != 0 and all(each == lean for each in leans)
     within = not math.isnan(effect) and abs(effect - 1) <= floor * (1 + 1e-12)
     same_side = math.isnan(effect) or (effect < 1) == (lean > 0)
+    if margin and not (effect > 0 and abs(math.log(effect)) > margin):
+        agreed = False    # a lead the tuning alone could make: undecided
     if p < alpha and agreed and within:
         return NEGLIGIBLE
     if p < alpha and agreed and same_side:
@@ -589,7 +612,8 @@ def compare(first_scores, second_scores, first="A", second="B", alpha=ALPHA, min
     rule's power at :data:`EFFECT` (:func:`rule_power`), which the verdict
     carries with the interval of its median ratio.  ``tuning_sd``: the
     standard deviation the draw of tuning seeds adds to each set's median
-    log-ratio, which the power then includes.
+    log-ratio, which the power then includes, and which a lead must pass
+    (:func:`tuning_margin`): without it, a lucky draw reads as evidence.
     Raises ``ValueError`` with fewer than ``min_seeds`` seeds: the rule's
     power (see :func:`rule_power`) needs them.  Taught in the chapter
     "Asynchronous training".
@@ -613,7 +637,7 @@ def compare(first_scores, second_scores, first="A", second="B", alpha=ALPHA, min
     spread = math.nan if np.any(a < 0) or np.any(b < 0) else robust_spread(by_set)
     power = power_at(spread, set_sizes, alpha, floor, tuning_sd)
     verdict = _decide(first, second, p, lean, effect, [lean] if leans is None else leans,
-                      alpha, floor, power)
+                      alpha, floor, power, tuning_margin(spread, set_sizes, tuning_sd, alpha))
     return Verdict(first, second, wins, losses, ties, p, verdict, effect, floor, lean,
                    tuple(a), tuple(b), spread, power, median_ratio_interval(a, b),
                    tuning_shift(by_set), set_sizes, float(tuning_sd))
@@ -700,8 +724,10 @@ def _rank_sum_tail(n):
     return np.cumsum(counts)
 
 
-def _simulated_verdicts(d, set_sizes, alpha, floor):
-    """The rule on simulated log-ratios ``d`` (runs, seeds), no ties: +1 first ahead, -1 second, 0."""
+def _simulated_verdicts(d, set_sizes, alpha, floor, tuning_sd=0.0):
+    """The rule on simulated log-ratios ``d`` (runs, seeds), no ties: +1 first ahead, -1 second, 0.
+
+    With ``tuning_sd``, a lead must also pass each run's :func:`tuning_margin`."""
     def rank_sums(x):
         ranks = np.argsort(np.argsort(np.abs(x), axis=1), axis=1) + 1
         better = np.where(x < 0, ranks, 0).sum(axis=1)
@@ -716,6 +742,15 @@ def _simulated_verdicts(d, set_sizes, alpha, floor):
     effect = np.exp(np.median(d, axis=1))
     within = np.abs(effect - 1) <= floor * (1 + 1e-12)
     same_side = (effect < 1) == (lean > 0)
+    if tuning_sd:
+        parts = np.split(d, np.cumsum(set_sizes)[:-1], axis=1)
+        gaps = np.concatenate([np.abs(x - np.median(x, axis=1, keepdims=True)) for x in parts],
+                              axis=1)
+        spread = 1.4826 * np.median(gaps, axis=1)
+        error = 1.2533 * spread / np.sqrt(d.shape[1])
+        z = statistics.NormalDist().inv_cdf(1 - alpha / 2)
+        margin = z * np.sqrt(error ** 2 + tuning_sd ** 2 / len(set_sizes))
+        agreed &= np.abs(np.log(effect)) > margin
     return np.where((p < alpha) & agreed & same_side & ~within, lean, 0)
 
 
@@ -733,7 +768,8 @@ def rule_power(effect, seeds=(30, 30), spread=SPREAD, runs=2000, seed=0, alpha=A
     is 0 but which is not symmetric: the signed-rank test asks about
     symmetry, so there it says "ahead" more often.  ``tuning_sd`` adds to
     each seed set one normal offset of that standard deviation, shared by
-    its seeds: the tuning draw moving the whole set.  The simulation runs the
+    its seeds: the tuning draw moving the whole set; a lead must then also
+    pass its :func:`tuning_margin`, as :func:`compare` asks.  The simulation runs the
     rule itself, vectorised (exact signed-rank tails; continuous draws do
     not tie).  Each comparison's verdict uses its own measured spread
     (:func:`power_at`).  Taught on the page "How the book decides".
@@ -754,7 +790,7 @@ def rule_power(effect, seeds=(30, 30), spread=SPREAD, runs=2000, seed=0, alpha=A
     if tuning_sd:
         offsets = rng.normal(0.0, tuning_sd, (runs, len(seeds)))
         noise = noise + np.repeat(offsets, seeds, axis=1)
-    said = _simulated_verdicts(math.log(effect) + noise, seeds, alpha, floor)
+    said = _simulated_verdicts(math.log(effect) + noise, seeds, alpha, floor, tuning_sd)
     wanted = (said != 0) if effect == 1 else (said == (1 if effect < 1 else -1))
     return float(np.mean(wanted))
 

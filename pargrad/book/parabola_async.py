@@ -26,8 +26,8 @@ import dataclasses
 
 import numpy as np
 
-from pargrad.book import experiments, replay
-from pargrad.checks import check_positive, check_seeds, check_whole_number
+from pargrad.book import experiments, replay, tuning
+from pargrad.checks import check_choice, check_positive, check_seeds, check_whole_number
 from pargrad.scenario import Scenario, virtual_schedule
 from pargrad.book.parabola import parabola_data
 
@@ -180,15 +180,15 @@ def replicate_resolved(methods, seeds, tuning_seeds, held_out_seeds, held_out_tu
     if len(np.unique(np.concatenate(sets))) != sum(len(s) for s in sets):
         raise ValueError("the four seed sets must not share a seed; held-out seeds must be new.")
     runs = []
-    for seeds, tuning in ((seeds, tuning_seeds), (held_out_seeds, held_out_tuning_seeds)):
+    for seeds, pool in ((seeds, tuning_seeds), (held_out_seeds, held_out_tuning_seeds)):
         resolved = []
         for method in methods:
             if method.name in knobs:
-                method, swept = resolve_knob(method, tuning, knobs[method.name], step)
+                method, swept = resolve_knob(method, pool, knobs[method.name], step)
                 if density == 2:
                     method = denser_knob(method, swept.best, knobs[method.name])
             resolved.append(method)
-        runs.append(experiments.run_experiment(resolved, seeds, tuning, density))
+        runs.append(experiments.run_experiment(resolved, seeds, pool, density))
     return experiments.Replication(*runs)
 
 
@@ -229,3 +229,95 @@ def remedy_methods(speeds=UNEVEN, updates=400):
 
 
 REMEDY_KNOBS = {"DC-ASGD": "λ"}
+
+
+# ----------------------------------------------------------------------------
+# Tuning inside the experiment (pargrad.book.tuning): the workers of "Asynchronous
+# training" and the remedies of "Stale gradients in depth", each seed set tuned on a
+# pool of 40 seeds of its own, on fine grids, the pool resampled
+# ----------------------------------------------------------------------------
+
+def geometric(low, count, step=experiments.RATE_STEP):
+    """``count`` values from ``low`` up, each ``step`` times the one before (to 4 digits)."""
+    return tuple(float(f"{low * step ** k:.4g}") for k in range(count))
+
+
+WORKERS = (2, 4, 8)                      # the asynchronous workers "Asynchronous training" runs
+UPDATES = 400                            # the updates of every tuned run
+# the fine grids, {density: grid}: rates 2^(1/4) apart (the refined sweep's step), λ sqrt(2)
+# apart; density 2 (the density check) halves each step over the same range
+WORKER_RATES = {1: geometric(0.01, 23), 2: geometric(0.01, 45, 2 ** 0.125)}   # 0.01 to 0.45
+TUNED_REMEDY_RATES = {1: geometric(0.01, 25), 2: geometric(0.01, 49, 2 ** 0.125)}  # to 0.64
+TUNED_DC_GRID = {d: {"rate": geometric(0.02, 10 * d + 1, 2 ** (0.25 / d)),  # 0.02 to 0.11
+                     "λ": (0.0, *geometric(0.01, 20 * d + 1, 2 ** (0.5 / d)))}  # 0, 0.01 to 10.2
+                 for d in (1, 2)}
+# each seed set: (test seeds, tuning pool); no seed is in two sets
+TUNED_SETS = {"page": (np.arange(0, 100), np.arange(100, 140)),
+              "held_out": (np.arange(1000, 1100), np.arange(1100, 1140)),
+              "third": (np.arange(2000, 2100), np.arange(2100, 2140))}
+DENSE_SETS = ("page", "held_out")        # the density check's sets
+TUNED = "stale_gradients_tuned"          # pargrad/book/data/<TUNED>.json
+
+
+def worker_methods(updates=UPDATES, density=1):
+    """One worker, and n asynchronous workers with their zero-staleness control, as Methods.
+
+    For n in :data:`WORKERS`: ``"n async workers"`` (equal workers, the
+    trainer's scheduled mode) and ``"n shards in turn"`` (one worker taking
+    the same n shards in turn, every gradient fresh), on
+    :data:`WORKER_RATES` at ``density``.  Taught in the chapter "Asynchronous training".
+    """
+    def method(name, n, sequential=False):
+        return experiments.Method(name, lambda rate, seeds: final_losses(
+            n, rate, seeds, updates, sequential=sequential), WORKER_RATES[density])
+
+    return [method("1 worker", 1)] + [
+        made for n in WORKERS for made in (method(f"{n} shards in turn", n, sequential=True),
+                                           method(f"{n} async workers", n))]
+
+
+def tuned_methods(group, density=1):
+    """The methods of a tuned ``group``: ``"workers"`` (:func:`worker_methods`) or
+    ``"remedies"`` (:func:`remedy_methods` on the fine grids :data:`TUNED_REMEDY_RATES` and
+    :data:`TUNED_DC_GRID`), at ``density`` 1 or 2 (the density check: every step halved)."""
+    group = check_choice("group", group, ("workers", "remedies"))
+    density = check_choice("density", density, (1, 2))
+    if group == "workers":
+        return worker_methods(density=density)
+    plain, rule, dc = remedy_methods()
+    return [plain.with_rates(TUNED_REMEDY_RATES[density]),
+            rule.with_rates(TUNED_REMEDY_RATES[density]),
+            dataclasses.replace(dc, grid=TUNED_DC_GRID[density])]
+
+
+def measure_tuned(seed_set, group, name, density=1):
+    """One method of a ``group`` on a seed set's pool and test seeds: :func:`pargrad.book.tuning.measure`.
+
+    What ``tools/measure_tuned_stale_gradients.py`` stores.
+    """
+    test_seeds, pool = TUNED_SETS[check_choice("seed_set", seed_set, TUNED_SETS)]
+    methods = {m.name: m for m in tuned_methods(group, density)}
+    return tuning.measure(methods[check_choice("name", name, list(methods))], test_seeds, pool)
+
+
+def stored_tuned():
+    """The stored tuning pools and draws (``pargrad/book/data/stale_gradients_tuned.json``)."""
+    import importlib.resources
+    import json
+
+    return json.loads(importlib.resources.files("pargrad.book").joinpath(
+        "data", f"{TUNED}.json").read_text())
+
+
+def tuned_replication(group, stored=None, seed_sets=("page", "held_out"), density=1):
+    """A group on two seed sets, each method at the best of its set's pool of 40 tuning seeds.
+
+    A :class:`pargrad.book.tuning.TunedReplication` on 100 test seeds a set;
+    reads the stored runs (:func:`stored_tuned`; ``density=2``: the density
+    check's grids), runs nothing.  Taught in the chapters "Asynchronous
+    training" and "Stale gradients in depth".
+    """
+    stored = stored_tuned() if stored is None else stored
+    sets = stored["sets"] if check_choice("density", density, (1, 2)) == 1 else stored["dense"]
+    return tuning.replication([sets[which][group] for which in seed_sets],
+                              [TUNED_SETS[which][0] for which in seed_sets])

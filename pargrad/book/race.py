@@ -40,7 +40,7 @@ import numpy as np
 
 from pargrad._quiet import import_tensorflow_quietly
 from pargrad.asynchronous import MODES, AsyncTrainer
-from pargrad.book import experiments
+from pargrad.book import experiments, tuning
 from pargrad.book.digits import (cross_entropy, cross_entropy_per_example, digits_data,
                                  digits_model, time_to_target)
 from pargrad.book.experiments import Method
@@ -495,6 +495,37 @@ def stored_sweep_method(stored, scenario, method, target=None):
         return [np.inf if find(rate, s) is None else find(rate, s) for s in seeds]
 
     return Method(method, run, grid, resolution=settings.get("every", 0.0), step=None)
+
+
+def estimated_tuning_sd(stored, scenario, first, second, resamples=40, seed=0):
+    """An estimate of how far the draw of tuning seeds moves a race comparison, in log units.
+
+    The race's test seeds ran at the stored best rates only, so the tuning
+    draw cannot be resampled on them as on the replays' pages
+    (:mod:`pargrad.book.tuning`).  Instead each of ``resamples`` bootstrap
+    draws of the file's tuning seeds picks each method's rate again from the
+    stored sweep (the sweep's own rule), and the draw moves the method by
+    the median, over the tuning seeds, of the log-ratio of their times at
+    that rate and at the stored best.  Returns the standard deviation over
+    the draws of ``first``'s move minus ``second``'s (the same draws for
+    both, as both were tuned on the same seeds).  Shown in the chapter "The
+    race in depth".
+    """
+    seeds = list(stored["settings"]["tuning_seeds"])
+    resolution = stored["settings"].get("every", 0.0)
+    draws = tuning.tuning_draws(len(seeds), resamples=resamples, seed=seed)["bootstrap"]
+    moves = []
+    for name in (first, second):
+        method = stored_sweep_method(stored, scenario, name)
+        times = np.array([method.run(rate, seeds) for rate in method.settings()], float)
+        at = tuning.pick(times, resolution)
+        moved = []
+        for draw in draws:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.log(times[tuning.pick(times[:, draw], resolution)] / times[at])
+            moved.append(float(np.median(np.where(np.isnan(ratio), 0.0, ratio))))
+        moves.append(np.array(moved))
+    return float(np.std(moves[0] - moves[1], ddof=1))
 
 
 def stored_experiment(stored, scenario, methods, target=TARGET, density=1):

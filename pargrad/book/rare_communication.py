@@ -33,10 +33,9 @@ import numpy as np
 
 import pargrad
 from pargrad import cost, local_sgd
-from pargrad.book import replay
-from pargrad.book.experiments import (CLOSE, EFFECT, TOO_FEW, Experiment, Method, Replication,
-                                      Sweep, compare, denser, last_quarter_mean, log_ratios,
-                                      robust_spread, scores_as_array, sweep)
+from pargrad.book import replay, tuning
+from pargrad.book.experiments import (Experiment, Method, Replication, Sweep, compare, denser,
+                                      last_quarter_mean, scores_as_array, sweep)
 from pargrad.book.parabola import parabola_data, parabola_model
 from pargrad.checks import check_choice, check_seeds, check_whole_number
 from pargrad.local_sgd import LocalSGDTrainer
@@ -701,10 +700,6 @@ def train_phase(rounds, local_steps, learning_rate, weights=None, velocity=None,
 TUNED_SETS = {"page": (np.arange(0, 100), np.arange(3000, 3040)),
               "held_out": (np.arange(1000, 1100), np.arange(3040, 3080)),
               "third": (np.arange(2000, 2100), np.arange(3080, 3120))}
-DRAW_SIZE = 10        # the old tuning: disjoint draws of this many seeds from a pool
-RESAMPLES = 20        # bootstrap draws of a pool (with replacement): the tuning's own noise
-MAX_SHIFT = 0.5       # the tuning shift a verdict may carry, in seed standard errors
-MIN_AGREEMENT = 0.95  # an "ahead" must hold on this share of the resampled tuning draws
 TUNED = "rare_communication_tuned"
 # the methods the chapter's stated verdicts compare (experiments' registry), by set
 STATED_METHODS = {"dial": (*(method_name(outer, h) for outer in replay.OUTERS for h in DIAL),
@@ -726,43 +721,10 @@ STATED_PAIRS = {
        for link in (FAST, SLOW)}}
 
 
-def pick(scores):
-    """The index of the best setting of a grid's per-seed ``scores`` (settings, seeds), as sweep picks.
-
-    Lowest median (a diverged run counts as ``inf``); a tie goes to the
-    lowest mean, then to the middle of what still ties
-    (:func:`pargrad.book.experiments.sweep` on the grid as given).
-    """
-    scores = np.where(np.isnan(scores), np.inf, np.asarray(scores, float))
-    medians = np.median(scores, axis=1)
-    if not np.isfinite(medians).any():
-        raise ValueError("no setting gives a finite median score; try smaller rates.")
-    plateau = np.flatnonzero(medians == np.min(medians))
-    means = np.mean(scores[plateau], axis=1)
-    tied = plateau[means == np.min(means)] if np.isfinite(means).any() else plateau
-    return int(tied[len(tied) // 2])
-
-
-def tuning_draws(pool_size, resamples=RESAMPLES, draw_size=DRAW_SIZE, seed=0):
-    """The tuning draws of a pool, as index arrays: ``{"pool": all, "disjoint": [...], "bootstrap": [...]}``.
-
-    ``disjoint``: the pool cut into draws of ``draw_size`` seeds (the old
-    tuning's size); ``bootstrap``: ``resamples`` draws of the pool's size
-    with replacement, which measure how far a tuning on the whole pool moves.
-    """
-    rng = np.random.default_rng(seed)
-    return {"pool": np.arange(pool_size),
-            "disjoint": [np.arange(i, i + draw_size)
-                         for i in range(0, pool_size - draw_size + 1, draw_size)],
-            "bootstrap": [rng.integers(0, pool_size, pool_size) for _ in range(resamples)]}
-
-
 def measure_tuned(seed_set, set_name, name):
     """One method's grid on a set's tuning pool and its test seeds at every draw's best; a dict.
 
-    ``scores``: every setting of the coarse grid on the pool's seeds;
-    ``picked``: the best of each draw (:func:`tuning_draws`, :func:`pick`);
-    ``test``: the test seeds' scores at each setting a draw picked.  What
+    :func:`pargrad.book.tuning.measure` on the set's coarse grid.  What
     ``tools/measure_tuned_rare_communication.py`` stores.
 
     Shown in the chapter "Communicating rarely in depth".
@@ -771,18 +733,7 @@ def measure_tuned(seed_set, set_name, name):
     methods = {m.name: m for m in experiment_sets()[check_choice("set_name", set_name,
                                                                   STATED_METHODS)]}
     method = methods[check_choice("name", name, STATED_METHODS[set_name])]
-    settings = method.settings()
-    scores = np.array([scores_as_array(method.run(s, pool), pool) for s in settings])
-    draws = tuning_draws(len(pool))
-    picked = {"pool": pick(scores),
-              "disjoint": [pick(scores[:, d]) for d in draws["disjoint"]],
-              "bootstrap": [pick(scores[:, d]) for d in draws["bootstrap"]]}
-    run = getattr(method.run, "single", method.run)
-    chosen = sorted({picked["pool"], *picked["disjoint"], *picked["bootstrap"]})
-    test = {str(i): scores_as_array(run(settings[i], test_seeds), test_seeds) for i in chosen}
-    finite = lambda a: np.where(np.isfinite(a), a, -1.0).tolist()  # noqa: E731
-    return {"settings": settings, "scores": [finite(row) for row in scores], "picked": picked,
-            "test": {i: finite(v) for i, v in test.items()}}
+    return tuning.measure(method, test_seeds, pool)
 
 
 def stored_tuned():
@@ -794,99 +745,38 @@ def stored_tuned():
         "data", f"{TUNED}.json").read_text())
 
 
-def _kept(values):
-    values = np.asarray(values, float)
-    return np.where(values < 0, np.inf, values)
-
-
 def tuned_experiment(set_name, seed_set="page", draw="pool", stored=None):
     """A set's stated methods on the set's test seeds at one tuning draw's best: an ``Experiment``.
 
     ``draw``: ``"pool"`` (tuned on all 40 seeds of the pool), or
-    ``("disjoint", i)`` / ``("bootstrap", i)``.  Reads the stored runs; runs nothing.
+    ``("disjoint", i)`` / ``("bootstrap", i)`` (:func:`pargrad.book.tuning.experiment`).
+    Reads the stored runs; runs nothing.
     """
     stored = stored_tuned() if stored is None else stored
-    kept = stored["sets"][check_choice("seed_set", seed_set, TUNED_SETS)][set_name]
-    scores, rates = {}, {}
-    for name, method in kept.items():
-        index = method["picked"]["pool"] if draw == "pool" else \
-            method["picked"][draw[0]][draw[1]]
-        scores[name], rates[name] = _kept(method["test"][str(index)]), method["settings"][index]
-    return Experiment(TUNED_SETS[seed_set][0], scores, rates, {})
+    measured = stored["sets"][check_choice("seed_set", seed_set, TUNED_SETS)][set_name]
+    return tuning.experiment(measured, TUNED_SETS[seed_set][0], draw)
 
 
 def tuning_shift_in_errors(set_name, first, second, seed_set="page", kind="bootstrap",
                            stored=None):
-    """How far the tuning draw moves a comparison: SD of its median log-ratio over the draws / its SE.
-
-    Over the draws of ``kind`` (``"bootstrap"``: the pool of 40 resampled;
-    ``"disjoint"``: the old draws of 10), the standard deviation of the
-    median per-seed log-ratio on the set's test seeds, divided by the seed
-    standard error of that median (1.2533 x robust spread / sqrt(seeds)).
-    Returns ``(shift in standard errors, SD in log units)``.
-    """
+    """:func:`pargrad.book.tuning.shift_in_errors` of a stored set: ``(shift in SE, SD in logs)``."""
     stored = stored_tuned() if stored is None else stored
-    count = len(stored["sets"][seed_set][set_name][first]["picked"][kind])
-    medians = []
-    for i in range(count):
-        experiment = tuned_experiment(set_name, seed_set, (kind, i), stored)
-        medians.append(np.median(log_ratios(experiment.scores[first], experiment.scores[second])))
-    pooled = tuned_experiment(set_name, seed_set, "pool", stored)
-    d = log_ratios(pooled.scores[first], pooled.scores[second])
-    error = 1.2533 * robust_spread([d]) / np.sqrt(len(d))
-    sd = float(np.std(medians, ddof=1)) if np.all(np.isfinite(medians)) else np.inf
-    return (sd / error if error > 0 else np.inf), sd
+    return tuning.shift_in_errors(stored["sets"][seed_set][set_name], TUNED_SETS[seed_set][0],
+                                  first, second, kind)
 
 
-@dataclasses.dataclass(frozen=True)
-class TunedReplication(Replication):
-    """A :class:`pargrad.book.experiments.Replication` of a set tuned on its pools, which knows
-    its tuning draws: ``compare`` includes their noise in the power (``tuning_sd``, the
-    larger of the two sets' in :func:`tuning_shift_in_errors`)."""
-
-    set_name: str = ""
-    stored: dict = dataclasses.field(default=None, repr=False, compare=False)
-    seed_sets: tuple = ("page", "held_out")
-
-    def tuning_sd(self, first, second):
-        """The larger standard deviation the bootstrap tuning draws give the two sets' medians."""
-        return max(tuning_shift_in_errors(self.set_name, first, second, which,
-                                          stored=self.stored)[1] for which in self.seed_sets)
-
-    def draw_agreement(self, first, second):
-        """The share of the bootstrap tuning draws (the i-th of each set paired) whose verdict,
-        without the tuning noise, is the pools' verdict: the tuning draw resampled in the test."""
-        said = Replication.compare(self, first, second).verdict
-        count = len(self.stored["sets"][self.seed_sets[0]][self.set_name][first]["picked"][
-            "bootstrap"])
-        same = [Replication(*(tuned_experiment(self.set_name, which, ("bootstrap", i),
-                                               self.stored) for which in self.seed_sets))
-                .compare(first, second).verdict == said for i in range(count)]
-        return float(np.mean(same))
-
-    def compare(self, first, second, *args, **kwargs):
-        """The verdict with the tuning noise in its power; an "ahead" that fewer than
-        :data:`MIN_AGREEMENT` of the resampled tuning draws repeat is undecided."""
-        kwargs.setdefault("tuning_sd", self.tuning_sd(first, second))
-        result = super().compare(first, second, *args, **kwargs)
-        pooled = result.pooled
-        if not pooled.verdict.endswith(" ahead") or \
-                self.draw_agreement(first, second) >= MIN_AGREEMENT:
-            return result
-        words = CLOSE if 1 / EFFECT <= pooled.effect <= EFFECT else TOO_FEW
-        return dataclasses.replace(result, pooled=dataclasses.replace(pooled, verdict=words))
-
-
-def tuned_replication(set_name, stored=None, seed_sets=("page", "held_out")):
+def tuned_replication(set_name, stored=None, seed_sets=("page", "held_out"), runs=None):
     """A set on two seed sets, each at the best of its own pool of 40 tuning seeds.
 
-    A :class:`TunedReplication`; reads the stored runs
-    (:func:`stored_tuned`), runs nothing.  Taught in the chapter
-    "Communicating rarely".
+    A :class:`pargrad.book.tuning.TunedReplication`; reads the stored runs
+    (:func:`stored_tuned`), runs nothing; ``runs`` replaces its two
+    experiments (the same settings scored another way).  Taught in the
+    chapter "Communicating rarely".
     """
     stored = stored_tuned() if stored is None else stored
-    return TunedReplication(*(tuned_experiment(set_name, which, "pool", stored)
-                              for which in seed_sets), set_name, stored, tuple(seed_sets))
+    page, held_out = runs or (None, None)
+    return tuning.replication([stored["sets"][which][set_name] for which in seed_sets],
+                              [TUNED_SETS[which][0] for which in seed_sets], page, held_out)
 
 
 def tuned_rescored(set_name, race_score, stored=None):
@@ -906,4 +796,4 @@ def tuned_rescored(set_name, race_score, stored=None):
                                                                  experiment.seeds),
                                         experiment.seeds) for name in experiment.scores}
         runs.append(Experiment(experiment.seeds, scores, experiment.rates, {}))
-    return TunedReplication(*runs, set_name, stored, tuned.seed_sets)
+    return tuned_replication(set_name, stored, runs=runs)

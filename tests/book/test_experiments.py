@@ -3,6 +3,7 @@
 import dataclasses
 import itertools
 import math
+import statistics
 
 import numpy as np
 import pytest
@@ -527,17 +528,43 @@ def test_a_stated_ahead_the_family_does_not_keep_is_undecided():
         experiments.corrected(ahead, "nowhere | a | b")
 
 
-def test_a_tuning_draw_that_moves_whole_sets_makes_false_ahead_verdicts():
-    # each seed set shifted as one by its tuning draw: the seeds no longer vary independently
-    calm = experiments.rule_power(1.0, (100, 100), spread=1.0, runs=4000)
-    shifted = experiments.rule_power(1.0, (100, 100), spread=1.0, runs=4000, tuning_sd=0.25)
-    assert calm <= 0.05 < shifted
-    # even half a seed standard error of the median (1.2533 x spread / sqrt(seeds)) shows
-    half = 0.5 * 1.2533 * 1.0 / math.sqrt(100)
-    assert experiments.rule_power(1.0, (100, 100), spread=1.0, runs=4000, tuning_sd=half) > 0.05
+def test_a_tuning_draw_that_moves_whole_sets_is_held_off_by_the_tuning_margin():
+    # each seed set shifted as one by its tuning draw: the seeds no longer vary independently,
+    # and the signed-rank test alone reads the shift as evidence
+    rng = np.random.default_rng(0)
+    offsets = np.repeat(rng.normal(0.0, 0.25, (4000, 2)), 100, axis=1)
+    d = rng.normal(0.0, 1.0, (4000, 200)) + offsets
+    alone = experiments._simulated_verdicts(d, (100, 100), experiments.ALPHA, experiments.FLOOR)
+    held = experiments._simulated_verdicts(d, (100, 100), experiments.ALPHA, experiments.FLOOR,
+                                           tuning_sd=0.25)
+    assert np.mean(alone != 0) > 0.05 >= np.mean(held != 0)
+    # rule_power runs the rule with its margin: false "ahead" at the level, with or without
+    for tuning_sd in (0.0, 0.5 * 1.2533 / math.sqrt(100), 0.25, 1.0):
+        assert experiments.rule_power(1.0, (100, 100), spread=1.0, runs=4000,
+                                      tuning_sd=tuning_sd) <= 0.05
+    # the margin: the normal quantile at ALPHA times the seeds' and the draws' standard error
+    error = 1.2533 * 1.0 / math.sqrt(200)
+    z = statistics.NormalDist().inv_cdf(1 - experiments.ALPHA / 2)
+    assert experiments.tuning_margin(1.0, (100, 100), 0.25) == \
+        pytest.approx(z * math.sqrt(error ** 2 + 0.25 ** 2 / 2), rel=1e-12)
+    assert experiments.tuning_margin(1.0, (100, 100), 0.0) == 0.0
     # and the power a verdict carries includes the tuning noise
     assert experiments.power_at(1.0, (100, 100), tuning_sd=0.25) < \
         experiments.power_at(1.0, (100, 100))
+
+
+def test_a_lead_within_the_tuning_margin_is_undecided():
+    rng = np.random.default_rng(1)
+    base = np.exp(rng.normal(0.0, 0.3, 200))
+    ahead = base * 0.9                          # a tenth lower on every seed
+    assert experiments.compare(ahead, base, "A", "B", set_sizes=(100, 100)).verdict == "A ahead"
+    # a tuning draw that moves each set's median by 0.2 in log units could make that lead
+    moved = experiments.compare(ahead, base, "A", "B", set_sizes=(100, 100), tuning_sd=0.2)
+    assert moved.verdict == experiments.CLOSE, moved
+    assert moved.tuning_sd == 0.2
+    # a lead far beyond it stays
+    assert experiments.compare(base * 0.3, base, "A", "B", set_sizes=(100, 100),
+                               tuning_sd=0.2).verdict == "A ahead"
     assert experiments.power_at(1.0, (100, 100), effect=1.0) <= 0.05
     with pytest.raises(ValueError, match="standard deviation"):
         experiments.rule_power(1.0, tuning_sd=-0.1)

@@ -229,3 +229,25 @@ def test_stored_results_hold_the_curves_as_arrays():
     results = race.stored_results(race.stored_sweep("sync_vs_async_virtual"))
     assert {type(results[0][k]) for k in ("time", "accuracy", "loss")} == {np.ndarray}
     assert results[0]["accuracy"].dtype == np.float64 and results[0]["seed"] == 0
+
+
+def test_the_estimated_tuning_noise_is_how_far_the_draws_move_the_pair():
+    # ten tuning seeds; "moving": 0.2 best on seeds 0-5 (time 4), 0.1 best on seeds 6-9 (time 4)
+    # and 6 at the other rate, so a draw of mostly late seeds picks 0.1 and moves the method;
+    # "still": the same best rate on every seed, so no draw moves it
+    times = {"moving": {0.1: [6.0] * 6 + [4.0] * 4, 0.2: [4.0] * 6 + [6.0] * 4,
+                        0.4: [9.0] * 10},
+             "still": {0.1: [9.0] * 10, 0.2: [5.0] * 10, 0.4: [9.0] * 10}}
+    stored = {"settings": {"targets": [0.93], "sweep_target": 0.93, "every": 1.0,
+                           "tuning_seeds": list(range(10))},
+              "sweep": [{"scenario": "s", "method": name, "learning_rate": rate, "seed": seed,
+                         "time_to_target": [t]}
+                        for name, rates in times.items() for rate, column in rates.items()
+                        for seed, t in enumerate(column)]}
+    assert race.estimated_tuning_sd(stored, "s", "still", "still") == 0.0
+    moved = race.estimated_tuning_sd(stored, "s", "moving", "still")
+    assert moved > 0
+    # each draw moves "moving" by 0 (it keeps 0.2) or by the median log-ratio of 0.1 to 0.2
+    shift = np.median(np.log(np.array(times["moving"][0.1]) / times["moving"][0.2]))
+    assert moved <= abs(shift)
+    assert race.estimated_tuning_sd(stored, "s", "still", "moving") == pytest.approx(moved)

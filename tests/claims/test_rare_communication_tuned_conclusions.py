@@ -7,7 +7,7 @@ bootstrap resamples) with the test seeds' scores there.  This file re-runs a sam
 runs (three pool seeds and three test seeds a method, so that CI does not pay for the sweep),
 re-picks every draw from the stored scores, and asserts for each verdict the pages state:
 the tuning shift (the spread of the median log-ratio over the resampled tuning draws, in seed
-standard errors) at most rare_communication.MAX_SHIFT, the rule's false "ahead" rate at the
+standard errors) at most tuning.MAX_SHIFT, the rule's false "ahead" rate at the
 comparison's own spread and tuning noise at most 0.05, and, where the page reads "no
 difference shown", its power at a fifth at least experiments.MIN_POWER.  Under a skewed null
 the signed-rank test's false "ahead" rate is higher; the methods page says the test is about
@@ -17,7 +17,7 @@ symmetry.  Float64 NumPy replays: no ``claim`` mark.
 import numpy as np
 import pytest
 
-from pargrad.book import experiments
+from pargrad.book import experiments, tuning
 from pargrad.book import rare_communication as rc
 
 STORED = rc.stored_tuned()
@@ -42,15 +42,15 @@ def test_a_sample_of_the_stored_tuning_runs_repeats(seed_set, set_name):
 
 
 def test_every_draw_picks_what_the_stored_scores_pick():
-    draws = rc.tuning_draws(len(rc.TUNED_SETS["page"][1]))
+    draws = tuning.tuning_draws(len(rc.TUNED_SETS["page"][1]))
     for seed_set, sets in STORED["sets"].items():
         for set_name, methods in sets.items():
             assert set(methods) == set(rc.STATED_METHODS[set_name]), (seed_set, set_name)
             for name, kept in methods.items():
                 scores = np.where(np.asarray(kept["scores"]) < 0, np.inf, kept["scores"])
-                assert rc.pick(scores) == kept["picked"]["pool"]
+                assert tuning.pick(scores) == kept["picked"]["pool"]
                 for kind in ("disjoint", "bootstrap"):
-                    assert [rc.pick(scores[:, d]) for d in draws[kind]] == \
+                    assert [tuning.pick(scores[:, d]) for d in draws[kind]] == \
                         kept["picked"][kind], (seed_set, set_name, name, kind)
 
 
@@ -64,9 +64,9 @@ def tuned():
 
 
 # the tuning shift (seed standard errors, page's set and held-out set) with a pool of 40: still
-# above rare_communication.MAX_SHIFT for most pairs (0.2 to 2.8), so the rule's false "ahead"
+# above tuning.MAX_SHIFT for most pairs (0.2 to 2.8), so the rule's false "ahead"
 # rate with that tuning noise is above 0.05 for them; a stated "ahead" must therefore also hold
-# on rare_communication.MIN_AGREEMENT of the resampled tuning draws, and on the third set
+# on tuning.MIN_AGREEMENT of the resampled tuning draws, and on the third set
 @pytest.mark.parametrize("key", PAIRS, ids=" | ".join)
 def test_each_stated_verdict_survives_its_own_tuning(tuned, key):
     set_name, first, second = key
@@ -77,7 +77,7 @@ def test_each_stated_verdict_survives_its_own_tuning(tuned, key):
     pooled = verdict.pooled
     assert pooled.tuning_sd > 0 or max(shifts) == 0
     if pooled.verdict.endswith(" ahead"):
-        assert tuned[set_name].draw_agreement(first, second) >= rc.MIN_AGREEMENT
+        assert tuned[set_name].draw_agreement(first, second) >= tuning.MIN_AGREEMENT
     if pooled.verdict == experiments.NO_DIFFERENCE:
         assert pooled.power >= experiments.MIN_POWER, pooled
     # the false "ahead" rate of the rule at this spread with no tuning noise
