@@ -266,12 +266,20 @@ heavy_backup = [verdict("heavy-tailed delays", "async", "sync, 1 backup", t) for
 assert [v.verdict for v in heavy_backup] == ["async ahead", experiments.NO_DIFFERENCE]
 glue("heavy-async-wins", heavy_backup[0].pooled.wins)
 glue("heavy-async-ratio", heavy_backup[0].pooled.effect)
-aware = {(s, t): verdict(s, "async, staleness-aware", "async", t).verdict
+# the mitigations, after Holm's correction and the third seed set (experiments.corrected)
+aware = {(s, t): experiments.corrected(verdict(s, "async, staleness-aware", "async", t),
+                                       experiments.statement_key("race", s, "async, staleness-aware",
+                                                                 "async", t)).verdict
          for s in race.SCENARIOS for t in TARGETS}
-assert aware.pop(("equal devices", TARGETS[0])) == "async, staleness-aware ahead"
+# ahead on the two sets with equal devices at the lower target, not on the third
+assert aware.pop(("equal devices", TARGETS[0])) == experiments.CLOSE
 assert set(aware.values()) == {experiments.NO_DIFFERENCE}
-bounded = [verdict(s, "async, bound 2", "async", t) for s in STRAGGLERS for t in TARGETS]
-assert all(v.verdict == "async ahead" for v in bounded)
+bounded = {(s, t): experiments.corrected(verdict(s, "async, bound 2", "async", t),
+                                         experiments.statement_key("race", s, "async, bound 2",
+                                                                   "async", t)).verdict
+           for s in STRAGGLERS for t in TARGETS}
+assert bounded.pop(("heavy-tailed delays", TARGETS[0])) == experiments.CLOSE
+assert set(bounded.values()) == {"async ahead"}
 # Exercise 2: plain synchronous training behind the slow device, against itself and async
 slow_rates = settings["best_rates"]["one device 3x slower"]
 assert slow_rates["sync"] == settings["best_rates"]["equal devices"]["sync"]  # the same rate
@@ -316,9 +324,10 @@ glue("ex2-sync-async", verdict("one device 3x slower", "sync", "async", TARGETS[
 # The two mitigations of asynchronous training, the
 # {term}`staleness-aware rate <staleness-aware rate>` and
 # {term}`bounded staleness`, are raced in the deep dive: the
-# staleness-aware rate is ahead of plain asynchronous training only with
-# equal devices at the lower target, and a staleness bound holds the fast
-# workers back behind either kind of straggler.
+# staleness-aware rate is nowhere shown ahead of plain asynchronous
+# training (its lead with equal devices did not repeat on a third seed
+# set), and a staleness bound holds the fast workers back behind the slow
+# device (with heavy-tailed delays, at the higher target).
 #
 # ## What happened since
 #

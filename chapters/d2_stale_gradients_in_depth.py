@@ -6,14 +6,15 @@
 # $\eta\lambda < 2\sin(\pi/(2(2\tau+1)))$; a network's stable rate
 # shrinks alike. The staleness-aware rate and delay
 # compensation (DC-ASGD) keep a too-high rate stable, but tuned, with one
-# slow worker of four, neither beats a tuned constant rate: DC-ASGD is
-# within {glue:text}`floor:.0f` % of it, and the rule's lead changes with the seed set.
+# slow worker of four, neither beats a tuned constant rate: DC-ASGD ends
+# within {glue:text}`floor:.0f` % of it, the staleness-aware rule is a
+# close call.
 # ```
 #
 # The evidence behind [Asynchronous training](04_asynchronous).
 # **In this chapter you will** find the trainer's update and its NumPy
 # replica, derive the delay bound and check it against runs, test the
-# momentum explanation, sweep the two remedies on two seed sets, and count
+# momentum explanation, tune the two remedies on two seed sets, and count
 # lost updates. Verdicts follow [How the book decides](a0_methods).
 
 # %% tags=["colab", "hide-input"]
@@ -505,8 +506,9 @@ glue("rule-rate-held-out", f"{remedies.held_out.rates[rule.name]:.3g}")
 
 # %% tags=["remove-cell"]
 assert best_verdict.verdict != "best constant rate ahead", best_verdict
-# undecided: "no difference shown" where the rule would have seen a fifth, else a close call
-assert best_verdict.verdict in (experiments.NO_DIFFERENCE, experiments.CLOSE), best_verdict
+# undecided, and the rule could not have seen a fifth through the tuning's noise: the
+# takeaway says "close call"
+assert best_verdict.verdict == experiments.CLOSE, best_verdict
 # the two sets lean opposite ways: the prose says so
 assert best_verdict.page.lean != best_verdict.held_out.lean, best_verdict
 assert remedies.page.rates[rule.name] != remedies.held_out.rates[rule.name]
@@ -621,8 +623,6 @@ glue("dc-lambda-held-out", f"{picked[1]:.2g}")
 glue("dc-vs-constant", dc_vs_constant.text)
 glue("dc-vs-rule", dc_vs_rule.text)
 glue("dc-ratio", dc_vs_constant.pooled.effect)
-glue("dc-constant-wins", f"{dc_vs_constant.pooled.wins}")
-glue("dc-constant-losses", f"{dc_vs_constant.pooled.losses}")
 glue("dc-rule-ratio", dc_vs_rule.pooled.effect)
 
 # %% tags=["remove-cell"]
@@ -638,11 +638,8 @@ assert picked[0] == picked[1] > 0, picked   # the prose: both pools pick the sam
 # Both pools pick $\lambda$ = {glue:text}`dc-lambda-page`, at the constant's
 # own best rate. Against the best constant rate the verdict over both sets is
 # "{glue:text}`dc-vs-constant`": a median per-seed ratio of
-# {glue:text}`dc-ratio:.3f`, DC-ASGD lower on {glue:text}`dc-constant-wins`
-# of the pooled seeds and higher on {glue:text}`dc-constant-losses`: the
-# correction changes the final loss by well under the
-# {glue:text}`floor:.0f` % floor, and the rule, which would have seen a
-# fifth, sees nothing. Against the staleness-aware rule it is
+# {glue:text}`dc-ratio:.3f`, well within the {glue:text}`floor:.0f` % floor,
+# where the rule would have seen a fifth. Against the staleness-aware rule it is
 # "{glue:text}`dc-vs-rule`" (median ratio {glue:text}`dc-rule-ratio:.2f`):
 # the two seed sets lean opposite ways, as they do for the constant against
 # the rule.

@@ -9,11 +9,6 @@
 # check a verdict, not to learn the answer.
 # ```
 #
-# This optional page holds the evidence behind the race of
-# [Sync vs async in the same time](05_sync_vs_async): what a curious reader
-# may check and everyone else may skip. Its runs are the same stored
-# virtual-clock races, plus a live race and a stored sweep on the wall clock.
-#
 # **In this chapter you will** see the three mitigations as trainer options
 # at work, check the stored races against live runs, apply the book's fair
 # sweep rule to both stored sweeps, read every verdict of the race on two
@@ -34,6 +29,8 @@ if "google.colab" in sys.modules:
 
 # %%
 import pargrad  # first: it imports TensorFlow quietly
+
+import itertools
 
 import keras
 import matplotlib.pyplot as plt
@@ -282,11 +279,26 @@ for name, scenario in (("equal", "equal devices"), ("slow", "one device 3x slowe
 # {glue:text}`async-rate-slow-held:.3g` behind the slow device (page · held
 # out).
 #
+# The race cannot resample its tuning: its test seeds ran at these rates
+# only. Resampling the tuning seeds on the stored sweeps
+# (`race.estimated_tuning_sd`) puts the draw's noise at most
+# {glue:text}`race-tuning-sd:.2f` in log units; every stated verdict holds
+# with it.
+
+# %% tags=["remove-cell"]
+race_noise = [race.estimated_tuning_sd(f, scenario, first, second)
+              for f in (stored, held_out) for scenario, methods in settings["best_rates"].items()
+              for first, second in itertools.combinations(methods, 2)]
+glue("race-tuning-sd", max(race_noise))
+
+# %% [markdown]
 # ## Every verdict
 #
 # Each question is answered at both targets with the rule of
 # [How the book decides](a0_methods): a signed-rank test over the page's
-# seeds and the held-out ones pooled, each set leaning the same way. The
+# seeds and the held-out ones pooled, each set leaning the same way; a
+# stated "ahead" must also survive Holm's correction and, where a third
+# seed set was raced, be repeated there. The
 # collapsed output prints every verdict with its wins, median time ratio
 # and p-value, and each set's wins and losses.
 
@@ -318,7 +330,8 @@ STATED = {  # (scenario, first, second): the pooled verdict at the lower target,
     ("equal devices", "sequential, no staleness", "async"): (FIRST, FIRST),
     ("equal devices", "sync", "async"): (FIRST, FIRST),
     ("equal devices", "sync", "sync, 1 backup"): (NONE, NONE),
-    ("equal devices", "async, staleness-aware", "async"): (FIRST, NONE),
+    # ahead on the two sets at the lower target; a third set did not repeat it
+    ("equal devices", "async, staleness-aware", "async"): (experiments.CLOSE, NONE),
     ("equal devices", "async, bound 2", "async"): (NONE, NONE),
     ("one device 3x slower", "async", "sync"): (FIRST, FIRST),
     ("one device 3x slower", "sync, 1 backup", "sync"): (FIRST, FIRST),
@@ -329,7 +342,7 @@ STATED = {  # (scenario, first, second): the pooled verdict at the lower target,
     ("heavy-tailed delays", "sync, 1 backup", "sync"): (FIRST, FIRST),
     ("heavy-tailed delays", "sync, 1 backup", "async"): (SECOND, NONE),
     ("heavy-tailed delays", "async, staleness-aware", "async"): (NONE, NONE),
-    ("heavy-tailed delays", "async, bound 2", "async"): (SECOND, SECOND),
+    ("heavy-tailed delays", "async, bound 2", "async"): (experiments.CLOSE, SECOND),  # 3rd set
 }
 for (scenario, first, second), expected in STATED.items():
     for target, stated in zip(TARGETS, expected):
@@ -388,19 +401,19 @@ glue("heavy-bound-p", experiments.p_phrase(max(v.p_value for v in bound)))
 #   delays asynchronous training is ahead at the lower target
 #   ({glue:text}`heavy-backup-async` for the backup worker) and no
 #   difference is shown at the higher ({glue:text}`heavy-backup-async-high`).
-#   The old rule, two sign tests that both had to agree, saw neither lead.
 # - **The staleness-aware rate** is ahead of plain asynchronous training
-#   with equal devices at the lower target ({glue:text}`equal-aware`); at
-#   the higher target and behind either straggler no difference is shown.
+#   with equal devices at the lower target on the two sets
+#   ({glue:text}`equal-aware`), but a third seed set, tuned on its own
+#   seeds, did not repeat the lead: a close call. At the higher target and
+#   behind either straggler no difference is shown.
 # - **Bounded staleness** never binds with equal devices (its runs are the
 #   plain asynchronous ones, seed for seed). Behind the persistent straggler
 #   it is behind plain asynchronous training on every seed, because the fast
 #   workers must wait for the slow one; with heavy-tailed delays it is
 #   behind too, by less (median time ratios
 #   {glue:text}`heavy-bound-low:.2f` to {glue:text}`heavy-bound-high:.2f`,
-#   the larger {glue:text}`heavy-bound-p`). A third seed set, tuned on its
-#   own seeds (`tests/claims/test_sync_vs_async_conclusions.py`), confirms
-#   it at the higher target and shows no difference at the lower one.
+#   the larger {glue:text}`heavy-bound-p`), but the third seed set repeats
+#   it only at the higher target: at the lower one it is a close call.
 # - **A backup worker with equal devices:** no difference is shown at either
 #   target ({glue:text}`equal-backup-high` at the higher): nobody is late,
 #   and the backup worker drops a quarter of the examples.
@@ -646,11 +659,11 @@ plt.close(figure)
 #   the page's seeds and on held-out seeds tuned on their own.
 # - Every verdict pools two seed sets, each tuned on its own seeds, which
 #   must lean the same way: the core page's three, the zero-staleness
-#   control's lead, and bounded staleness behind plain asynchronous
-#   training with stragglers (at the higher target also on a third set);
-#   the backup worker's lead over asynchronous training depends on the
-#   straggler, and the staleness-aware rate is ahead only with equal
-#   devices at the lower target.
+#   control's lead, and bounded staleness losing to plain asynchronous
+#   training behind the slow device (with heavy-tailed delays, at the
+#   higher target: a third seed set did not repeat the lower); the backup
+#   worker's lead over asynchronous training depends on the straggler, and
+#   the staleness-aware rate is nowhere shown ahead.
 # - Tied at one checkpoint interval, the backup worker's plateaus reached
 #   the top of their grids, which grew until the optimum lay inside; a grid
 #   twice as dense changes no verdict that puts a method ahead.

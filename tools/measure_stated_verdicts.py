@@ -16,7 +16,7 @@ checks it against the runs.  Takes about five minutes on one core:
 import json
 import pathlib
 
-from pargrad.book import experiments, parabola_async, race
+from pargrad.book import experiments, parabola_async, race, tuning
 from pargrad.book import rare_communication as rc
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -64,13 +64,49 @@ def registry():
     return found
 
 
+THIRD_RACE = ROOT / "tests" / "claims" / "data" / "sync_vs_async_virtual_third.json"
+
+
+def third_sets(keys):
+    """The stated verdicts also decided on a third seed set, alone: key -> its Verdict.
+
+    "Communicating rarely" and the stale-gradient pages have a third set for every stated
+    pair (their tuning pools' "third" set); the race for the pairs its third file raced.
+    """
+    third_race = json.loads(THIRD_RACE.read_text())
+    race_runs = race.stored_results(third_race)
+    stale = parabola_async.stored_tuned()["sets"]["third"]
+    found = {}
+    for key in keys:
+        page, *statement = key.split(" | ")
+        if page == "race":
+            scenario, first, second, target = statement
+            held = third_race["settings"]["best_rates"].get(scenario, {})
+            if first in held and second in held:
+                found[key] = race.paired_verdict(race_runs, scenario, first, second,
+                                                 float(target.rstrip("%")) / 100, min_seeds=1)
+        elif page == "communicating rarely":
+            set_name, first, second = statement
+            found[key] = rc.tuned_experiment(set_name, "third").compare(first, second,
+                                                                        min_seeds=1)
+        else:
+            group = STALE[page][0]
+            found[key] = tuning.experiment(stale[group], parabola_async.TUNED_SETS["third"][0]) \
+                .compare(*statement, min_seeds=1)
+    return found
+
+
 def rows(found):
-    """The file's rows: key, verdict, p, Holm-adjusted p, spread, power, tuning shift and noise."""
+    """The file's rows: key, verdict, p, Holm-adjusted p, spread, power, tuning shift and noise,
+    and, where a third seed set was run, its p-value and lean."""
     keys = list(found)
     adjusted = experiments.holm([found[k].pooled.p_value for k in keys])
+    third = third_sets(keys)
     return [{"key": k, "verdict": found[k].verdict, "p": found[k].pooled.p_value,
              "holm": float(q), "spread": found[k].pooled.spread, "power": found[k].pooled.power,
-             "shift": found[k].pooled.shift, "tuning_sd": found[k].pooled.tuning_sd} for k, q in zip(keys, adjusted)]
+             "shift": found[k].pooled.shift, "tuning_sd": found[k].pooled.tuning_sd,
+             **({"third": {"p": third[k].p_value, "lean": third[k].lean}} if k in third else {})}
+            for k, q in zip(keys, adjusted)]
 
 
 def main():
@@ -78,8 +114,10 @@ def main():
     path = ROOT / "pargrad" / "book" / "data" / experiments.FAMILY_FILE
     path.write_text(json.dumps({"alpha": experiments.ALPHA, "verdicts": table}, indent=1) + "\n")
     for row in sorted(table, key=lambda r: r["p"]):
+        third = f", third set p {row['third']['p']:.2g} lean {row['third']['lean']:+d}" \
+            if "third" in row else ""
         print(f"RESULT {row['key']}: {row['verdict']}, p {row['p']:.2g}, Holm {row['holm']:.2g}, "
-              f"spread {row['spread']:.2f}, power {row['power']:.2f}")
+              f"spread {row['spread']:.2f}, power {row['power']:.2f}{third}")
 
 
 if __name__ == "__main__":

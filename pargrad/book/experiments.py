@@ -821,29 +821,42 @@ def statement_key(page, *statement):
 
 
 @functools.lru_cache(maxsize=None)
-def stated_family():
-    """The book's registry of stated verdicts: key -> (p-value, Holm-adjusted p-value)."""
+def _registry():
     import json
     import pathlib
-    data = json.loads((pathlib.Path(__file__).parent / "data" / FAMILY_FILE).read_text())
-    return {row["key"]: (row["p"], row["holm"]) for row in data["verdicts"]}
+    return json.loads((pathlib.Path(__file__).parent / "data" / FAMILY_FILE).read_text())
+
+
+def stated_family():
+    """The book's registry of stated verdicts: key -> (p-value, Holm-adjusted p-value)."""
+    return {row["key"]: (row["p"], row["holm"]) for row in _registry()["verdicts"]}
+
+
+def third_set_checks():
+    """The stated verdicts also decided on a third seed set: key -> (its p-value, its lean)."""
+    return {row["key"]: (row["third"]["p"], row["third"]["lean"])
+            for row in _registry()["verdicts"] if "third" in row}
 
 
 def corrected(verdict, key, alpha=ALPHA):
-    """``verdict`` after Holm's correction over the book's stated verdicts (:func:`stated_family`).
+    """``verdict`` after Holm's correction over the book's stated verdicts (:func:`stated_family`)
+    and its third seed set, where one was run (:func:`third_set_checks`).
 
-    An "ahead" whose adjusted p-value is not below ``alpha`` is undecided:
-    a close call, or too few seeds to tell where its median ratio lies
-    beyond :data:`EFFECT`.  Works on a :class:`Verdict` or a
-    :class:`Replicated`; raises for a key the registry lacks.  Taught on the
-    page "How the book decides".
+    An "ahead" whose adjusted p-value is not below ``alpha``, or that a
+    third seed set does not repeat (p below ``alpha``, leaning the same
+    way), is undecided: a close call, or too few seeds to tell where its
+    median ratio lies beyond :data:`EFFECT`.  Works on a :class:`Verdict`
+    or a :class:`Replicated`; raises for a key the registry lacks.  Taught
+    on the page "How the book decides".
     """
     family = stated_family()
     if key not in family:
         raise ValueError(f"{key!r} is not in the registry of stated verdicts; run "
                          f"tools/measure_stated_verdicts.py after adding it to its list.")
     pooled = verdict.pooled if isinstance(verdict, Replicated) else verdict
-    if not pooled.verdict.endswith(" ahead") or family[key][1] < alpha:
+    third = third_set_checks().get(key)
+    repeated = third is None or (third[0] < alpha and third[1] == pooled.lean)
+    if not pooled.verdict.endswith(" ahead") or (family[key][1] < alpha and repeated):
         return verdict
     words = CLOSE if 1 / EFFECT <= pooled.effect <= EFFECT else TOO_FEW
     demoted = dataclasses.replace(pooled, verdict=words)

@@ -528,6 +528,19 @@ def test_a_stated_ahead_the_family_does_not_keep_is_undecided():
         experiments.corrected(ahead, "nowhere | a | b")
 
 
+def test_a_stated_ahead_its_third_seed_set_does_not_repeat_is_undecided():
+    family, third = experiments.stated_family(), experiments.third_set_checks()
+    base = np.linspace(1.0, 2.0, 60)
+    ahead = experiments.compare(base * 0.9, base, "A", "B")     # lean +1: A ahead
+    for key, (p, lean) in third.items():
+        if family[key][1] >= experiments.ALPHA:
+            continue
+        said = experiments.corrected(ahead, key).verdict
+        assert said == ("A ahead" if p < experiments.ALPHA and lean == 1 else experiments.CLOSE)
+    assert any(p >= experiments.ALPHA for p, _ in third.values())  # the rule is exercised
+    assert any(p < experiments.ALPHA and lean == 1 for p, lean in third.values())
+
+
 def test_a_tuning_draw_that_moves_whole_sets_is_held_off_by_the_tuning_margin():
     # each seed set shifted as one by its tuning draw: the seeds no longer vary independently,
     # and the signed-rank test alone reads the shift as evidence

@@ -37,6 +37,13 @@ _spec.loader.exec_module(tool)
 DEMOTED = {
     "race | one device 3x slower | sync, 1 backup | async | 93%",
 }
+# Stated "ahead" in the pooled rule and after Holm's correction, which a third seed set,
+# tuned on its own seeds, did not repeat (p at or above ALPHA there): the pages state them
+# undecided too.
+NOT_REPEATED = {
+    "race | equal devices | async, staleness-aware | async | 90%",
+    "race | heavy-tailed delays | async, bound 2 | async | 90%",
+}
 
 
 @pytest.fixture(scope="module")
@@ -50,18 +57,28 @@ def test_the_stored_registry_is_what_the_runs_give(registry):
     assert [row["key"] for row in fresh] == list(stored)
     for row in fresh:
         assert stored[row["key"]] == pytest.approx((row["p"], row["holm"]), rel=1e-9), row["key"]
+        if "third" in row:
+            assert experiments.third_set_checks()[row["key"]] == \
+                pytest.approx((row["third"]["p"], row["third"]["lean"]), rel=1e-9)
 
 
-def test_every_stated_ahead_survives_holms_correction_but_the_demoted(registry):
-    family = experiments.stated_family()
+def test_every_stated_ahead_survives_holms_correction_and_its_third_set_but_the_demoted(
+        registry):
+    family, third = experiments.stated_family(), experiments.third_set_checks()
     ahead = {k for k, v in registry.items() if v.verdict.endswith(" ahead")}
     survive = {k for k in ahead if family[k][1] < experiments.ALPHA}
     assert ahead - survive == DEMOTED
-    for key in DEMOTED:
+    repeated = {k for k in survive if k not in third
+                or (third[k][0] < experiments.ALPHA and third[k][1] == registry[k].pooled.lean)}
+    assert survive - repeated == NOT_REPEATED
+    for key in DEMOTED | NOT_REPEATED:
         now = experiments.corrected(registry[key], key)
         assert now.verdict in (experiments.CLOSE, experiments.TOO_FEW), (key, now)
-    for key in survive:
+    for key in repeated:
         assert experiments.corrected(registry[key], key).verdict == registry[key].verdict
+    # every page has a third seed set for its stated "ahead" verdicts but the race, which
+    # raced one for those that fresh seeds had put in doubt
+    assert {k for k in ahead if not k.startswith("race | ")} <= set(third)
     assert len(registry) >= 40
 
 

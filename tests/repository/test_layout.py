@@ -53,7 +53,8 @@ def test_the_book_layer_is_a_sub_package_with_its_data():
 
     assert (PACKAGE / "book" / "__init__.py").exists()
     assert sorted(p.name for p in (PACKAGE / "book" / "data").glob("*.json")) == [
-        "rare_communication_sweeps.json", "rare_communication_tuned.json", "stated_verdicts.json",
+        "rare_communication_sweeps.json", "rare_communication_tuned.json",
+        "stale_gradients_tuned.json", "stated_verdicts.json",
         "sync_vs_async.json", "sync_vs_async_virtual.json",
         "sync_vs_async_virtual_held_out.json"]
     assert race.stored_sweep("sync_vs_async_virtual")

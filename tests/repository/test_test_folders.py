@@ -106,7 +106,7 @@ DECIDERS = verdict_deciders()
 def test_the_deciders_are_found():
     assert DECIDERS["replicated"] == {"experiments"}
     # Replication.compare, and the tuned replication's, which adds its tuning noise
-    assert DECIDERS["compare"] == {"experiments", "rare_communication"}
+    assert DECIDERS["compare"] == {"experiments", "tuning"}
     assert "paired_verdict" in DECIDERS
     assert not {"sweep", "last_quarter_mean", "run_experiment"} & set(DECIDERS)
 
