@@ -608,8 +608,8 @@ print("two additions of 1 give", float(counter.numpy()))
 #
 # ## Exercises
 #
-# 1. Redraw the stale-gradient figure with `STEP_TIMES_CURVATURE` 0.4, 0.5
-#    and twice the figure's value. Then add a third worker (`devices[:3]`,
+# 1. Redraw the stale-gradient figure with `STEP_TIMES_CURVATURE` just below
+#    and at 0.5, and at twice the figure's value. Then add a third worker (`devices[:3]`,
 #    `Scenario((1, 0.9, 0.8))`, `steps=3`): from which value of $\eta a$ on
 #    does the third update overshoot?
 #
@@ -627,7 +627,7 @@ print("two additions of 1 give", float(counter.numpy()))
 #
 # ```{dropdown} Solution to exercise 1
 # With two workers the second update overshoots when $1 - 2\eta a < 0$, that
-# is from $\eta a = 0.5$ on; at 0.4 it stops short, at twice the figure's
+# is from $\eta a = 0.5$ on; just below it stops short, at twice the figure's
 # value it lands far beyond. With three workers reading the same point, the third update
 # overshoots from $\eta a = 1/3$ on: the limit shrinks as $1/k$.
 # ```

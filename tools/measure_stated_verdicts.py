@@ -96,6 +96,11 @@ def third_sets(keys):
     return found
 
 
+def leader(verdict):
+    """The method a verdict's seeds lean to, "" for neither."""
+    return {1: verdict.first, -1: verdict.second}.get(verdict.lean, "")
+
+
 def rows(found):
     """The file's rows: key, verdict, p, Holm-adjusted p, spread, power, tuning shift and noise,
     and, where a third seed set was run, its p-value and lean."""
@@ -105,7 +110,8 @@ def rows(found):
     return [{"key": k, "verdict": found[k].verdict, "p": found[k].pooled.p_value,
              "holm": float(q), "spread": found[k].pooled.spread, "power": found[k].pooled.power,
              "shift": found[k].pooled.shift, "tuning_sd": found[k].pooled.tuning_sd,
-             **({"third": {"p": third[k].p_value, "lean": third[k].lean}} if k in third else {})}
+             **({"third": {"p": third[k].p_value, "leader": leader(third[k])}}
+                if k in third else {})}
             for k, q in zip(keys, adjusted)]
 
 
@@ -114,7 +120,7 @@ def main():
     path = ROOT / "pargrad" / "book" / "data" / experiments.FAMILY_FILE
     path.write_text(json.dumps({"alpha": experiments.ALPHA, "verdicts": table}, indent=1) + "\n")
     for row in sorted(table, key=lambda r: r["p"]):
-        third = f", third set p {row['third']['p']:.2g} lean {row['third']['lean']:+d}" \
+        third = f", third set p {row['third']['p']:.2g} leaning to {row['third']['leader']}" \
             if "third" in row else ""
         print(f"RESULT {row['key']}: {row['verdict']}, p {row['p']:.2g}, Holm {row['holm']:.2g}, "
               f"spread {row['spread']:.2f}, power {row['power']:.2f}{third}")

@@ -833,8 +833,9 @@ def stated_family():
 
 
 def third_set_checks():
-    """The stated verdicts also decided on a third seed set: key -> (its p-value, its lean)."""
-    return {row["key"]: (row["third"]["p"], row["third"]["lean"])
+    """The stated verdicts also decided on a third seed set: key -> (its p-value, the method
+    its seeds lean to, "" for neither)."""
+    return {row["key"]: (row["third"]["p"], row["third"]["leader"])
             for row in _registry()["verdicts"] if "third" in row}
 
 
@@ -855,7 +856,7 @@ def corrected(verdict, key, alpha=ALPHA):
                          f"tools/measure_stated_verdicts.py after adding it to its list.")
     pooled = verdict.pooled if isinstance(verdict, Replicated) else verdict
     third = third_set_checks().get(key)
-    repeated = third is None or (third[0] < alpha and third[1] == pooled.lean)
+    repeated = third is None or (third[0] < alpha and pooled.verdict == f"{third[1]} ahead")
     if not pooled.verdict.endswith(" ahead") or (family[key][1] < alpha and repeated):
         return verdict
     words = CLOSE if 1 / EFFECT <= pooled.effect <= EFFECT else TOO_FEW

@@ -531,14 +531,22 @@ def test_a_stated_ahead_the_family_does_not_keep_is_undecided():
 def test_a_stated_ahead_its_third_seed_set_does_not_repeat_is_undecided():
     family, third = experiments.stated_family(), experiments.third_set_checks()
     base = np.linspace(1.0, 2.0, 60)
-    ahead = experiments.compare(base * 0.9, base, "A", "B")     # lean +1: A ahead
-    for key, (p, lean) in third.items():
-        if family[key][1] >= experiments.ALPHA:
+    checked = {"kept": 0, "demoted": 0}
+    for key, (p, leader) in third.items():
+        if family[key][1] >= experiments.ALPHA or not leader:
             continue
-        said = experiments.corrected(ahead, key).verdict
-        assert said == ("A ahead" if p < experiments.ALPHA and lean == 1 else experiments.CLOSE)
-    assert any(p >= experiments.ALPHA for p, _ in third.values())  # the rule is exercised
-    assert any(p < experiments.ALPHA and lean == 1 for p, lean in third.values())
+        # a verdict that puts the third set's leader ahead, in either order of the names
+        for ahead in (experiments.compare(base * 0.9, base, leader, "other"),
+                      experiments.compare(base, base * 0.9, "other", leader)):
+            assert ahead.verdict == f"{leader} ahead"
+            said = experiments.corrected(ahead, key).verdict
+            repeated = p < experiments.ALPHA
+            assert said == (f"{leader} ahead" if repeated else experiments.CLOSE), key
+            checked["kept" if repeated else "demoted"] += 1
+        # one that puts the other method ahead is never repeated by this third set
+        other = experiments.compare(base * 0.9, base, "other", leader)
+        assert experiments.corrected(other, key).verdict == experiments.CLOSE
+    assert checked["kept"] and checked["demoted"]   # both branches are exercised
 
 
 def test_a_tuning_draw_that_moves_whole_sets_is_held_off_by_the_tuning_margin():
