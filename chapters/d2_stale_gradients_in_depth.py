@@ -564,8 +564,9 @@ for base in (0.1, 0.2):
 #   {glue:text}`tuned-rule-page` of the page's seeds (wins-losses) and
 #   {glue:text}`tuned-rule-held-out` of the held-out ones: the two sets lean
 #   opposite ways (median ratio {glue:text}`tuned-rule-ratio:.2f` over both;
-#   the rule would have seen a fifth {glue:text}`tuned-rule-power` of the
-#   time, the tuning's noise included). The rule's best base rate is
+#   a difference of a fifth would have shown only
+#   {glue:text}`tuned-rule-power` of the time, the tuning's noise included).
+#   The rule's best base rate is
 #   {glue:text}`rule-rate-page` on the page's pool and
 #   {glue:text}`rule-rate-held-out` on the held-out one. Both best rates sit
 #   just below a cliff where runs start to bounce, so which method wins a set
@@ -639,7 +640,7 @@ assert picked[0] == picked[1] > 0, picked   # the prose: both pools pick the sam
 # own best rate. Against the best constant rate the verdict over both sets is
 # "{glue:text}`dc-vs-constant`": a median per-seed ratio of
 # {glue:text}`dc-ratio:.3f`, well within the {glue:text}`floor:.0f` % floor,
-# where the rule would have seen a fifth. Against the staleness-aware rule it is
+# where a difference of a fifth would have shown. Against the staleness-aware rule it is
 # "{glue:text}`dc-vs-rule`" (median ratio {glue:text}`dc-rule-ratio:.2f`):
 # the two seed sets lean opposite ways, as they do for the constant against
 # the rule.
