@@ -36,12 +36,22 @@ def deterministic_ops():
     it makes ``tf.timestamp`` raise, which the book's instrumented trainer
     uses.  TensorFlow's public API can only switch it on, hence the private
     ``disable_op_determinism``.
+
+    Grappler's arithmetic optimizer is off too: it may regroup an ``add_n``
+    of several replicas' values, and which grouping it picks can depend on
+    the order in which the replicas' threads built the graph, so a sum came
+    out one ulp apart in one CI run of ``test_sharded.py`` out of four.
+    With it off, every sum adds in the order the code writes.
     """
     from tensorflow.python.framework import config
 
+    before = tf.config.optimizer.get_experimental_options()
     tf.config.experimental.enable_op_determinism()
+    tf.config.optimizer.set_experimental_options({"arithmetic_optimization": False})
     yield
     config.disable_op_determinism()
+    tf.config.optimizer.set_experimental_options(
+        {"arithmetic_optimization": before.get("arithmetic_optimization", True)})
 
 
 def _run_python(code, timeout=120, env=None):
