@@ -302,11 +302,7 @@ def measure_tuned(seed_set, group, name, density=1):
 
 def stored_tuned():
     """The stored tuning pools and draws (``pargrad/book/data/stale_gradients_tuned.json``)."""
-    import importlib.resources
-    import json
-
-    return json.loads(importlib.resources.files("pargrad.book").joinpath(
-        "data", f"{TUNED}.json").read_text())
+    return tuning.stored(TUNED)
 
 
 def tuned_replication(group, stored=None, seed_sets=("page", "held_out"), density=1):

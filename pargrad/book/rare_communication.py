@@ -738,11 +738,7 @@ def measure_tuned(seed_set, set_name, name):
 
 def stored_tuned():
     """The stored tuning pools and draws (``pargrad/book/data/rare_communication_tuned.json``)."""
-    import importlib.resources
-    import json
-
-    return json.loads(importlib.resources.files("pargrad.book").joinpath(
-        "data", f"{TUNED}.json").read_text())
+    return tuning.stored(TUNED)
 
 
 def tuned_experiment(set_name, seed_set="page", draw="pool", stored=None):

@@ -82,6 +82,15 @@ def measure(method, test_seeds, pool):
             "test": {i: finite(v) for i, v in test.items()}}
 
 
+def stored(name):
+    """The stored tuning runs ``pargrad/book/data/<name>.json`` (a tool's :func:`measure` dicts)."""
+    import importlib.resources
+    import json
+
+    return json.loads(importlib.resources.files("pargrad.book").joinpath(
+        "data", f"{name}.json").read_text())
+
+
 def kept(values):
     """Stored scores as an array, a diverged run (stored as -1) as ``inf``."""
     values = np.asarray(values, float)
